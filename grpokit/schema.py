@@ -1,0 +1,249 @@
+"""Type, enumeration and range checks for recipe values.
+
+Two sources of truth feed these checks: our own `Field` specs for the sections we define (`model`,
+`dataset`, ...), and the annotations of TRL's / PEFT's dataclasses for `trainer` and `lora`, so a new
+TRL knob is accepted with its declared type without any change here.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from grpokit.errors import Problems, nearest
+
+REQUIRED = object()
+_FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of a section we define: its type, default, and allowed values."""
+
+    type: Any
+    default: Any = REQUIRED
+    doc: str = ""
+    choices: tuple | None = None
+    min: float | None = None  # inclusive
+    max: float | None = None  # inclusive
+    gt: float | None = None  # exclusive lower bound
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Extra constraints on a dataclass field whose annotation is too loose (TRL's `loss_type: str`)."""
+
+    choices: tuple | None = None
+    min: float | None = None
+    max: float | None = None
+    gt: float | None = None
+    lt: float | None = None
+    also: tuple = ()  # extra accepted literal values, e.g. scale_rewards also takes True/False
+
+
+def describe(annotation) -> str:
+    """A short human name for a type annotation: `int | None` -> 'integer or null'."""
+    origin = typing.get_origin(annotation)
+    if annotation is Any or annotation is None:
+        return "anything" if annotation is Any else "null"
+    if annotation is type(None):
+        return "null"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(describe(a) for a in typing.get_args(annotation)))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
+    if origin in (list, tuple):
+        args = typing.get_args(annotation)
+        return f"list of {describe(args[0])}" if args else "list"
+    if origin is dict or annotation is dict:
+        return "mapping"
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "one of " + ", ".join(str(m.value) for m in annotation)
+    return {bool: "true/false", int: "integer", float: "number", str: "string"}.get(annotation, str(annotation))
+
+
+def coerce(value, annotation) -> tuple[bool, Any]:
+    """Check `value` against `annotation`; return (ok, value), converting only what YAML gets wrong.
+
+    PyYAML reads `1e-5` (no dot) as a string, so numeric text is accepted for float fields.
+    An int is accepted for a float. A bool is never accepted as a number.
+    """
+    origin = typing.get_origin(annotation)
+    if annotation is Any or isinstance(annotation, typing.TypeVar):
+        return True, value
+    if annotation is None or annotation is type(None):
+        return value is None, value
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            ok, out = coerce(value, arg)
+            if ok:
+                return True, out
+        return False, value
+    if origin is typing.Literal:
+        return value in typing.get_args(annotation), value
+    if origin in (list, tuple) or annotation in (list, tuple):
+        if not isinstance(value, list):
+            return False, value
+        args = typing.get_args(annotation)
+        if not args or args[0] is Any:
+            return True, value
+        out = []
+        for item in value:
+            ok, item = coerce(item, args[0])
+            if not ok:
+                return False, value
+            out.append(item)
+        return True, out
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict), value
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        values = [m.value for m in annotation]
+        return value in values, value
+    if annotation is bool:
+        return isinstance(value, bool), value
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if annotation is float:
+        if isinstance(value, bool):
+            return False, value
+        if isinstance(value, (int, float)):
+            return True, float(value)
+        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+            return True, float(value)
+        return False, value
+    if annotation is str:
+        return isinstance(value, str), value
+    if isinstance(annotation, type):
+        return isinstance(value, annotation), value
+    return True, value  # an annotation we cannot read: let the library judge
+
+
+def enum_choices(annotation) -> tuple | None:
+    """Values of the Enum inside an annotation like `OptimizerNames | str`, if any."""
+    for arg in typing.get_args(annotation) or (annotation,):
+        if isinstance(arg, type) and issubclass(arg, enum.Enum):
+            return tuple(m.value for m in arg)
+    return None
+
+
+def check_bounds(value, bounds, path: str, problems: Problems, file=None) -> None:
+    """Choices and numeric ranges; `bounds` is a `Field` or `Bounds`."""
+    if value is None:
+        return
+    if bounds.choices is not None and value not in bounds.choices and value not in getattr(bounds, "also", ()):
+        shown = list(bounds.choices) + list(getattr(bounds, "also", ()))
+        problems.add(
+            path,
+            "is not an allowed value",
+            value,
+            ", ".join(map(str, shown)),
+            nearest(str(value), [str(c) for c in bounds.choices]),
+            file=file,
+        )
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    lo, hi, gt = bounds.min, bounds.max, bounds.gt
+    lt = getattr(bounds, "lt", None)
+    if (lo is not None and value < lo) or (gt is not None and value <= gt) or (hi is not None and value > hi) or (
+        lt is not None and value >= lt
+    ):
+        parts = []
+        if lo is not None:
+            parts.append(f">= {lo}")
+        if gt is not None:
+            parts.append(f"> {gt}")
+        if hi is not None:
+            parts.append(f"<= {hi}")
+        if lt is not None:
+            parts.append(f"< {lt}")
+        problems.add(path, "is out of range", value, " and ".join(parts), file=file)
+
+
+def validate_fields(data, spec: dict[str, Field], path: str, problems: Problems, origin=None) -> dict:
+    """Validate a mapping against `spec`; return it with defaults filled and values coerced.
+
+    Every problem is added to `problems`; nothing raises. `origin(path)` names the file a key came from.
+    """
+    origin = origin or (lambda p: None)
+    if not isinstance(data, dict):
+        problems.add(path, "must be a mapping", data, file=origin(path))
+        return {}
+    out = {}
+    for key, value in data.items():
+        key_path = f"{path}.{key}"
+        if key not in spec:
+            problems.add(
+                key_path, "is not a known key", allowed=", ".join(spec), suggestion=nearest(key, spec), file=origin(key_path)
+            )
+            continue
+        field = spec[key]
+        ok, value = coerce(value, field.type)
+        if not ok:
+            problems.add(key_path, "has the wrong type", value, describe(field.type), file=origin(key_path))
+            continue
+        check_bounds(value, field, key_path, problems, origin(key_path))
+        out[key] = value
+    for key, field in spec.items():
+        if key in out:
+            continue
+        if field.default is REQUIRED:
+            if key not in data:
+                problems.add(f"{path}.{key}", "is required", allowed=describe(field.type) + (f" ({field.doc})" if field.doc else ""), file=origin(path))
+        else:
+            out[key] = field.default
+    return out
+
+
+def dataclass_hints(cls) -> dict[str, Any]:
+    """Resolved annotations of a dataclass, tolerant of names its module cannot resolve at runtime."""
+    import dataclasses
+
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - fall back to the raw annotations, which `coerce` treats leniently
+        hints = {}
+    return {f.name: hints.get(f.name, f.type) for f in dataclasses.fields(cls) if f.init}
+
+
+def validate_dataclass_keys(data, cls, path: str, problems: Problems, bounds: dict[str, Bounds], origin=None,
+                            refuse: dict[str, str] | None = None) -> dict:
+    """Check a mapping's keys and values against a dataclass's own fields and annotations (+ `bounds`)."""
+    origin = origin or (lambda p: None)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        problems.add(path, "must be a mapping", data, file=origin(path))
+        return {}
+    hints = dataclass_hints(cls)
+    out = {}
+    for key, value in data.items():
+        key_path = f"{path}.{key}"
+        if refuse and key in refuse:
+            problems.add(key_path, refuse[key], file=origin(key_path))
+            continue
+        if key not in hints:
+            problems.add(
+                key_path,
+                f"is not a {cls.__name__} field",
+                suggestion=nearest(key, hints),
+                allowed=f"the field names of {cls.__module__.split('.')[0]}.{cls.__name__}",
+                file=origin(key_path),
+            )
+            continue
+        b = bounds.get(key, Bounds())
+        if value in b.also and not isinstance(value, (list, dict)):
+            out[key] = value
+            continue
+        choices = b.choices or enum_choices(hints[key])
+        ok, coerced = coerce(value, hints[key])
+        if not ok:
+            problems.add(key_path, "has the wrong type", value, describe(hints[key]), file=origin(key_path))
+            continue
+        check_bounds(coerced, Bounds(choices, b.min, b.max, b.gt, b.lt, b.also), key_path, problems, origin(key_path))
+        out[key] = coerced
+    return out

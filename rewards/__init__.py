@@ -1,0 +1,316 @@
+"""grpokit's reward library: one topic per module, one registry, TRL's call convention.
+
+A reward is a plain function, or a callable class when it takes arguments (instances pickle), with
+TRL 1.16's signature::
+
+    def my_reward(prompts, completions, completion_ids, **kwargs) -> list[float | None]
+
+`completions` are plain strings or conversational (`[{"role": "assistant", "content": ...}]`); every
+dataset column arrives as a keyword list; `None` means "does not apply to this sample".
+
+Register one with `@register` (its registry name is the name TRL logs as `rewards/<name>/mean`) and
+build it with `build(name, **args)`. `name` may also be a user reward: `path/to/file.py:function` or
+`package.module:function`. Every way that can fail raises `RewardError` with a message saying how.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from grpokit.errors import nearest
+
+
+class RewardError(ValueError):
+    """A reward cannot be resolved, bound or run; the message names the reward and says why."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    target: Callable  # a function (no args) or a class (args go to __init__)
+    # args the recipe loader fills from the recipe when the entry leaves them out: {arg: "trainer.key"}
+    from_recipe: dict
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.target) or ""
+
+    @property
+    def summary(self) -> str:
+        return self.doc.split("\n", 1)[0]
+
+
+_REGISTRY: dict[str, Entry] = {}
+
+
+def register(name: str | None = None, *, from_recipe: dict | None = None):
+    """Decorator: add a reward function or callable class to the registry.
+
+    >>> @register("shout")
+    ... def shout(completions, **kwargs):
+    ...     return [1.0 if text(c).isupper() else 0.0 for c in completions]
+    """
+
+    def wrap(target):
+        reg_name = name or getattr(target, "__name__")
+        if reg_name in _REGISTRY and _REGISTRY[reg_name].target is not target:
+            raise RewardError(f"reward name {reg_name!r} is registered twice")
+        _REGISTRY[reg_name] = Entry(reg_name, target, dict(from_recipe or {}))
+        return target
+
+    return wrap
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def entry(name: str) -> Entry:
+    _load_builtins()
+    if name not in _REGISTRY:
+        raise RewardError(
+            f"unknown reward {name!r}; registered: {', '.join(names())}"
+            + (f"; did you mean {n!r}?" if (n := nearest(name, _REGISTRY)) else "")
+            + "; a user reward is 'path/to/file.py:function' or 'package.module:function'"
+        )
+    return _REGISTRY[name]
+
+
+def text(completion) -> str:
+    """The text of a completion in either format: a string, or a list of chat messages (last one's content)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion:
+        last = completion[-1]
+        if isinstance(last, dict):
+            content = last.get("content", "")
+            if isinstance(content, list):  # content blocks
+                return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+            return content if isinstance(content, str) else str(content)
+    if isinstance(completion, dict):
+        return str(completion.get("content", ""))
+    return "" if completion is None else str(completion)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Resolving names: registered, file path, module path
+
+
+def is_user_reward(name: str) -> bool:
+    return ":" in name
+
+
+def _load_user_target(name: str) -> Callable:
+    where, _, attr = name.rpartition(":")
+    if not where or not attr:
+        raise RewardError(f"user reward {name!r} must be 'path/to/file.py:function' or 'package.module:function'")
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        path = Path(where).expanduser()
+        if not path.is_file():
+            raise RewardError(f"user reward {name!r}: file {str(path)!r} does not exist")
+        mod_name = f"grpokit_user_reward_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except SyntaxError as err:
+            raise RewardError(f"user reward {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
+        except Exception as err:  # noqa: BLE001 - any import-time failure is the user's file, say so
+            raise RewardError(f"user reward {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
+        # Registered so that instances of classes defined in the file pickle by reference.
+        sys.modules[mod_name] = module
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as err:
+            raise RewardError(f"user reward {name!r}: module {where!r} not found ({err})") from None
+        except SyntaxError as err:
+            raise RewardError(f"user reward {name!r}: syntax error in {err.filename} line {err.lineno}: {err.msg}") from None
+        except Exception as err:  # noqa: BLE001
+            raise RewardError(f"user reward {name!r}: importing {where!r} failed: {type(err).__name__}: {err}") from None
+    if not hasattr(module, attr):
+        public = [n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n))]
+        hint = nearest(attr, public)
+        raise RewardError(
+            f"user reward {name!r}: {where} has no {attr!r}" + (f"; did you mean {hint!r}?" if hint else "")
+        )
+    target = getattr(module, attr)
+    if not callable(target):
+        raise RewardError(f"user reward {name!r}: {attr!r} is a {type(target).__name__}, not a function or class")
+    return target
+
+
+def resolve(name: str) -> Entry:
+    """The registry entry for `name`, loading a user reward from its file or module."""
+    if is_user_reward(name):
+        return Entry(name.rpartition(":")[2], _load_user_target(name), {})
+    return entry(name)
+
+
+def _call_signature(target) -> inspect.Signature:
+    fn = target.__call__ if inspect.isclass(target) else target
+    return inspect.signature(fn)
+
+
+def _check_call_signature(name: str, target) -> None:
+    """A reward must accept TRL's keyword call: `completions` by name, and the other columns (via **kwargs)."""
+    try:
+        sig = _call_signature(target)
+    except (TypeError, ValueError):
+        return
+    params = sig.parameters.values()
+    has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
+    accepts_completions = has_var_kw or "completions" in sig.parameters
+    required_positional = [
+        p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty and p.name != "self"
+    ]
+    if not accepts_completions or not has_var_kw or required_positional:
+        raise RewardError(
+            f"reward {name!r} has signature {sig}, which cannot take TRL's call; "
+            "use `def f(completions, **kwargs)` (prompts, completion_ids and dataset columns come as keywords)"
+        )
+
+
+def arg_parameters(target) -> dict[str, inspect.Parameter]:
+    """The arguments a recipe may give: a class's __init__ parameters; none for a plain function."""
+    if not inspect.isclass(target):
+        return {}
+    params = inspect.signature(target.__init__).parameters
+    return {k: p for k, p in params.items() if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def bind(name: str, args: dict) -> Entry:
+    """Resolve `name` and check `args` against its signature, without building it."""
+    e = resolve(name)
+    _check_call_signature(name, e.target)
+    params = arg_parameters(e.target)
+    for key in args:
+        if key not in params:
+            hint = nearest(key, params)
+            allowed = ", ".join(params) if params else "none (a plain function takes no args)"
+            raise RewardError(
+                f"reward {name!r} has no argument {key!r}; arguments: {allowed}"
+                + (f"; did you mean {hint!r}?" if hint else "")
+            )
+    missing = [k for k, p in params.items() if p.default is p.empty and k not in args]
+    if missing:
+        raise RewardError(f"reward {name!r} needs argument(s) {', '.join(missing)}")
+    return e
+
+
+def build(name: str, **args: Any) -> Callable:
+    """The callable the trainer gets for reward `name` with `args`.
+
+    >>> fn = build("char_fraction", char="a")
+    >>> fn(completions=["aab", "bbb"])
+    [0.6666666666666666, 0.0]
+    """
+    e = bind(name, args)
+    if inspect.isclass(e.target):
+        try:
+            fn = e.target(**args)
+        except (TypeError, ValueError) as err:
+            raise RewardError(f"reward {name!r}: bad arguments {args}: {err}") from None
+    else:
+        fn = e.target
+    return Guarded(e.name, fn)
+
+
+class Guarded:
+    """Wraps a reward so a failure names the reward, the step and the sample instead of a bare traceback.
+
+    On an exception it re-runs the reward one sample at a time to find the first sample that fails.
+    It also checks the output: one float or None per completion, no NaN.
+    """
+
+    def __init__(self, name: str, fn: Callable):
+        self.__name__ = name  # what TRL logs: rewards/<name>/mean
+        self.fn = fn
+
+    def __call__(self, completions, **kwargs):
+        try:
+            out = self.fn(completions=completions, **kwargs)
+        except Exception as err:  # noqa: BLE001 - re-raised with the sample that caused it
+            raise self._explain(err, completions, kwargs) from err
+        return self._check(out, completions, kwargs)
+
+    def _step(self, kwargs) -> str:
+        state = kwargs.get("trainer_state")
+        return f" at step {state.global_step}" if state is not None and hasattr(state, "global_step") else ""
+
+    def _explain(self, err: Exception, completions, kwargs) -> "RewardFailure":
+        n = len(completions)
+        for i in range(n):
+            one = {k: ([v[i]] if isinstance(v, list) and len(v) == n else v) for k, v in kwargs.items()}
+            try:
+                self.fn(completions=[completions[i]], **one)
+            except Exception as single:  # noqa: BLE001
+                return RewardFailure(
+                    f"reward {self.__name__!r} raised{self._step(kwargs)} on sample {i}: "
+                    f"{type(single).__name__}: {single}; completion: {text(completions[i])[:200]!r}"
+                )
+        return RewardFailure(f"reward {self.__name__!r} raised{self._step(kwargs)} on a batch of {n}: {type(err).__name__}: {err}")
+
+    def _check(self, out, completions, kwargs):
+        n = len(completions)
+        if not isinstance(out, (list, tuple)) or len(out) != n:
+            got = f"{len(out)} values" if isinstance(out, (list, tuple)) else type(out).__name__
+            raise RewardFailure(f"reward {self.__name__!r} returned {got}{self._step(kwargs)}; expected a list of {n}")
+        clean = []
+        for i, value in enumerate(out):
+            if value is None:
+                clean.append(None)
+                continue
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise RewardFailure(
+                    f"reward {self.__name__!r} returned {value!r} for sample {i}{self._step(kwargs)}; "
+                    f"expected a float or None; completion: {text(completions[i])[:200]!r}"
+                ) from None
+            if value != value:  # NaN poisons the group mean: refuse it, None is the way to abstain
+                raise RewardFailure(
+                    f"reward {self.__name__!r} returned NaN for sample {i}{self._step(kwargs)}; "
+                    f"return None to abstain; completion: {text(completions[i])[:200]!r}"
+                )
+            clean.append(value)
+        return clean
+
+
+class RewardFailure(RuntimeError):
+    """A reward failed during training; the message names the reward, step and sample."""
+
+
+_BUILTIN_MODULES = ("rewards.toy",)
+_loaded = False
+
+
+def _load_builtins() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+def describe() -> list[dict]:
+    """Every registered reward with its arguments and one-line doc (for `--list-rewards` and the README)."""
+    _load_builtins()
+    rows = []
+    for name in names():
+        e = _REGISTRY[name]
+        args = []
+        for key, p in arg_parameters(e.target).items():
+            if key in e.from_recipe and p.default is None:
+                args.append(f"{key}=<{e.from_recipe[key]}>")
+            else:
+                args.append(key if p.default is p.empty else f"{key}={p.default!r}")
+        rows.append({"name": name, "args": args, "summary": e.summary})
+    return rows

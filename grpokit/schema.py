@@ -196,7 +196,7 @@ def validate_fields(data, spec: dict[str, Field], path: str, problems: Problems,
                 problems.add(f"{path}.{key}", "is required", allowed=describe(field.type) + (f" ({field.doc})" if field.doc else ""), file=origin(path))
         else:
             out[key] = field.default
-    return out
+    return {key: out[key] for key in spec if key in out}  # in the spec's order, for a readable resolved recipe
 
 
 def dataclass_hints(cls) -> dict[str, Any]:

@@ -1,0 +1,127 @@
+"""Command-line entry: argument parsing and the top-level story of `launch.py`.
+
+Heavy libraries (torch, transformers, trl) are imported only after the arguments are read, so `--help`
+answers at once. A user's mistake ends in one message per problem and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grpokit.errors import EXIT_USAGE, RecipeError
+
+DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "smoke.yaml"
+EXIT_FAILED = 1
+
+EPILOG = """\
+overrides:
+  Trailing section.key=value pairs change the recipe, validated like keys in the file;
+  the value is read as YAML:  trainer.max_steps=5  trainer.beta=0.04  lora.target_modules=[q_proj,v_proj]
+
+examples:
+  python launch.py                                   # the offline smoke recipe (tiny model, ~1 min on CPU)
+  python launch.py --recipe recipes/smoke.yaml --check
+  accelerate launch launch.py --recipe recipes/qwen2.5-1.5b/dapo.yaml
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="launch.py",
+        description="Run a GRPO recipe (YAML) on TRL's GRPOTrainer.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE, help="recipe YAML (default: recipes/smoke.yaml)")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="recipe overrides")
+    p.add_argument("--check", action="store_true", help="validate and explain the recipe, plan its memory; load no weights")
+    p.add_argument("--num-processes", type=int, default=None, metavar="N",
+                   help="processes the run will use, for --check's batch checks (default: from the launcher, else 1)")
+    p.add_argument("--gpu-memory", type=float, default=16.0, metavar="GB", help="GPU memory for --check's plan (default 16)")
+    p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
+                   help="continue a run: the latest checkpoint in output_dir, or the given checkpoint directory")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing run in output_dir")
+    p.add_argument("--list-rewards", action="store_true", help="list the registered rewards with their arguments")
+    p.add_argument("--plot", type=Path, metavar="RUN_DIR", help="write the PNG curves and report.md for an existing run")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.list_rewards:
+            return list_rewards()
+        if args.plot:
+            return plot(args.plot)
+        return run(args)
+    except RecipeError as err:
+        print(err.render(), file=sys.stderr)
+        return EXIT_USAGE
+
+
+def list_rewards() -> int:
+    import rewards
+
+    rows = rewards.describe()
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r['summary']}")
+        if r["args"]:
+            print(f"{'':<{width}}    args: {', '.join(r['args'])}")
+    print("\nA user reward: path/to/file.py:function or package.module:function (see README: Add a reward).")
+    return 0
+
+
+def plot(run_dir: Path) -> int:
+    from grpokit.errors import Problem
+    from grpokit.plots import plot_run
+
+    try:
+        paths = plot_run(run_dir)
+    except ValueError as err:
+        raise RecipeError([Problem("--plot", str(err), str(run_dir))]) from None
+    for path in paths:
+        print(path)
+    return 0
+
+
+def run(args) -> int:
+    from grpokit import recipe as recipe_io
+    from grpokit import run as runner
+    from grpokit.sections import validate
+
+    loaded = recipe_io.load(args.recipe, args.overrides)
+    runner.say(f"recipe: {loaded.path}" + (f" (+ {len(args.overrides)} override(s))" if args.overrides else ""))
+    recipe = validate(loaded, num_processes=args.num_processes)
+    if args.check:
+        return check(recipe, args)
+    from rewards import RewardFailure
+
+    try:
+        runner.train(recipe, resume=args.resume, overwrite=args.overwrite)
+    except RewardFailure as err:
+        output_dir = Path(recipe.trainer["output_dir"])
+        last = runner.latest_checkpoint(output_dir)
+        print(f"run stopped: {err}", file=sys.stderr)
+        print(f"last checkpoint: {last} (continue with --resume)" if last else "no checkpoint was saved yet", file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+def check(recipe, args) -> int:
+    from grpokit import recipe as recipe_io
+    from grpokit import run as runner
+
+    prep = runner.prepare(recipe, log=lambda m: None)
+    print(f"# {recipe.name}: resolved recipe ({recipe.path})")
+    print(recipe_io.dump(recipe.as_dict()).rstrip())
+    if prep.dataset is not None:
+        print(f"\n# first formatted rows ({len(prep.dataset)} prompts)")
+        for row in prep.dataset.select(range(min(2, len(prep.dataset)))):
+            print(f"- {row}")
+    for note in prep.notes:
+        print(f"\nnote: {note}")
+    print("\ncheck passed: no weights loaded, nothing trained.")
+    return 0

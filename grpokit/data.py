@@ -1,0 +1,138 @@
+"""The dataset section: load a local file or a hub dataset, build prompts, drop holes, filter long prompts.
+
+Rows whose prompt (or, when `answer_column` is set, gold answer) is missing or empty are dropped with
+a count in the log: one bad row in 7,000 should not stop a run, and it must never crash mid-training.
+A dataset left empty by that is a recipe error.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from grpokit.errors import Problem, RecipeError, nearest
+
+LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
+
+
+class NotReachable(Exception):
+    """A hub dataset that is not cached and cannot be fetched (offline): reported as a note, not an error."""
+
+
+def load_raw(spec: dict, origin: str = ""):
+    """The split as a `datasets.Dataset`; `RecipeError` for a bad local file, `NotReachable` offline."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    if spec.get("path"):
+        path = Path(spec["path"])
+        fmt = LOCAL_FORMATS.get(path.suffix.lower())
+        if fmt is None:
+            raise RecipeError([Problem("dataset.path", "unsupported file type", path.suffix, ", ".join(LOCAL_FORMATS), file=origin)])
+        if not path.is_file():
+            raise RecipeError([Problem("dataset.path", "dataset file does not exist", str(path), file=origin)])
+        try:
+            return datasets.load_dataset(fmt, data_files=str(path), split="train")
+        except Exception as err:  # noqa: BLE001 - any parse failure is the file's fault: say which and why
+            raise RecipeError([Problem("dataset.path", f"cannot read {path.name}: {type(err).__name__}: {str(err)[:300]}", file=origin)]) from None
+    try:
+        return datasets.load_dataset(spec["name"], spec.get("config"), split=spec.get("split", "train"))
+    except Exception as err:  # noqa: BLE001
+        text = f"{type(err).__name__}: {err}"
+        if any(s in text for s in ("offline", "Offline", "ConnectionError", "couldn't be found", "Couldn't reach", "LocalEntryNotFound")):
+            raise NotReachable(f"dataset {spec['name']!r} is not cached and the hub is not reachable") from None
+        raise RecipeError([Problem("dataset", f"cannot load {spec['name']!r}: {text[:300]}", file=origin)]) from None
+
+
+def template_columns(template: str) -> list[str]:
+    return [m.group(1) for m in _PLACEHOLDER.finditer(template) if m.group(1)]
+
+
+def render(template: str, row: dict) -> str:
+    """Fill `{column}` placeholders; `{{` and `}}` are literal braces (for LaTeX like `\\boxed{{}}`)."""
+
+    def sub(m):
+        if m.group(0) == "{{":
+            return "{"
+        if m.group(0) == "}}":
+            return "}"
+        return str(row[m.group(1)])
+
+    return _PLACEHOLDER.sub(sub, template)
+
+
+def check_columns(spec: dict, columns: list[str], origin: str = "") -> list[Problem]:
+    """Every column the recipe names must exist in the data."""
+    problems = []
+    for key in ("prompt_column", "answer_column"):
+        col = spec.get(key)
+        if col is not None and col not in columns:
+            problems.append(Problem(f"dataset.{key}", "names no column of the dataset", col, ", ".join(columns), nearest(col, columns), file=origin))
+    if spec.get("template"):
+        for col in template_columns(spec["template"]):
+            if col not in columns:
+                problems.append(Problem("dataset.template", f"placeholder {{{col}}} names no column (write {{{{ and }}}} for literal braces)",
+                                        col, ", ".join(columns), nearest(col, columns), file=origin))
+    return problems
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=print, origin: str = ""):
+    """Build the `prompt` (and `answer`) columns TRL and the rewards read; drop holes and long prompts."""
+    problems = check_columns(spec, raw.column_names, origin)
+    if problems:
+        raise RecipeError(problems)
+    prompt_col, answer_col = spec.get("prompt_column", "prompt"), spec.get("answer_column")
+    total = len(raw)
+    # TRL reads `prompt`: a source column already named so is used as it is (or with the template).
+    keep = raw.filter(
+        lambda row: not _missing(row[prompt_col]) and (answer_col is None or not _missing(row[answer_col])),
+        desc=None,
+    )
+    dropped = total - len(keep)
+    if dropped:
+        log(f"dataset: dropped {dropped} of {total} rows with a missing or empty {prompt_col!r}"
+            + (f" or {answer_col!r}" if answer_col else ""))
+    template, system = spec.get("template"), spec.get("system_prompt")
+
+    def build(row):
+        content = render(template, row) if template else row[prompt_col]
+        if conversational and isinstance(content, str):
+            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
+            out = {"prompt": messages}
+        else:
+            if isinstance(content, list):  # already chat messages
+                out = {"prompt": content}
+            else:
+                out = {"prompt": (f"{system}\n\n" if system else "") + str(content)}
+        if answer_col is not None:
+            out["answer"] = str(row[answer_col])
+        return out
+
+    ds = keep.map(build)
+    if spec.get("max_prompt_tokens") and tokenizer is not None:
+        limit = spec["max_prompt_tokens"]
+        before = len(ds)
+        ds = ds.filter(lambda row: prompt_tokens(tokenizer, row["prompt"]) <= limit)
+        if before - len(ds):
+            log(f"dataset: dropped {before - len(ds)} of {before} prompts longer than {limit} tokens (max_prompt_tokens)")
+    if spec.get("limit") and len(ds) > spec["limit"]:
+        ds = ds.select(range(spec["limit"]))
+    if len(ds) == 0:
+        raise RecipeError([Problem("dataset", f"no rows left to train on ({total} read, all dropped as holes or too long)", file=origin)])
+    log(f"dataset: {len(ds)} prompts ready (of {total} rows)")
+    return ds
+
+
+def prompt_tokens(tokenizer, prompt) -> int:
+    """Token count of a prompt exactly as the trainer will feed it (chat template included)."""
+    if isinstance(prompt, list):
+        ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return len(ids)
+    return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])

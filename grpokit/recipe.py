@@ -1,0 +1,229 @@
+"""Reading a recipe: YAML (safe only), `base` inheritance, `section.key=value` overrides, key origins.
+
+The result of `load()` is a plain mapping plus the file each key came from, so that every problem can
+name the file to edit. Validation of the values lives in `grpokit.sections`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpokit.errors import Problem, Problems, RecipeError
+
+CLI = "command line"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """`yaml.safe_load` that also refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+@dataclass
+class Loaded:
+    """A recipe as read from disk and the command line, before validation."""
+
+    path: Path
+    data: dict
+    origins: dict[str, str] = field(default_factory=dict)  # key path -> file (or "command line")
+    chain: list[Path] = field(default_factory=list)  # the recipe, then its bases
+
+    def origin(self, key_path: str) -> str:
+        """The file that set `key_path` (or its nearest set parent); the recipe itself otherwise."""
+        parts = key_path.split(".")
+        while parts:
+            found = self.origins.get(".".join(parts))
+            if found:
+                return found
+            parts.pop()
+        return str(self.path)
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse one YAML file; every failure becomes a `RecipeError` naming the file and line."""
+    if not path.exists():
+        raise RecipeError([Problem("", "recipe file does not exist", file=str(path))])
+    if not path.is_file():
+        raise RecipeError([Problem("", "recipe path is not a file", file=str(path))])
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise RecipeError([Problem("", f"cannot read the file: {err}", file=str(path))]) from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.constructor.ConstructorError as err:
+        mark = err.problem_mark
+        what = err.problem or str(err)
+        if "could not determine a constructor" in what:
+            what = f"YAML tag not allowed ({what.split('tag')[-1].strip()}): recipes are plain data, loaded with safe_load"
+        line = f"line {mark.line + 1}: " if mark else ""
+        raise RecipeError([Problem("", f"{line}{what}", file=str(path))]) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise RecipeError([Problem("", f"YAML syntax error at {line}{problem}", file=str(path))]) from None
+
+
+def deep_merge(base: dict, child: dict) -> dict:
+    """Child wins; mappings merge key by key; lists and scalars are replaced whole.
+
+    >>> deep_merge({"a": {"x": 1, "y": 2}, "l": [1]}, {"a": {"y": 3}, "l": [2]})
+    {'a': {'x': 1, 'y': 3}, 'l': [2]}
+    """
+    out = copy.deepcopy(base)
+    for key, value in child.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _leaf_paths(data, prefix="") -> list[str]:
+    paths = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            paths.append(path)
+            paths.extend(_leaf_paths(value, path))
+    return paths
+
+
+def _is_local_path(value: str) -> bool:
+    return value.startswith(("./", "../", "/", "~")) or value in (".", "..")
+
+
+def _anchor_paths(data: dict, folder: Path) -> None:
+    """Make file paths written in a recipe relative to that recipe's folder (bases included)."""
+    dataset = data.get("dataset")
+    if isinstance(dataset, dict) and isinstance(dataset.get("path"), str):
+        dataset["path"] = str((folder / Path(dataset["path"]).expanduser()).resolve())
+    model = data.get("model")
+    if isinstance(model, dict) and isinstance(model.get("name_or_path"), str) and _is_local_path(model["name_or_path"]):
+        model["name_or_path"] = str((folder / Path(model["name_or_path"]).expanduser()).resolve())
+    for reward in data.get("rewards") or []:
+        name = reward.get("name") if isinstance(reward, dict) else None
+        if isinstance(name, str) and ":" in name:
+            where, _, attr = name.rpartition(":")
+            if where.endswith(".py") or "/" in where:
+                reward["name"] = f"{(folder / Path(where).expanduser()).resolve()}:{attr}"
+
+
+def _load_chain(path: Path, seen: list[Path], origins: dict) -> tuple[dict, list[Path]]:
+    path = path.resolve() if path.exists() else path
+    if path in seen:
+        cycle = " -> ".join(str(p) for p in seen + [path])
+        raise RecipeError([Problem("base", f"recipes extend each other in a cycle: {cycle}", file=str(seen[-1]))])
+    data = read_yaml(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RecipeError([Problem("", "a recipe must be a mapping of sections", data, file=str(path))])
+    _anchor_paths(data, path.parent)
+    chain = [path]
+    base_value = data.pop("base", None)
+    merged = {}
+    if base_value is not None:
+        if not isinstance(base_value, str):
+            raise RecipeError([Problem("base", "must be a path to another recipe", base_value, file=str(path))])
+        base_path = (path.parent / base_value).expanduser()
+        if not base_path.exists():
+            raise RecipeError([Problem("base", f"base recipe {str(base_path)!r} does not exist", base_value, file=str(path))])
+        merged, base_chain = _load_chain(base_path, seen + [path], origins)
+        chain += base_chain
+    for key_path in _leaf_paths(data):
+        origins[key_path] = str(path)
+    return deep_merge(merged, data), chain
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`trainer.beta=0.04` -> (["trainer", "beta"], 0.04); the value is a YAML scalar or list.
+
+    >>> parse_override("lora.target_modules=[q_proj, v_proj]")
+    (['lora', 'target_modules'], ['q_proj', 'v_proj'])
+    """
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"override {text!r} must look like section.key=value")
+    parts = key.strip().split(".")
+    if any(not p for p in parts):
+        raise ValueError(f"override {text!r} has an empty key in {key!r}")
+    try:
+        value = yaml.load(raw, Loader=_StrictLoader) if raw.strip() else None  # noqa: S506
+    except yaml.YAMLError as err:
+        raise ValueError(f"override {text!r}: value is not valid YAML ({getattr(err, 'problem', err)})") from None
+    return parts, value
+
+
+def apply_override(data: dict, parts: list[str], value) -> None:
+    """Set `value` at `parts`, creating mappings; a number indexes into a list (`rewards.0.weight=2`)."""
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ValueError(f"{'.'.join(parts[: i + 1])}: no list item {part} (the list has {len(node)})")
+            node = node[int(part)]
+            continue
+        if not isinstance(node, dict):
+            raise ValueError(f"{'.'.join(parts[:i])} is not a mapping, cannot set {'.'.join(parts)}")
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
+    last = parts[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise ValueError(f"{'.'.join(parts)}: no list item {last} (the list has {len(node)})")
+        node[int(last)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ValueError(f"{'.'.join(parts[:-1])} is not a mapping, cannot set {'.'.join(parts)}")
+
+
+def load(path: str | os.PathLike, overrides: list[str] = ()) -> Loaded:
+    """Read a recipe, its bases and the command-line overrides into one mapping."""
+    path = Path(path).expanduser()
+    origins: dict[str, str] = {}
+    data, chain = _load_chain(path, [], origins)
+    problems = Problems()
+    for text in overrides:
+        try:
+            parts, value = parse_override(text)
+            if parts == ["base"]:
+                raise ValueError("base cannot be overridden from the command line; edit the recipe")
+            if isinstance(value, dict):
+                _anchor_paths({parts[0]: value} if len(parts) == 1 else {}, Path.cwd())
+            apply_override(data, parts, value)
+            key_path = ".".join(parts)
+            origins[key_path] = CLI
+            for sub in _leaf_paths(value, key_path):
+                origins[sub] = CLI
+        except ValueError as err:
+            problems.add(text.partition("=")[0], str(err), file=CLI)
+    problems.raise_if_any()
+    return Loaded(path=path, data=data, origins=origins, chain=chain)
+
+
+def dump(data: dict) -> str:
+    """The resolved recipe as YAML, keys in the order the sections were given."""
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

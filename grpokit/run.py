@@ -1,0 +1,262 @@
+"""From a validated recipe to a trained run: everything `launch.py` does after reading its arguments.
+
+`prepare()` builds all that needs no weights (GRPOConfig, LoRA config, rewards, tokenizer, formatted
+dataset) and is what `--check` runs; `train()` adds the weights and the trainer. Both go through the
+same code, so a recipe that passes `--check` fails at training time only for reasons no check can
+see before the weights load (out of memory, a reward raising on real completions).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpokit import recipe as recipe_io
+from grpokit.errors import Problem, RecipeError
+from grpokit.sections import Recipe, build_grpo_config, resolved_dtype
+
+_HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
+def is_main_process() -> bool:
+    return os.environ.get("RANK", "0") in ("0", "") and os.environ.get("LOCAL_RANK", "0") in ("0", "")
+
+
+def say(message: str) -> None:
+    """One progress line per phase, from the main process only."""
+    if is_main_process():
+        print(f"[grpokit] {message}", flush=True)
+
+
+@dataclass
+class Prepared:
+    recipe: Recipe
+    args: Any  # trl.GRPOConfig
+    lora: Any  # peft.LoraConfig | None
+    reward_funcs: list
+    model_path: str | None  # local dir, or hub id; None when not reachable
+    tokenizer: Any = None
+    dataset: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+def model_source(recipe: Recipe) -> tuple[str | None, str | None]:
+    """(what from_pretrained gets, a note when it cannot be checked offline). Raises on a missing local dir."""
+    from grpokit import tiny
+
+    name = recipe.model["name_or_path"]
+    origin = str(recipe.path)
+    if name.startswith(tiny.BUILTIN_PREFIX):
+        try:
+            return tiny.resolve(name), None
+        except ValueError as err:
+            raise RecipeError([Problem("model.name_or_path", str(err), name, file=origin)]) from None
+    path = Path(name).expanduser()
+    if path.is_absolute() or path.exists() or not _HUB_ID.match(name):
+        if not path.is_dir():
+            raise RecipeError([Problem("model.name_or_path", "model directory does not exist", name, file=origin)])
+        if not (path / "config.json").is_file():
+            raise RecipeError([Problem("model.name_or_path", "directory has no config.json: not a saved model", name, file=origin)])
+        return str(path), None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json", revision=recipe.model.get("revision"))
+    except Exception:  # noqa: BLE001 - an odd cache is the same as no cache
+        cached = None
+    if isinstance(cached, str):
+        return name, None
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return name, f"model {name!r} is not in the local cache and the hub is offline: tokenizer not checked"
+    return name, None
+
+
+def load_tokenizer(path: str, recipe: Recipe, offline_only: bool = False):
+    from transformers import AutoTokenizer
+
+    kwargs = dict(trust_remote_code=recipe.model.get("trust_remote_code", False), revision=recipe.model.get("revision"))
+    if offline_only:
+        kwargs["local_files_only"] = True
+    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
+    """Everything but the weights. Raises `RecipeError` listing every problem.
+
+    For `--check` (training=False) a hub model or dataset that cannot be reached offline becomes a note;
+    for training it must load (from the cache, or downloaded where the hub is reachable).
+    """
+    import rewards as registry
+    from peft import LoraConfig
+
+    from grpokit import data
+
+    args = build_grpo_config(_trainer_kwargs(recipe), recipe.model, recipe.rewards)
+    lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None
+    reward_funcs = [registry.build(r["name"], **r["args"]) for r in recipe.rewards]
+    notes = list(recipe.notes)
+    problems = []
+
+    model_path, note = None, None
+    try:
+        model_path, note = model_source(recipe)
+    except RecipeError as err:
+        problems += err.problems
+    if note and not training:
+        notes.append(note)
+
+    tokenizer = None
+    if model_path and (training or not note):
+        log(f"loading tokenizer: {model_path}")
+        try:
+            tokenizer = load_tokenizer(model_path, recipe, offline_only=not training)
+        except Exception as err:  # noqa: BLE001 - a broken model dir is a recipe problem, said plainly
+            problems.append(Problem("model.name_or_path", f"cannot load its tokenizer: {type(err).__name__}: {str(err)[:200]}",
+                                    recipe.model["name_or_path"], file=str(recipe.path)))
+
+    dataset = None
+    try:
+        log("loading dataset")
+        raw = data.load_raw(recipe.dataset, origin=str(recipe.path))
+        conversational = recipe.dataset["conversational"]
+        if conversational == "auto":
+            conversational = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
+        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=str(recipe.path))
+        missing = _reward_columns_missing(recipe, dataset.column_names)
+        problems += missing
+    except data.NotReachable as err:
+        if training:
+            problems.append(Problem("dataset.name", str(err), recipe.dataset["name"], file=str(recipe.path)))
+        else:
+            notes.append(f"{err}: dataset columns not checked")
+    except RecipeError as err:
+        problems += err.problems
+    if problems:
+        raise RecipeError(problems)
+    return Prepared(recipe, args, lora, reward_funcs, model_path, tokenizer, dataset, notes)
+
+
+def _reward_columns_missing(recipe: Recipe, columns: list[str]) -> list[Problem]:
+    """A reward reading a gold column (`gold_column` arg) needs that column in the prepared data."""
+    problems = []
+    for i, r in enumerate(recipe.rewards):
+        col = r["args"].get("gold_column")
+        if isinstance(col, str) and col not in columns:
+            hint = " (set dataset.answer_column to expose a column as `answer`)" if col == "answer" else ""
+            problems.append(Problem(f"rewards[{i}].args.gold_column", f"names no column of the prepared dataset{hint}", col,
+                                    ", ".join(columns), file=str(recipe.path)))
+    return problems
+
+
+def _trainer_kwargs(recipe: Recipe) -> dict:
+    kwargs = dict(recipe.trainer)
+    init = {k: recipe.model[k] for k in ("revision",) if recipe.model.get(k)}
+    if init:
+        kwargs["model_init_kwargs"] = init
+    kwargs["trust_remote_code"] = recipe.model.get("trust_remote_code", False)
+    return kwargs
+
+
+def load_model(path: str, recipe: Recipe):
+    """The policy, in the recipe's dtype and quantization."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = getattr(torch, resolved_dtype(recipe.model))
+    kwargs: dict[str, Any] = dict(
+        dtype=dtype,
+        trust_remote_code=recipe.model.get("trust_remote_code", False),
+        revision=recipe.model.get("revision"),
+    )
+    if recipe.model.get("attn_implementation"):
+        kwargs["attn_implementation"] = recipe.model["attn_implementation"]
+    quant = recipe.model.get("quantization", "none")
+    if quant != "none":
+        from transformers import BitsAndBytesConfig
+
+        compute = dtype if dtype != torch.float32 else torch.bfloat16
+        kwargs["quantization_config"] = (
+            BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute,
+                               bnb_4bit_use_double_quant=True)
+            if quant == "4bit"
+            else BitsAndBytesConfig(load_in_8bit=True)
+        )
+    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
+def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, origin: str) -> None:
+    """A previous run is never silently destroyed: a non-empty output_dir needs --resume or --overwrite."""
+    if resume or not output_dir.exists() or not any(output_dir.iterdir()):
+        return
+    if overwrite:
+        import shutil
+
+        say(f"--overwrite: removing the previous run in {output_dir}")
+        shutil.rmtree(output_dir)
+        return
+    raise RecipeError([Problem("trainer.output_dir", "already holds a run; pass --resume to continue it, --overwrite to replace it, "
+                               "or choose another trainer.output_dir=...", str(output_dir), file=origin)])
+
+
+def latest_checkpoint(output_dir: Path) -> str | None:
+    found = [p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").exists()]
+    return str(max(found, key=lambda p: int(p.name.split("-")[-1]))) if found else None
+
+
+def resolve_resume(resume: str | None, output_dir: Path, origin: str) -> str | None:
+    if resume is None:
+        return None
+    if resume == "latest":
+        found = latest_checkpoint(output_dir)
+        if found is None:
+            raise RecipeError([Problem("--resume", "no checkpoint to resume in trainer.output_dir", str(output_dir), file=origin)])
+        return found
+    if not (Path(resume) / "trainer_state.json").exists():
+        raise RecipeError([Problem("--resume", "is not a checkpoint directory (no trainer_state.json)", resume, file=origin)])
+    return resume
+
+
+def make_trainer(prep: Prepared, model):
+    """The GRPOTrainer (or its dynamic-sampling subclass) exactly as `train()` uses it; tests call this too."""
+    from trl import GRPOTrainer
+
+    kwargs = dict(model=model, reward_funcs=prep.reward_funcs, args=prep.args, train_dataset=prep.dataset,
+                  processing_class=prep.tokenizer, peft_config=prep.lora)
+    if prep.recipe.sampling.get("dynamic"):
+        from grpokit.sampling import DynamicSamplingGRPOTrainer
+
+        return DynamicSamplingGRPOTrainer(sampling=prep.recipe.sampling, **kwargs)
+    return GRPOTrainer(**kwargs)
+
+
+def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False, after_train=None):
+    """Train a validated recipe; returns the trainer. Writes the resolved recipe first, then the run."""
+    output_dir = Path(recipe.trainer["output_dir"])
+    origin = str(recipe.path)
+    guard_output_dir(output_dir, resume, overwrite, origin)
+    checkpoint = resolve_resume(resume, output_dir, origin)
+    prep = prepare(recipe, training=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if is_main_process():
+        (output_dir / "recipe.yaml").write_text(
+            f"# resolved from {recipe.path} (overrides applied); rerun: python launch.py --recipe {output_dir / 'recipe.yaml'}\n"
+            + recipe_io.dump(recipe.as_dict())
+        )
+    say(f"building model: {recipe.model['name_or_path']} ({resolved_dtype(recipe.model)}, quantization {recipe.model['quantization']}, "
+        + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
+    model = load_model(prep.model_path, recipe)
+    trainer = make_trainer(prep, model)
+    say(f"training: {prep.args.max_steps if prep.args.max_steps > 0 else prep.args.num_train_epochs} "
+        f"{'steps' if prep.args.max_steps > 0 else 'epochs'} -> {output_dir}" + (f" (resuming {checkpoint})" if checkpoint else ""))
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(str(output_dir))
+    trainer.save_state()
+    if after_train is not None:
+        after_train(trainer, prep)
+    return trainer

@@ -1,0 +1,128 @@
+"""Length-aware rewards, all on token counts (`completion_ids`), which is what the trainer's budget is in."""
+
+from __future__ import annotations
+
+import math
+
+from rewards import register
+from rewards.math import Accuracy
+
+
+def _token_counts(name: str, completions, completion_ids) -> list[int]:
+    if completion_ids is None:
+        raise ValueError(f"{name} needs completion_ids (token ids), which TRL's GRPOTrainer passes; got none")
+    if len(completion_ids) != len(completions):
+        raise ValueError(f"{name}: got {len(completions)} completions but {len(completion_ids)} completion_ids")
+    return [len(ids) for ids in completion_ids]
+
+
+def _check_length(name: str, value, what: str) -> int:
+    if value is None:
+        raise ValueError(
+            f"{name} needs max_length; from a recipe it defaults to trainer.max_completion_length, "
+            "so set that or pass args: {max_length: <tokens>}"
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: {what} must be a positive integer number of tokens, got {value!r}")
+    return value
+
+
+@register("overlong_penalty", from_recipe={"max_length": "trainer.max_completion_length"})
+class OverlongPenalty:
+    """DAPO's soft overlong punishment: 0 up to `max_length - buffer` tokens, then a linear ramp to -penalty_factor.
+
+    With L = len(completion_ids), L_max = max_length, C = buffer, p = penalty_factor (Yu et al. 2025,
+    "DAPO", eq. 13):
+
+        r = 0                        if L <= L_max - C
+        r = p * (L_max - C - L) / C  if L_max - C < L <= L_max
+        r = -p                       if L > L_max
+
+    `max_length` defaults to the recipe's `trainer.max_completion_length`; `buffer` must be in
+    (0, max_length]. Add it to a correctness reward so a truncated completion is not punished as if wrong.
+
+    >>> OverlongPenalty(max_length=100, buffer=20)(completions=["", "", ""], completion_ids=[[0] * 80, [0] * 90, [0] * 120])
+    [0.0, -0.5, -1.0]
+    """
+
+    def __init__(self, *, max_length: int | None = None, buffer: int, penalty_factor: float = 1.0):
+        self.max_length = _check_length("overlong_penalty", max_length, "max_length")
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or not 0 < buffer <= self.max_length:
+            raise ValueError(
+                f"overlong_penalty: buffer ({buffer!r}) must be an integer in (0, max_length] = (0, {self.max_length}]; "
+                f"lower buffer or raise max_length (by default trainer.max_completion_length)"
+            )
+        if isinstance(penalty_factor, bool) or not isinstance(penalty_factor, (int, float)) or not penalty_factor >= 0:
+            raise ValueError(f"overlong_penalty: penalty_factor must be a number >= 0, got {penalty_factor!r}")
+        self.buffer = buffer
+        self.penalty_factor = float(penalty_factor)
+
+    def __call__(self, completions, completion_ids=None, **kwargs) -> list[float]:
+        free = self.max_length - self.buffer
+        out = []
+        for n in _token_counts("overlong_penalty", completions, completion_ids):
+            if n <= free:
+                out.append(0.0)
+            elif n <= self.max_length:
+                out.append(self.penalty_factor * (free - n) / self.buffer)
+            else:
+                out.append(-self.penalty_factor)
+        return out
+
+
+@register("cosine_scaled", from_recipe={"max_length": "trainer.max_completion_length"})
+class CosineScaled:
+    """Correctness shaped by length on a cosine schedule: short right answers earn most, short wrong ones lose most.
+
+    From Yeo et al. 2025, "Demystifying Long Chain-of-Thought Reasoning in LLMs", eq. 1. With
+    L = len(completion_ids), L_max = max_length and t = min(L, L_max) / L_max:
+
+        r = lo + (hi - lo) * (1 + cos(pi * t)) / 2
+
+    where (lo, hi) = (min_value_correct, max_value_correct) for a correct answer, so r falls from
+    max_value_correct at L = 0 to min_value_correct at L_max, and (lo, hi) = (max_value_wrong,
+    min_value_wrong) for a wrong one, so r rises from min_value_wrong to max_value_wrong: a long wrong
+    attempt is punished less than a short one, which keeps the model thinking on hard problems. With
+    `exceed_penalty` set, a completion with L >= L_max (cut off) gets that value instead. Correctness is
+    `accuracy` with `gold_column`, `allow_last_number` and `timeout`; None when the gold cannot be parsed.
+
+    >>> r = CosineScaled(max_length=100)
+    >>> r(completions=["\\\\boxed{4}", "\\\\boxed{5}"], completion_ids=[[0] * 0, [0] * 100], answer=["4", "4"])
+    [1.0, -0.5]
+    """
+
+    def __init__(self, max_length: int | None = None, min_value_correct: float = 0.5, max_value_correct: float = 1.0,
+                 min_value_wrong: float = -1.0, max_value_wrong: float = -0.5, exceed_penalty: float | None = None,
+                 gold_column: str = "answer", allow_last_number: bool = False, timeout: float = 1.0):
+        self.max_length = _check_length("cosine_scaled", max_length, "max_length")
+        values = dict(min_value_correct=min_value_correct, max_value_correct=max_value_correct,
+                      min_value_wrong=min_value_wrong, max_value_wrong=max_value_wrong)
+        for key, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"cosine_scaled: {key} must be a finite number, got {value!r}")
+        if min_value_correct > max_value_correct:
+            raise ValueError(f"cosine_scaled: min_value_correct ({min_value_correct}) must be <= max_value_correct ({max_value_correct})")
+        if min_value_wrong > max_value_wrong:
+            raise ValueError(f"cosine_scaled: min_value_wrong ({min_value_wrong}) must be <= max_value_wrong ({max_value_wrong})")
+        if exceed_penalty is not None and (isinstance(exceed_penalty, bool) or not isinstance(exceed_penalty, (int, float))):
+            raise ValueError(f"cosine_scaled: exceed_penalty must be a number or null, got {exceed_penalty!r}")
+        self.min_value_correct, self.max_value_correct = float(min_value_correct), float(max_value_correct)
+        self.min_value_wrong, self.max_value_wrong = float(min_value_wrong), float(max_value_wrong)
+        self.exceed_penalty = None if exceed_penalty is None else float(exceed_penalty)
+        self.accuracy = Accuracy(gold_column=gold_column, allow_last_number=allow_last_number, timeout=timeout)
+
+    def __call__(self, completions, completion_ids=None, **kwargs) -> list[float | None]:
+        lengths = _token_counts("cosine_scaled", completions, completion_ids)
+        correct = self.accuracy(completions=completions, completion_ids=completion_ids, **kwargs)
+        out: list[float | None] = []
+        for n, verdict in zip(lengths, correct):
+            if verdict is None:
+                out.append(None)
+            elif self.exceed_penalty is not None and n >= self.max_length:
+                out.append(self.exceed_penalty)
+            else:
+                lo, hi = ((self.min_value_correct, self.max_value_correct) if verdict == 1.0
+                          else (self.max_value_wrong, self.min_value_wrong))
+                t = min(n, self.max_length) / self.max_length
+                out.append(lo + (hi - lo) * (1.0 + math.cos(math.pi * t)) / 2.0)
+        return out

@@ -1,0 +1,288 @@
+"""Math answer checking: extract the final answer, compare plain numbers fast, everything else via math-verify.
+
+Most RLVR math data (GSM8K, most of MATH) has a plain number as its answer. Those are compared here in
+microseconds with exact rational arithmetic; only answers that are not plain numbers (fractions in
+LaTeX, roots, pi, intervals, sets, tuples, equations) go to math-verify, in a worker process that is
+killed if it runs past the time limit (see `rewards._mathpool`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+from rewards import register, text
+from rewards._mathpool import shared_pool
+
+MAX_ANSWER_CHARS = 1000  # a longer "final answer" is not an answer; it scores 0.0 without parsing
+
+# ----------------------------------------------------------------------------------------------------
+# Extraction
+
+# `\\.` swallows escaped characters, so `\{` and `\}` (set braces) do not count as grouping braces.
+_BRACE_TOKENS = re.compile(r"\\(?:boxed|fbox)\s*\{|\\.|[{}]", re.S)
+_LAST_NUMBER = re.compile(r"-?\d(?:[\d,]*\d)?(?:\.\d+)?")
+
+
+def last_boxed(s: str) -> str | None:
+    """The content of the last complete `\\boxed{...}` (nested braces allowed), or None.
+
+    >>> last_boxed(r"so \\boxed{1} or rather \\boxed{\\frac{1}{2}}")
+    '\\\\frac{1}{2}'
+    """
+    if "boxed" not in s and "fbox" not in s:
+        return None
+    stack: list[int] = []  # for each open brace: content start if it opens a box, else -1
+    best_start, best = -1, None
+    for m in _BRACE_TOKENS.finditer(s):
+        tok = m.group()
+        if tok == "}":
+            if stack:
+                start = stack.pop()
+                if start > best_start:  # a box that starts later wins, even if nested in an earlier one
+                    best_start, best = start, s[start : m.start()]
+        elif tok == "{":
+            stack.append(-1)
+        elif tok.endswith("{") and tok[1] in "bf":
+            stack.append(m.end())
+    return best
+
+
+def tagged_answer(s: str) -> str | None:
+    """The content of the last `<answer>...</answer>`, or None."""
+    end = s.rfind("</answer>")
+    if end < 0:
+        return None
+    start = s.rfind("<answer>", 0, end)
+    return None if start < 0 else s[start + len("<answer>") : end]
+
+
+def gsm8k_answer(s: str) -> str | None:
+    """What follows the last `####` on its line (GSM8K's answer marker), or None."""
+    i = s.rfind("####")
+    return None if i < 0 else s[i + 4 :].split("\n", 1)[0]
+
+
+def extract_answer(s: str, allow_last_number: bool = False) -> str | None:
+    """The final answer of a completion: last `\\boxed{}`, else `<answer>` tags, else `#### N`; else, only
+    when `allow_last_number`, the last number in the text. Empty answers count as none.
+
+    >>> extract_answer("<think>2+2</think> <answer>4</answer>")
+    '4'
+    >>> extract_answer("it is 4", allow_last_number=True)
+    '4'
+    """
+    found = _extract(s, allow_last_number)
+    return None if found is None else found[0]
+
+
+def _extract(s: str, allow_last_number: bool) -> tuple[str, bool] | None:
+    """(answer, came from a box) or None."""
+    for find in (last_boxed, tagged_answer, gsm8k_answer):
+        found = find(s)
+        if found is not None and found.strip():
+            return found.strip(), find is last_boxed
+    if allow_last_number:
+        last = None
+        for last in _LAST_NUMBER.finditer(s):
+            pass
+        return (last.group(), False) if last else None
+    return None
+
+
+def gold_answer(value) -> str | None:
+    """The gold answer from a dataset cell: a GSM8K solution `... #### 42` gives `42`, a solution with a
+    `\\boxed{}` gives its content, a number gives its text; None for an empty cell."""
+    if value is None or isinstance(value, bool):
+        return None
+    s = value if isinstance(value, str) else str(value)
+    if "####" in s:
+        s = gsm8k_answer(s) or ""
+    elif "boxed" in s:
+        s = last_boxed(s) or s
+    s = s.strip()
+    return s or None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Plain numbers, compared exactly without sympy
+
+
+@dataclass(frozen=True)
+class Number:
+    value: Fraction
+    is_float: bool  # written with a decimal point or exponent: compared to 6 decimals, as math-verify does
+    is_percent: bool
+
+
+_DECIMAL = re.compile(
+    r"(?P<sign>[+-]?)(?:(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<frac>\d*))?|\.(?P<frac_only>\d+))"
+    r"(?:[eE](?P<exp>[+-]?\d{1,4})|\s*(?:\\times|\\cdot|×)\s*10\^(?:\{(?P<exp_braced>[+-]?\d{1,4})\}|(?P<exp_digit>\d)))?"
+)
+_FRACTION = re.compile(
+    r"(?P<sign>[+-]?)(?:(?P<num>\d+)\s*/\s*(?P<den>\d+)"
+    r"|\\[dt]?frac(?:\{(?P<bnum>\d+)\}\{(?P<bden>\d+)\}|(?P<dnum>\d)(?P<dden>\d)))"
+)
+_STRIP = ("\\!", "\\,", "\\;", "\\:", "\\$", "$", "\\left", "\\right")
+_MAX_EXPONENT = 400  # beyond this a "plain number" goes to math-verify rather than building a huge int
+
+
+def parse_number(s: str) -> Number | None:
+    """A plain number (`1,234`, `$5`, `12.50`, `-0`, `50%`, `1/2`, `\\frac{1}{2}`, `1.5e3`,
+    `3\\times 10^{4}`), or None for anything else.
+
+    >>> parse_number("$1,234.50").value
+    Fraction(2469, 2)
+    """
+    if len(s) > 100:
+        return None
+    s = s.strip().replace("\u2212", "-").replace("{,}", ",")
+    for junk in _STRIP:
+        if junk in s:
+            s = s.replace(junk, "")
+    s = s.strip()
+    is_percent = s.endswith("%")
+    if is_percent:
+        s = s[:-2] if s.endswith("\\%") else s[:-1]
+        s = s.rstrip()
+    if len(s) > 1 and s[-1] == "." and s[-2].isdigit():  # "the answer is 42."
+        s = s[:-1]
+    if len(s) > 2 and s[0] == "{" and s[-1] == "}":  # \boxed{{42}}
+        s = s[1:-1].strip()
+    m = _DECIMAL.fullmatch(s)
+    if m:
+        digits_int = (m["int"] or "").replace(",", "")
+        digits_frac = m["frac"] if m["frac"] is not None else (m["frac_only"] or "")
+        exp_text = m["exp"] or m["exp_braced"] or m["exp_digit"]
+        exp = int(exp_text) if exp_text else 0
+        if abs(exp) > _MAX_EXPONENT:
+            return None
+        value = Fraction(int(digits_int + digits_frac or "0")) * Fraction(10) ** (exp - len(digits_frac))
+        is_float = m["frac"] is not None or m["frac_only"] is not None or exp_text is not None
+        return Number(-value if m["sign"] == "-" else value, is_float, is_percent)
+    m = _FRACTION.fullmatch(s)
+    if m:
+        num = int(m["num"] or m["bnum"] or m["dnum"])
+        den = int(m["den"] or m["bden"] or m["dden"])
+        if den == 0:
+            return None
+        value = Fraction(num, den)
+        return Number(-value if m["sign"] == "-" else value, False, is_percent)
+    return None
+
+
+def _close(a: Fraction, b: Fraction, rounded: bool) -> bool:
+    return a == b or (rounded and round(a, 6) == round(b, 6))
+
+
+def numbers_equal(gold: Number, pred: Number) -> bool:
+    """Exact equality; to 6 decimals when either side was written as a decimal (1/3 = 0.333333, as in
+    math-verify); a percentage on one side only matches either its value or its value / 100
+    (50% = 50 and 50% = 0.5, again as math-verify does).
+
+    >>> numbers_equal(parse_number("1/2"), parse_number("0.50"))
+    True
+    """
+    rounded = gold.is_float or pred.is_float
+    if _close(gold.value, pred.value, rounded):
+        return True
+    if pred.is_percent and not gold.is_percent:
+        return _close(gold.value, pred.value / 100, True)
+    if gold.is_percent and not pred.is_percent:
+        return _close(gold.value / 100, pred.value, True)
+    return False
+
+
+# ----------------------------------------------------------------------------------------------------
+# The reward
+
+
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+
+
+def _math_verify_input(answer: str, boxed: bool) -> tuple[str, ...]:
+    """What the worker hands to math-verify's `parse`, in order of preference (first non-empty parse wins).
+
+    math-verify finds LaTeX by its delimiters, so a bare `x^2+1` or `\\frac{\\pi}{2}` is wrapped in a box for
+    it; prose ("the answer is 42") is given as it is, since boxed it would read as a product of letters.
+    """
+    wrapped = "\\boxed{" + answer + "}"
+    if boxed:
+        return (wrapped,)
+    if any(d in answer for d in ("$", "\\(", "\\[", "\\boxed")):
+        return (answer,)
+    if len(_PROSE_WORD.findall(answer)) >= 2:
+        return (answer, wrapped)
+    return (wrapped,)
+
+
+@register("accuracy")
+class Accuracy:
+    """1.0 when the completion's final answer equals the gold answer, else 0.0; None when the gold cannot be parsed.
+
+    r = 1[ verify(gold, extract(completion)) ]
+
+    The answer is the last `\\boxed{...}`, else the last `<answer>...</answer>`, else GSM8K's `#### N`;
+    with `allow_last_number=True`, else the last number in the text (off by default: a model learns to
+    end every completion with a list of guesses). The gold comes from the dataset column `gold_column`;
+    a GSM8K solution ending in `#### 42` counts as `42`. Plain numbers on both sides (thousands
+    separators, `$`, `%`, trailing zeros, `-0`, `1/2` vs `0.5`, `1.5e3`) are compared exactly, in
+    microseconds; everything else goes to math-verify (`verify(parse(gold), parse(answer))`, gold first)
+    in a pool of `workers` processes, and a check that takes over `timeout` seconds (e.g.
+    `\\boxed{9^{9^{9^{9}}}}`) is killed and scores 0.0, from any thread.
+
+    >>> Accuracy()(completions=["so \\\\boxed{1,000}", "#### 999"], answer=["... #### 1000", "1000"])
+    [1.0, 0.0]
+    """
+
+    def __init__(self, gold_column: str = "answer", allow_last_number: bool = False, timeout: float = 1.0,
+                 workers: int = 2):
+        if not isinstance(gold_column, str) or not gold_column:
+            raise ValueError(f"gold_column must name a dataset column, got {gold_column!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 60:
+            raise ValueError(f"timeout must be a number of seconds in (0, 60], got {timeout!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
+            raise ValueError(f"workers must be an integer in [1, 64], got {workers!r}")
+        self.gold_column = gold_column
+        self.allow_last_number = bool(allow_last_number)
+        self.timeout = float(timeout)
+        self.workers = workers
+        # No pool here: the shared pool starts on first use, so instances pickle and a recipe check
+        # (which builds every reward) starts no process.
+
+    def __call__(self, completions, **kwargs) -> list[float | None]:
+        golds = kwargs.get(self.gold_column)
+        if golds is None:
+            columns = sorted(k for k, v in kwargs.items() if isinstance(v, list) and k not in ("prompts", "completion_ids"))
+            raise ValueError(
+                f"accuracy reads the gold answer from dataset column {self.gold_column!r}, which is not in the batch; "
+                f"columns: {', '.join(columns) or 'none'}; set args: {{gold_column: <column>}}"
+            )
+        if len(golds) != len(completions):
+            raise ValueError(f"got {len(completions)} completions but {len(golds)} values of {self.gold_column!r}")
+        out: list[float | None] = []
+        slow: list[tuple[int, tuple, tuple | None]] = []  # (index, gold, prediction) for math-verify
+        for i, (completion, gold_value) in enumerate(zip(completions, golds)):
+            gold = gold_answer(gold_value)
+            out.append(None if gold is None else 0.0)
+            if gold is None:
+                continue
+            found = _extract(text(completion), self.allow_last_number)
+            pred, boxed = found if found is not None and len(found[0]) <= MAX_ANSWER_CHARS else (None, False)
+            gold_number = parse_number(gold)
+            if gold_number is not None:
+                if pred is None:
+                    continue
+                pred_number = parse_number(pred)
+                if pred_number is not None:
+                    out[i] = 1.0 if numbers_equal(gold_number, pred_number) else 0.0
+                    continue
+            # Not both plain numbers (or no answer, and the gold still has to be shown parseable).
+            slow.append((i, _math_verify_input(gold, False),
+                         None if pred is None else _math_verify_input(pred, boxed)))
+        if slow:
+            verdicts = shared_pool(self.workers).run([(g, p) for _, g, p in slow], self.timeout)
+            for (i, _, _), verdict in zip(slow, verdicts):
+                out[i] = verdict
+        return out

@@ -287,7 +287,7 @@ class RewardFailure(RuntimeError):
     """A reward failed during training; the message names the reward, step and sample."""
 
 
-_BUILTIN_MODULES = ("rewards.toy",)
+_BUILTIN_MODULES = ("rewards.toy", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition")
 _loaded = False
 
 

@@ -176,6 +176,7 @@ class VerifierPool:
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._failed_starts = 0
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)  # also runs at exit
         _POOLS.add(self)
 
@@ -196,7 +197,8 @@ class VerifierPool:
         return results
 
     def _run(self, jobs, timeout: float, results: list) -> None:
-        todo = deque(range(len(jobs)))
+        todo = self._todo = deque(range(len(jobs)))
+        self._retried: set[int] = set()
         while todo or any(w.job is not None for w in self._workers):
             for w in self._workers:
                 if w.ready and w.job is None and todo:
@@ -230,13 +232,22 @@ class VerifierPool:
             msg = w.inbox.recv()
         except (EOFError, OSError):
             if not w.ready:
+                # One start can die for outside reasons (killed, OOM); a broken environment kills them all.
+                self._failed_starts += 1
                 code = w.proc.wait()
                 self._replace(w)
-                raise WorkerStartError(
-                    f"a math-verify worker exited during startup with code {code} (its error is on stderr above); "
-                    "check that `python -c 'import math_verify'` works in this environment"
-                ) from None
-            if w.job is not None:  # it crashed on this job
+                if self._failed_starts > 2 * self.size:
+                    raise WorkerStartError(
+                        f"math-verify worker processes keep exiting during startup (last exit code {code}; the error is "
+                        "on stderr above); check that `python -c 'import math_verify'` works in this environment"
+                    ) from None
+                return
+            if w.job is not None and not w.gold_ok and w.job not in self._retried:
+                # No answer at all: it may have died before reading the job (killed from outside), so
+                # the job gets one more try; a gold that crashes math-verify crashes it twice.
+                self._retried.add(w.job)
+                self._todo.appendleft(w.job)
+            elif w.job is not None:  # it crashed on this job
                 results[w.job] = 0.0 if w.gold_ok else None
             self._replace(w)
             return
@@ -245,6 +256,7 @@ class VerifierPool:
             return
         if kind == "ready":
             w.ready = True
+            self._failed_starts = 0
         elif kind == "gold":
             w.gold_ok = bool(value)
             if not value:

@@ -1,0 +1,219 @@
+"""accuracy: answer extraction, fast numeric equality, math-verify in worker processes, time bound from any thread."""
+
+import os
+import pickle
+import signal
+import threading
+from fractions import Fraction
+
+import pytest
+
+import rewards
+from rewards._mathpool import shared_pool
+from rewards.math import Accuracy, extract_answer, gold_answer, numbers_equal, parse_number
+
+PATHOLOGICAL = r"\boxed{9^{9^{9^{9^{9^{9}}}}}}"
+
+
+def conv(s):
+    return [{"role": "assistant", "content": s}]
+
+
+# (completion, gold, expected)
+ACCURACY = [
+    (r"so \boxed{42}", "42", 1.0),  # boxed plain number
+    (r"\boxed{41}", "42", 0.0),  # wrong number
+    (r"first \boxed{1} then \boxed{2}", "2", 1.0),  # the last box counts
+    (r"\boxed{1} finally \boxed{2}", "1", 0.0),  # ... and only the last
+    (r"\boxed{\frac{1}{2}}", "0.5", 1.0),  # nested braces inside the box; 1/2 = 0.5
+    (r"<answer>7</answer>", "7", 1.0),  # answer tags
+    (r"<answer>7</answer> but \boxed{8}", "7", 0.0),  # a box beats answer tags
+    ("2 + 2 = 4\n#### 4", "4", 1.0),  # GSM8K marker in the completion
+    ("#### 4", "Natalia sold 2+2 = <<2+2=4>>4 clips.\n#### 4", 1.0),  # a full GSM8K solution as gold
+    (r"\boxed{1,234}", "1234", 1.0),  # thousands separators
+    (r"\boxed{1{,}234}", "1,234", 1.0),  # LaTeX's {,} separator
+    (r"\boxed{\$5}", "5", 1.0),  # currency sign
+    (r"\boxed{$12.50$}", "12.5", 1.0),  # math dollars and a trailing zero
+    (r"\boxed{50\%}", "50", 1.0),  # percent against the bare number
+    (r"\boxed{50\%}", "0.5", 1.0),  # ... and against the fraction (as math-verify)
+    (r"\boxed{42.000}", "42", 1.0),  # trailing zeros
+    (r"\boxed{-0}", "0", 1.0),  # negative zero
+    (r"\boxed{1/2}", "0.5", 1.0),  # slash fraction against a decimal
+    (r"\boxed{1.5e3}", "1500", 1.0),  # scientific notation
+    (r"\boxed{1.5 \times 10^{3}}", "1500", 1.0),  # LaTeX scientific notation
+    (r"\boxed{0.333333}", "1/3", 1.0),  # decimals compare to 6 places (as math-verify)
+    (r"\boxed{0.33}", "1/3", 0.0),  # ... not fewer
+    (r"\boxed{42.}", "42", 1.0),  # sentence full stop after the number
+    ("the answer is 42", "42", 0.0),  # no marked answer and the last-number fallback is off
+    (r"\boxed{}", "42", 0.0),  # an empty box is no answer
+    (r"\boxed{42", "42", 0.0),  # an unclosed box is no answer
+    (r"\boxed{\frac{\pi}{2}}", r"\frac{\pi}{2}", 1.0),  # math-verify: pi
+    (r"\boxed{\sqrt{8}}", r"2\sqrt{2}", 1.0),  # math-verify: roots simplify
+    (r"\boxed{\frac{84}{2}}", "42", 1.0),  # not a plain number on one side: math-verify decides
+    (r"\boxed{[0, 1)}", r"[0,1)", 1.0),  # math-verify: intervals
+    (r"\boxed{[0, 1]}", r"[0,1)", 0.0),  # ... closed is not half-open
+    (r"\boxed{\{2, 1\}}", r"\{1,2\}", 1.0),  # math-verify: sets, any order
+    (r"\boxed{x^2+1}", "1+x^2", 1.0),  # math-verify: polynomials
+    (r"<answer>The answer is 42</answer>", "42", 1.0),  # prose inside the answer tags
+    ("no answer here", r"\frac{\pi}{2}", 0.0),  # no answer, LaTeX gold that parses: 0.0 not None
+    (r"\boxed{42}", "", None),  # empty gold: does not apply
+    (r"\boxed{42}", None, None),  # missing gold: does not apply
+    (r"\boxed{42}", r"\boxed{}", None),  # gold that is an empty box: cannot be parsed
+    (PATHOLOGICAL, "42", 0.0),  # bignum tower: killed at the time limit, scores 0.0
+]
+
+
+def test_accuracy_table():
+    reward = Accuracy()
+    completions = [c for c, _, _ in ACCURACY]
+    golds = [g for _, g, _ in ACCURACY]
+    got = reward(completions=completions, answer=golds)
+    wrong = [(c, g, e, r) for (c, g, e), r in zip(ACCURACY, got) if r != e]
+    assert not wrong, wrong
+
+
+def test_accuracy_conversational_and_extra_kwargs():
+    reward = Accuracy()
+    got = reward(prompts=["q", "q"], completions=[conv(r"\boxed{3}"), conv(r"\boxed{\sqrt{9}}")],
+                 completion_ids=[[1], [2]], answer=["3", "3"], trainer_state=None, log_extra=None, other=[0, 0])
+    assert got == [1.0, 1.0]
+
+
+# (completion, gold, expected) with allow_last_number=True
+LAST_NUMBER = [
+    ("the answer is 42", "42", 1.0),  # the last number counts when turned on
+    ("41 or maybe 42", "41", 0.0),  # only the last
+    ("it costs 1,234 dollars", "1234", 1.0),  # separators in the fallback
+    (r"\boxed{7} and 8", "7", 1.0),  # a marked answer still wins
+    ("no digits", "42", 0.0),  # nothing to find
+]
+
+
+def test_accuracy_last_number_fallback():
+    got = Accuracy(allow_last_number=True)(completions=[c for c, _, _ in LAST_NUMBER], answer=[g for _, g, _ in LAST_NUMBER])
+    assert got == [e for _, _, e in LAST_NUMBER]
+
+
+def test_accuracy_gold_column():
+    assert Accuracy(gold_column="solution")(completions=[r"\boxed{2}"], solution=["2"]) == [1.0]  # another column
+
+
+def test_accuracy_missing_column_names_it():
+    with pytest.raises(ValueError, match="'answer'.*columns: solution"):
+        Accuracy()(completions=["x"], solution=["2"])
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"gold_column": ""}, "gold_column"),  # no column name
+    ({"timeout": 0}, "timeout"),  # no time to verify
+    ({"workers": 0}, "workers"),  # no process to verify in
+])
+def test_accuracy_bad_args(args, message):
+    with pytest.raises(rewards.RewardError, match=message):
+        rewards.build("accuracy", **args)
+
+
+def test_accuracy_pickles_after_use():
+    reward = Accuracy(gold_column="ans", allow_last_number=True)
+    before = reward(completions=[r"\boxed{\sqrt{4}}", "5"], ans=["2", "5"])
+    clone = pickle.loads(pickle.dumps(reward))
+    assert clone(completions=[r"\boxed{\sqrt{4}}", "5"], ans=["2", "5"]) == before == [1.0, 1.0]
+
+
+def test_pathological_input_from_a_thread_is_bounded():
+    # math-verify's own timeout needs the main thread and a bignum power holds the GIL: only a
+    # separate process bounds this. Seen without it: no answer after 45 s, caller frozen.
+    result = []
+    worker = threading.Thread(target=lambda: result.append(Accuracy()(completions=[PATHOLOGICAL], answer=["42"])), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    assert result == [[0.0]]
+
+
+def test_worker_that_died_is_replaced():
+    reward = Accuracy()
+    assert reward(completions=[r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]  # workers are up
+    pool = shared_pool(2)
+    for pid in pool.pids():
+        os.kill(pid, signal.SIGKILL)
+    # Both workers are dead before the next job: it is retried on fresh ones, not scored 0.0.
+    assert reward(completions=[r"\boxed{\sqrt{9}}", r"\boxed{\pi}"], answer=["3", r"\pi"]) == [1.0, 1.0]
+
+
+# (text, expected answer)
+EXTRACT = [
+    (r"\boxed{\frac{a}{\sqrt{b}}}", r"\frac{a}{\sqrt{b}}"),  # nested braces
+    (r"\boxed{\{1,2\}}", r"\{1,2\}"),  # escaped braces are not grouping braces
+    (r"\boxed{\boxed{3}}", "3"),  # the innermost of nested boxes starts last
+    (r"\boxed{1} \boxed{2", "1"),  # an unclosed last box: the previous complete one
+    (r"\fbox{5}", "5"),  # \fbox is a box too
+    ("<answer> 6 </answer>", "6"),  # answer tags, stripped
+    ("<answer></answer> #### 9", "9"),  # an empty tag falls through to ####
+    ("#### 12\nmore text", "12"),  # #### reads to the end of its line
+    ("nothing", None),  # no answer
+]
+
+
+@pytest.mark.parametrize("s, expected", EXTRACT)
+def test_extract_answer(s, expected):
+    assert extract_answer(s) == expected
+
+
+# (gold cell, expected gold answer)
+GOLD = [
+    ("Janet has 3 eggs.\n#### 1,000", "1,000"),  # GSM8K solution
+    (r"so $\boxed{\frac{1}{2}}$.", r"\frac{1}{2}"),  # MATH solution
+    (42, "42"),  # a number cell
+    ("  7 ", "7"),  # whitespace
+    ("", None),  # empty
+    (None, None),  # missing
+]
+
+
+@pytest.mark.parametrize("cell, expected", GOLD)
+def test_gold_answer(cell, expected):
+    assert gold_answer(cell) == expected
+
+
+# (text, expected value, or None when not a plain number)
+NUMBERS = [
+    ("42", Fraction(42)),  # integer
+    ("-3.50", Fraction(-7, 2)),  # signed decimal
+    (".5", Fraction(1, 2)),  # no leading zero
+    ("1,234,567", Fraction(1234567)),  # separators
+    ("1,23", None),  # not a thousands grouping: maybe a tuple, math-verify decides
+    (r"\$1{,}000.00", Fraction(1000)),  # LaTeX dollar and separator
+    ("2.5e-3", Fraction(1, 400)),  # scientific notation
+    ("1e999999", None),  # an exponent too large to expand: math-verify decides
+    (r"\frac{3}{4}", Fraction(3, 4)),  # LaTeX fraction
+    (r"-\dfrac{3}{4}", Fraction(-3, 4)),  # signed display fraction
+    (r"\frac34", Fraction(3, 4)),  # digit shorthand
+    ("3/0", None),  # division by zero is not a number
+    ("\u22125", Fraction(-5)),  # Unicode minus
+    ("x", None),  # a letter
+    ("1 2", None),  # two numbers are not one
+    ("9" * 200, None),  # too long for the fast path
+]
+
+
+@pytest.mark.parametrize("s, expected", NUMBERS)
+def test_parse_number(s, expected):
+    parsed = parse_number(s)
+    assert (parsed.value if parsed else None) == expected
+
+
+# (gold, prediction, equal?)
+EQUAL = [
+    ("50%", "50", True),  # percent gold, bare prediction
+    ("50%", "0.5", True),  # percent gold, fraction prediction
+    ("50%", "0.5%", False),  # two percentages compare as written
+    ("0.1", "1/10", True),  # decimal against fraction
+    ("100", "100.0000004", True),  # within 6 decimals
+    ("100", "101", False),  # integers exactly
+]
+
+
+@pytest.mark.parametrize("gold, pred, expected", EQUAL)
+def test_numbers_equal(gold, pred, expected):
+    assert numbers_equal(parse_number(gold), parse_number(pred)) is expected

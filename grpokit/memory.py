@@ -1,0 +1,500 @@
+"""Where the GPU memory of one GRPO step goes, planned from the model's architecture before any weight loads.
+
+    >>> config, source = load_model_config("Qwen/Qwen2.5-3B-Instruct")
+    >>> p = plan(config, lora={"r": 16, "target_modules": "all-linear"}, optim="adamw_bnb_8bit",
+    ...          per_device_train_batch_size=8, generation_batch_size=32, max_completion_length=1024)
+    >>> p.fits, p.peak.name
+    (True, 'training')
+
+Every figure is *estimated from the architecture, not measured*; `bench/gpu_memory.py` measures the same
+settings on a GPU and records both. Units are GiB (2**30 bytes): a "16 GB" card has 16 GiB.
+
+A GRPO step on TRL 1.16 (`GRPOTrainer`, transformers generation, one process) has two memory phases, and
+the peak is the larger of them, never their sum:
+- generation: `generate()` over the per-device generation batch G (= micro-batch x steps_per_generation)
+  holds the KV cache; gradients are freed (`zero_grad(set_to_none=True)`), optimizer states persist.
+- training: forward + backward of one micro-batch of B sequences of P + C tokens, with gradients and
+  optimizer states alive. The scoring passes in between (old / reference log-probs, under no_grad) hold
+  less than the training pass and are not planned separately.
+
+Assumptions, each checked against the TRL 1.16 / transformers 5 / PEFT / bitsandbytes sources:
+- bf16 weights and activations (dtype `auto` plans as bfloat16, what a GPU run uses). 4-bit is NF4 with
+  double quantisation (as `grpokit.run.load_model` asks): 0.5 B/param + ~0.016 B/param of quant state for
+  the decoder's linear layers; embeddings, lm_head, norms and biases stay 16-bit. 8-bit (LLM.int8) is
+  1 B/param + one fp32 scale per output row.
+- LoRA adapters are fp32 on a bf16 base (PEFT's `autocast_adapter_dtype`), bf16 under QLoRA (TRL casts them).
+- Optimizer states: torch AdamW keeps two states in the parameter's dtype; bitsandbytes 32-bit ones keep
+  fp32 states (8 B/param for Adam); 8-bit ones 2 B/param plus a block scale per 256 values, except tensors
+  under 4096 values (fp32, bnb's `min_8bit_size`) and `nn.Embedding`s, which HF Trainer overrides to 32-bit.
+  No separate fp32 master copy: HF Trainer without DeepSpeed updates the parameters in their own dtype.
+- The LM head is TRL 1.16's fused one (`add_fused_lm_head`): log-probs are computed in tiles of
+  4096 tokens x 32768 vocab entries, so the full (tokens x vocab) logits -- the classic GRPO peak -- never
+  exist; the unfused size is still printed, for comparison.
+- Activations, per token per decoder layer, bf16 (b = 2 bytes), with SDPA and a padding mask (which makes
+  transformers expand the GQA keys/values to all heads):
+      A = 2(4 + b)H [two RMSNorms: fp32 upcast + output] + 5 b q [q, k, v expanded, output, o_proj input]
+          + 4 b I [gate, up, silu, product]  (+ b per adapted input feature when fp32 LoRA runs under bf16
+          autocast, + (b + 1) per feature with LoRA dropout)
+  Without gradient checkpointing all L layers keep A; with it each layer keeps only its input (b H) and
+  one layer is recomputed (A) during backward. The backward of a layer adds ((2b + 8)H + 3bI) per token.
+- Runtime overhead: 0.5 GiB of CUDA context (outside PyTorch's counters) + 10 % of the peak for the
+  caching allocator's fragmentation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+GIB = 1024**3
+CONFIG_DIR = Path(__file__).parent / "assets" / "model_configs"
+CONTEXT_BYTES = int(0.5 * GIB)  # CUDA context + cuBLAS/cuDNN handles: 0.3-0.6 GiB depending on card and driver
+FRAGMENTATION = 0.10  # reserved-but-unused share of the caching allocator at peak
+LOGPROB_TILE = (4096, 32768)  # trl.kernels.chunked_logprob: TOKEN_CHUNK_SIZE x _CHUNKED_LOGPROB_CHUNK_SIZE
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit codes + 8-bit absmax per 64 + fp32 absmax per 256 absmax
+BNB_8BIT_STATE = 1 + 4 / 256  # one byte per value + an fp32 block scale per 256 values
+# optimizer name -> (states per param, bytes per state: "param" = the param's dtype), after TRL/transformers
+_OPTIM = {
+    **dict.fromkeys(("adamw_torch", "adamw_torch_fused", "adamw_torch_xla", "adamw_torch_npu_fused",
+                     "adamw_anyprecision", "stable_adamw", "grokadamw", "schedule_free_adamw",
+                     "schedule_free_radam"), (2, "param")),
+    **dict.fromkeys(("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit"), (2, "8bit")),
+    **dict.fromkeys(("ademamix_8bit", "paged_ademamix_8bit"), (3, "8bit")),
+    **dict.fromkeys(("lion_8bit", "paged_lion_8bit", "rmsprop_bnb_8bit"), (1, "8bit")),
+    "paged_adamw_32bit": (2, 4), "ademamix": (3, 4), "paged_ademamix_32bit": (3, 4),
+    **dict.fromkeys(("lion_32bit", "paged_lion_32bit", "rmsprop_bnb", "rmsprop_bnb_32bit"), (1, 4)),
+    "adamw_torch_8bit": (2, 1), "adamw_torch_4bit": (2, 0.5),
+    **dict.fromkeys(("adagrad", "rmsprop"), (1, "param")),
+    **dict.fromkeys(("sgd", "schedule_free_sgd", "lomo", "adalomo", "adafactor"), (0, 4)),
+}
+SUPPORTED_TYPES = ("qwen2", "llama", "mistral", "qwen3")
+
+
+class ConfigNotFound(LookupError):
+    """No config.json for a model is reachable offline; the message says where we looked."""
+
+
+# --------------------------------------------------------------------------------------------------
+# The architecture
+
+
+def shipped_models() -> list[str]:
+    """Model ids whose config.json ships with grpokit, e.g. 'Qwen/Qwen2.5-3B-Instruct'."""
+    return sorted(p.parent.name.replace("__", "/") for p in CONFIG_DIR.glob("*/config.json"))
+
+
+def load_model_config(name_or_path: str) -> tuple[dict, str]:
+    """The model's config.json as a dict, and where it came from; never touches the network.
+
+    Looks in order at: the built-in tiny model, the configs shipped in grpokit/assets/model_configs, a
+    local directory, the Hugging Face cache. Raises `ConfigNotFound` saying so when none has it.
+    """
+    from grpokit import tiny
+
+    if name_or_path == tiny.BUILTIN_PREFIX + tiny.TINY_NAME:
+        return {"model_type": "llama", "vocab_size": len(tiny._vocab()), **tiny.TINY_CONFIG}, "built-in tiny model"
+    shipped = CONFIG_DIR / name_or_path.replace("/", "__") / "config.json"
+    if shipped.is_file():
+        return json.loads(shipped.read_text()), f"shipped config ({shipped.relative_to(CONFIG_DIR.parent.parent)})"
+    local = Path(name_or_path).expanduser() / "config.json"
+    if local.is_file():
+        return json.loads(local.read_text()), f"local config ({local})"
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name_or_path, "config.json")
+    except Exception:  # not a repo id (a path that does not exist, say): nothing cached under it
+        cached = None
+    if isinstance(cached, str) and Path(cached).is_file():
+        return json.loads(Path(cached).read_text()), f"Hugging Face cache ({cached})"
+    raise ConfigNotFound(
+        f"the config.json of {name_or_path!r} is not reachable offline: it is not shipped (shipped: "
+        f"{', '.join(shipped_models())}), not a local directory, not in the Hugging Face cache; "
+        "fetch it once (`hf download <id> config.json`) to plan its memory"
+    )
+
+
+def _dims(config: dict) -> dict:
+    kind = config.get("model_type")
+    if kind not in SUPPORTED_TYPES:
+        raise ValueError(f"cannot plan architecture model_type={kind!r}; planned: {', '.join(SUPPORTED_TYPES)}")
+    H, heads = config["hidden_size"], config["num_attention_heads"]
+    head_dim = config.get("head_dim") or H // heads
+    return dict(H=H, I=config["intermediate_size"], L=config["num_hidden_layers"], V=config["vocab_size"],
+                q=heads * head_dim, kv=config.get("num_key_value_heads", heads) * head_dim, head_dim=head_dim,
+                tied=bool(config.get("tie_word_embeddings", False)), kind=kind)
+
+
+def linear_shapes(config: dict) -> dict[str, tuple[int, int, bool]]:
+    """One decoder layer's linear layers: name -> (in_features, out_features, has_bias)."""
+    d = _dims(config)
+    H, I, q, kv = d["H"], d["I"], d["q"], d["kv"]
+    attn_bias = d["kind"] == "qwen2" or bool(config.get("attention_bias", False))  # Qwen2 hard-codes q/k/v bias
+    o_bias = d["kind"] != "qwen2" and bool(config.get("attention_bias", False))
+    mlp_bias = bool(config.get("mlp_bias", False))
+    return {"q_proj": (H, q, attn_bias), "k_proj": (H, kv, attn_bias), "v_proj": (H, kv, attn_bias),
+            "o_proj": (q, H, o_bias), "gate_proj": (H, I, mlp_bias), "up_proj": (H, I, mlp_bias),
+            "down_proj": (I, H, mlp_bias)}
+
+
+def param_counts(config: dict) -> dict[str, int]:
+    """Parameter counts by part, as `AutoModelForCausalLM.from_config` builds them (tied weights once).
+
+    >>> param_counts(load_model_config("Qwen/Qwen2.5-3B-Instruct")[0])["total"]
+    3085938688
+    """
+    d = _dims(config)
+    shapes = linear_shapes(config)
+    attn = sum(i * o + (o if b else 0) for n, (i, o, b) in shapes.items() if n in ALL_LINEAR[:4])
+    mlp = sum(i * o + (o if b else 0) for n, (i, o, b) in shapes.items() if n in ALL_LINEAR[4:])
+    norms = 2 * d["H"] + (2 * d["head_dim"] if d["kind"] == "qwen3" else 0)  # qwen3 adds q_norm, k_norm
+    linear_weights = d["L"] * sum(i * o for i, o, _ in shapes.values())
+    counts = {"embedding": d["V"] * d["H"], "attention_per_layer": attn, "mlp_per_layer": mlp,
+              "norms_per_layer": norms, "layers": d["L"] * (attn + mlp + norms), "final_norm": d["H"],
+              "lm_head": 0 if d["tied"] else d["V"] * d["H"], "linear_weights": linear_weights}
+    counts["total"] = counts["embedding"] + counts["layers"] + counts["final_norm"] + counts["lm_head"]
+    return counts
+
+
+def _lora_targets(config: dict, target_modules) -> dict[str, tuple[int, int]]:
+    """Targeted module name -> (in, out); 'all-linear' is every decoder linear (PEFT leaves lm_head out)."""
+    d = _dims(config)
+    known = {n: (i, o) for n, (i, o, _) in linear_shapes(config).items()}
+    known |= {"lm_head": (d["H"], d["V"]), "embed_tokens": (d["V"], d["H"])}
+    names = ALL_LINEAR if target_modules in ("all-linear", None) else (
+        [target_modules] if isinstance(target_modules, str) else list(target_modules))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"lora.target_modules: {', '.join(map(repr, unknown))} is not a module of this "
+                         f"architecture; planned: 'all-linear' or any of {', '.join(known)}")
+    return {n: known[n] for n in names}
+
+
+def lora_tensors(config: dict, r: int, target_modules="all-linear", use_dora: bool = False) -> list[int]:
+    """Sizes of every trainable LoRA tensor (A: r x in, B: out x r, per layer; + DoRA magnitudes)."""
+    L = _dims(config)["L"]
+    sizes = []
+    for name, (i, o) in _lora_targets(config, target_modules).items():
+        per = [r * i, o * r] + ([o] if use_dora else [])
+        sizes += per * (1 if name in ("lm_head", "embed_tokens") else L)
+    return sizes
+
+
+def lora_param_count(config: dict, r: int, target_modules="all-linear", use_dora: bool = False) -> int:
+    """Trainable LoRA parameters, as PEFT's `get_nb_trainable_parameters` counts them."""
+    return sum(lora_tensors(config, r, target_modules, use_dora))
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The run's knobs that move memory; `plan_for` reads them from a resolved GRPOConfig."""
+
+    dtype: str = "bfloat16"
+    quantization: str = "none"  # none | 8bit | 4bit
+    lora: dict | None = None  # r, target_modules, lora_dropout, use_dora
+    optim: str = "adamw_torch"
+    beta: float = 0.0
+    gradient_checkpointing: bool = True
+    per_device_train_batch_size: int = 8
+    num_generations: int = 8
+    generation_batch_size: int | None = None  # per device; None = the micro-batch
+    prompt_length: int = 256
+    max_completion_length: int = 512
+    gpu_memory_gb: float = 16.0
+
+    @property
+    def gen_batch(self) -> int:
+        return self.generation_batch_size or self.per_device_train_batch_size
+
+
+@dataclass
+class Component:
+    name: str
+    bytes: int
+    how: str
+
+
+@dataclass
+class Phase:
+    name: str  # "generation" | "training"
+    moment: str  # when within the phase the peak falls
+    components: list[Component]
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.bytes for c in self.components)
+
+
+@dataclass
+class Plan:
+    """Peak GPU memory of a GRPO step, by component and phase, with a verdict for the card."""
+
+    model: str
+    source: str
+    settings: Settings
+    phases: list[Phase]
+    suggestion: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak(self) -> Phase:
+        return max(self.phases, key=lambda p: p.bytes)
+
+    @property
+    def allocated_gb(self) -> float:
+        """Peak of live tensors: comparable to `torch.cuda.max_memory_allocated`."""
+        return self.peak.bytes / GIB
+
+    @property
+    def overhead_bytes(self) -> int:
+        return CONTEXT_BYTES + int(FRAGMENTATION * self.peak.bytes)
+
+    @property
+    def total_gb(self) -> float:
+        return (self.peak.bytes + self.overhead_bytes) / GIB
+
+    @property
+    def headroom_gb(self) -> float:
+        return self.settings.gpu_memory_gb - self.total_gb
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom_gb >= 0
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "source": self.source, "settings": self.settings.__dict__,
+                "phases": {p.name: {"moment": p.moment, "gib": p.bytes / GIB,
+                                    "components": {c.name: c.bytes / GIB for c in p.components}} for p in self.phases},
+                "peak_phase": self.peak.name, "allocated_gib": self.allocated_gb, "total_gib": self.total_gb,
+                "fits": self.fits, "headroom_gib": self.headroom_gb, "suggestion": self.suggestion}
+
+    def render(self) -> list[str]:
+        """Lines of a table: one row per component, one column per phase, and how each was derived."""
+        s = self.settings
+        how = (f"LoRA r={s.lora.get('r')} ({_targets_text(s.lora)})" if s.lora else "full fine-tune") + \
+              f" on a {s.dtype} base" + (f", {s.quantization}" if s.quantization != "none" else "")
+        lines = [f"Memory plan: {self.model} on a {s.gpu_memory_gb:g} GiB GPU -- estimated from the architecture "
+                 f"({self.source}), not measured",
+                 f"  {how}; optim {s.optim}; beta {s.beta:g}; gradient checkpointing "
+                 f"{'on' if s.gradient_checkpointing else 'off'}; micro-batch {s.per_device_train_batch_size} x "
+                 f"({s.prompt_length} prompt + {s.max_completion_length} completion) tokens; generation batch "
+                 f"{s.gen_batch} ({s.gen_batch // s.num_generations} prompts x {s.num_generations})"]
+        names = list(dict.fromkeys(c.name for p in self.phases for c in p.components))
+        lines.append(f"  {'component':<20}" + "".join(f"{p.name:>12}" for p in self.phases) + "   how")
+        for name in names:
+            cells = [next((c for c in p.components if c.name == name), None) for p in self.phases]
+            hows = list(dict.fromkeys(c.how for c in cells if c is not None))
+            lines.append(f"  {name:<20}" + "".join(f"{_gib(c.bytes) if c else '-':>12}" for c in cells)
+                         + "   " + " | ".join(hows))
+        lines.append(f"  {'phase total':<20}" + "".join(f"{_gib(p.bytes):>12}" for p in self.phases)
+                     + "   peak within each phase: " + "; ".join(f"{p.name}: {p.moment}" for p in self.phases))
+        lines.append(f"  {'overhead':<20}{_gib(self.overhead_bytes):>12}   CUDA context {CONTEXT_BYTES / GIB:.1f} GiB"
+                     f" + allocator fragmentation {FRAGMENTATION:.0%} of the peak phase")
+        verdict = (f"fits, headroom {self.headroom_gb:.1f} GiB" if self.fits else
+                   f"does NOT fit: {-self.headroom_gb:.1f} GiB short; first knob to turn: {self.suggestion}")
+        lines.append(f"  peak {self.total_gb:.1f} GiB in the {self.peak.name} phase -> {verdict}")
+        return lines + [f"  note: {n}" for n in self.notes]
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def _targets_text(lora: dict) -> str:
+    t = lora.get("target_modules", "all-linear")
+    return t if isinstance(t, str) else ",".join(t)
+
+
+def _optimizer(s: Settings, tensors: list[tuple[int, bool]], param_bytes: int) -> tuple[int, str]:
+    """Bytes of optimizer state for trainable tensors given as (numel, is_embedding)."""
+    known = s.optim in _OPTIM
+    states, per = _OPTIM.get(s.optim, (2, 4))
+    total = 0
+    for numel, is_embedding in tensors:
+        if per == "8bit":  # bnb: small tensors and (HF Trainer) embeddings get 32-bit states
+            total += states * numel * (4 if numel < 4096 or is_embedding else BNB_8BIT_STATE)
+        else:
+            total += states * numel * (param_bytes if per == "param" else per)
+    desc = {"param": f"{param_bytes} B", "8bit": "1 B (+block scales; fp32 for tensors <4096 and embeddings)"}
+    how = f"{s.optim}: {states} state(s) x {desc[per] if per in desc else f'{per:g} B'} per trainable param"
+    if not known:
+        how = f"unknown optimizer {s.optim!r}: assumed AdamW-like, 2 fp32 states"
+    if s.optim.startswith("paged_"):
+        how += "; paged: CUDA unified memory outside PyTorch's counters, evictable to CPU RAM"
+    return int(total), how
+
+
+def _compute(config: dict, s: Settings) -> list[Phase]:
+    d, counts, shapes = _dims(config), param_counts(config), linear_shapes(config)
+    H, I, L, V, q, kv = d["H"], d["I"], d["L"], d["V"], d["q"], d["kv"]
+    b = DTYPE_BYTES[s.dtype]
+    total, linear = counts["total"], counts["linear_weights"]
+    B, C, P, G = s.per_device_train_batch_size, s.max_completion_length, s.prompt_length, s.gen_batch
+    S, T, N = P + C, B * (P + C), B * C
+
+    # weights
+    if s.quantization == "4bit":
+        weights = linear * NF4_BYTES + (total - linear) * b
+        w_how = f"{linear / 1e9:.2f} B linear params x {NF4_BYTES:.3f} B (NF4, double quant) + {(total - linear) / 1e9:.2f} B x {b} B"
+    elif s.quantization == "8bit":
+        weights = linear + L * sum(o for _, o, _ in shapes.values()) * 4 + (total - linear) * b
+        w_how = f"{linear / 1e9:.2f} B linear params x 1 B (int8) + row scales + {(total - linear) / 1e9:.2f} B x {b} B"
+    else:
+        weights = total * b
+        w_how = f"{total / 1e9:.2f} B params x {b} B ({s.dtype})"
+    dequant = max(i * o for i, o, _ in shapes.values()) * b if s.quantization != "none" else 0
+
+    # trainable parameters, gradients, optimizer
+    if s.lora:
+        sizes = lora_tensors(config, s.lora.get("r", 8), s.lora.get("target_modules", "all-linear"),
+                             bool(s.lora.get("use_dora")))
+        pb = 2 if s.quantization != "none" else max(b, 4)  # QLoRA: TRL casts to bf16; else PEFT upcasts to fp32
+        n = sum(sizes)
+        trainable = Component("trainable params", n * pb, f"LoRA {n / 1e6:.1f} M params x {pb} B")
+        grads = Component("gradients", n * pb, f"{n / 1e6:.1f} M x {pb} B")
+        opt_bytes, opt_how = _optimizer(s, [(x, False) for x in sizes], pb)
+    else:
+        pb, n = b, total
+        trainable = Component("trainable params", 0, "the weights themselves (full fine-tune)")
+        grads = Component("gradients", total * b, f"{total / 1e9:.2f} B x {b} B")
+        tensors = [(counts["embedding"], True), (counts["lm_head"], False), (counts["layers"] + counts["final_norm"], False)]
+        opt_bytes, opt_how = _optimizer(s, tensors, b)
+    optim = Component("optimizer states", opt_bytes, opt_how)
+
+    # reference model (beta > 0)
+    if s.beta == 0:
+        ref = Component("reference model", 0, "none: beta = 0, TRL loads no reference")
+    elif s.lora:
+        ref = Component("reference model", 0, "shared: the base with the adapter disabled")
+    else:
+        ref = Component("reference model", int(weights), "a full second copy of the weights")
+
+    # activations of one micro-batch (formula in the module docstring)
+    lora_extra = 0
+    if s.lora:
+        cast = pb != b  # fp32 adapters under bf16 autocast save a bf16 copy of each adapted input
+        dropout = float(s.lora.get("lora_dropout", 0) or 0) > 0
+        per_feature = (b if (cast or dropout) else 0) + (1 if dropout else 0)
+        for name, (i, _) in _lora_targets(config, s.lora.get("target_modules", "all-linear")).items():
+            if name in ALL_LINEAR:
+                lora_extra += i * per_feature + s.lora.get("r", 8) * b
+    A = 2 * (4 + b) * H + 5 * b * q + 4 * b * I + lora_extra
+    backward = (2 * b + 8) * H + 3 * b * I
+    if s.gradient_checkpointing:
+        acts = L * T * b * H + T * (4 + b) * H + T * (A + backward)
+        a_how = f"checkpoints L x T x {b}H + one layer recomputed T x ({A} + {backward}) B/token, T = {T} tokens"
+    else:
+        acts = L * T * A + T * (4 + b) * H + T * backward
+        a_how = f"L x T x {A} B/token + backward T x {backward} B/token, T = {T} tokens"
+    if dequant:
+        a_how += " + one dequantized weight"
+    activations = Component("activations", int(acts + dequant), a_how)
+
+    tile = min(N, LOGPROB_TILE[0]) * min(V, LOGPROB_TILE[1]) * b
+    head = N * H * (b + 4) + N * 4 * 5 + tile + (0 if s.lora else V * H * 4)
+    logits = Component("logits", head, f"fused LM head (TRL 1.16): {N} completion tokens x H x ({b}+4) B + one "
+                       f"{LOGPROB_TILE[0]}x{LOGPROB_TILE[1]} tile" + ("" if s.lora else " + fp32 lm_head grad")
+                       + f"; unfused log-softmax would hold N x V x 4 B = {N * V * 4 / GIB:.2f} GiB")
+
+    static = [Component("weights", int(weights), w_how), ref, trainable]
+    training = Phase("training", "backward of one micro-batch", static + [grads, optim, activations, logits])
+
+    # generation: the larger of prefill (short cache, wide activations) and the last decode step (full cache)
+    kv_tok = L * 2 * (kv) * b
+    prefill = G * P * kv_tok, G * P * b * (2 * H + 2 * q + 3 * I) + G * V * 4 + dequant
+    decode = G * S * kv_tok, 2 * G * S * q * b + 2 * G * S * kv * b + 3 * G * V * 4 + dequant
+    (cache, ws), moment = max((prefill, "prefill"), (decode, "last decode step"), key=lambda x: sum(x[0]))
+    gen = Phase("generation", moment, static + [
+        Component("gradients", 0, "none yet: freed by zero_grad(set_to_none=True) after each optimizer step"),
+        Component("optimizer states", opt_bytes, opt_how),
+        Component("KV cache", cache, f"G x len x L x 2 x kv_heads x head_dim x {b} B = {G} x "
+                  f"{P if moment == 'prefill' else S} x {L} x 2 x {kv} x {b}"),
+        Component("generation workspace", ws, "one layer's no-grad activations (prefill)" if moment == "prefill"
+                  else "SDPA's GQA-expanded K/V of one layer + cache concat + fp32 sampling logits"),
+    ])
+    return [gen, training]
+
+
+def plan(config: dict, *, model: str = "", source: str = "", suggest: bool = True, **knobs) -> Plan:
+    """Plan one GRPO step; `knobs` are `Settings` fields (dtype, quantization, lora, optim, beta, ...)."""
+    s = Settings(**knobs)
+    if s.dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype {s.dtype!r} is not planned; use one of {', '.join(DTYPE_BYTES)}")
+    if s.quantization not in ("none", "8bit", "4bit"):
+        raise ValueError(f"quantization {s.quantization!r}: use none, 8bit or 4bit")
+    result = Plan(model or config.get("_name_or_path", config.get("model_type", "")), source, s, _compute(config, s))
+    if s.optim not in _OPTIM:
+        result.notes.append(f"optimizer {s.optim!r} is not in the planner's table: assumed 2 fp32 states per param")
+    if s.lora and s.lora.get("modules_to_save"):
+        result.notes.append("lora.modules_to_save is not planned: add a trainable copy of those modules yourself")
+    if suggest and not result.fits:
+        result.suggestion = _suggest(config, s, result)
+    return result
+
+
+def _suggest(config: dict, s: Settings, current: Plan) -> str:
+    """The first knob (then the next ones, if one is not enough) that brings the plan under the card."""
+    B = s.per_device_train_batch_size
+    smaller_b = [b for b in (B // 2, B // 4, B // 8, 1) if 1 <= b < B]
+    steps = []
+    if not s.gradient_checkpointing:
+        steps.append(("trainer.gradient_checkpointing: true", dict(gradient_checkpointing=True)))
+    if current.peak.name == "generation" and s.gen_batch > s.num_generations:
+        steps.append((f"fewer prompts per generation (generation batch {s.gen_batch} -> {s.num_generations})",
+                      dict(generation_batch_size=s.num_generations)))
+    if s.lora is None:
+        steps.append(("a lora section (r: 16, target_modules: all-linear)", dict(lora={"r": 16, "target_modules": "all-linear"})))
+    if _OPTIM.get(s.optim, (2, 4))[1] != "8bit":
+        steps.append(("trainer.optim: adamw_bnb_8bit", dict(optim="adamw_bnb_8bit")))
+    for b in dict.fromkeys(smaller_b):
+        steps.append((f"trainer.per_device_train_batch_size: {b} (raise gradient_accumulation_steps x{B // b} "
+                      "to keep the batch)", dict(per_device_train_batch_size=b)))
+    if s.quantization == "none":
+        steps.append(("model.quantization: 4bit (QLoRA)", dict(quantization="4bit", lora=s.lora or {"r": 16})))
+    steps.append((f"trainer.max_completion_length: {s.max_completion_length // 2}",
+                  dict(max_completion_length=s.max_completion_length // 2)))
+    taken, settings = [], s
+    for text, change in steps:
+        trial = replace(settings, **change)
+        if "per_device_train_batch_size" in change and settings.generation_batch_size is None:
+            trial = replace(trial, generation_batch_size=settings.gen_batch)
+        after = Plan("", "", trial, _compute(config, trial))
+        if after.total_gb < Plan("", "", settings, _compute(config, settings)).total_gb:
+            if "per_device_train_batch_size" in change and taken and taken[-1].startswith("trainer.per_device"):
+                taken.pop()  # a smaller micro-batch replaces the previous one, not adds to it
+            taken.append(text)
+            settings = trial
+            if after.fits:
+                return taken[0] + ("" if len(taken) == 1 else " (then " + "; ".join(taken[1:]) + ")")
+    return (taken[0] + " -- even with " + "; ".join(taken) + " it does not fit") if taken else "none found"
+
+
+def plan_for(args, *, model: dict, lora: dict | None, prompt_length: int | None = None,
+             gpu_memory_gb: float = 16.0, config: dict | None = None) -> Plan:
+    """Plan a resolved recipe: `args` is its real `trl.GRPOConfig`, `model` / `lora` its sections.
+
+    Raises `ConfigNotFound` when the model's config.json is not reachable offline.
+    """
+    source = "given config"
+    if config is None:
+        config, source = load_model_config(model["name_or_path"])
+    dtype = model.get("dtype", "auto")
+    optim = getattr(args.optim, "value", args.optim)
+    world = max(1, getattr(args, "world_size", 1) or 1)
+    return plan(
+        config, model=model["name_or_path"], source=source,
+        dtype="bfloat16" if dtype == "auto" else dtype,  # auto = bfloat16 on a GPU, the card we plan for
+        quantization=model.get("quantization", "none"), lora=lora, optim=str(optim), beta=float(args.beta),
+        gradient_checkpointing=bool(args.gradient_checkpointing),
+        per_device_train_batch_size=args.per_device_train_batch_size, num_generations=args.num_generations,
+        generation_batch_size=args.generation_batch_size // world, prompt_length=prompt_length or 256,
+        max_completion_length=args.max_completion_length, gpu_memory_gb=gpu_memory_gb,
+    )

@@ -1,0 +1,183 @@
+"""What a recipe actually computes, in the seed chapter's terms, read from its resolved `GRPOConfig`.
+
+    >>> from trl import GRPOConfig
+    >>> args = GRPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, report_to=[], per_device_train_batch_size=8,
+    ...                   loss_type="dapo", epsilon_high=0.28)
+    >>> dict(explain(args, rewards=[], sampling={}, lora=None, model={}))["clip range"]
+    '[1 - ε, 1 + ε_high] = [0.8, 1.28]: clip-higher (DAPO), ε_high 0.28 > ε 0.2'
+
+Every row is built from the config's values, never from the recipe's name, so it stays true when a knob
+is overridden on the command line. The semantics are TRL 1.16's (`GRPOTrainer._compute_loss` and
+`_generate_and_score_completions`), in the chapter's notation: eq. 8.1 for the group-relative advantage,
+eq. 8.3 for the k3 KL estimator.
+"""
+
+from __future__ import annotations
+
+OVERLONG = "overlong_penalty"
+
+
+def _g(x) -> str:
+    return f"{x:g}"
+
+
+def advantage(args) -> str:
+    g = args.num_generations
+    if args.multi_objective_aggregation == "normalize_then_sum":
+        return (f"each reward normalised per group first, (r_k - mean) / (std + 1e-4) over the {g} completions "
+                "of a prompt (eq. 8.1 per reward), then the weighted sum re-normalised over the whole batch "
+                "(multi_objective_aggregation=normalize_then_sum, GDPO); scale_rewards is not used")
+    base = f"over the {g} completions of each prompt, r = weighted sum of the rewards"
+    return {
+        "group": f"eq. 8.1: A_i = (r_i - mean(r)) / (std(r) + 1e-4) {base} (scale_rewards=group)",
+        "none": f"Dr. GRPO: A_i = r_i - mean(r), no division by std {base} (scale_rewards=none): "
+                "no up-weighting of near-unanimous groups",
+        "batch": f"A_i = (r_i - mean(r)) / std of r over the whole batch, mean per group {base} "
+                 "(scale_rewards=batch, PPO-Lite)",
+    }[args.scale_rewards]
+
+
+def aggregation(args) -> str:
+    t = args.loss_type
+    return {
+        "grpo": "per sequence: mean over each completion's tokens, then over completions (loss_type=grpo); "
+                "length bias: a token of a short completion weighs more than one of a long completion",
+        "bnpo": "per token over the local micro-batch: sum of token losses / completion tokens in that "
+                "micro-batch (loss_type=bnpo)",
+        "dapo": "per token over the global accumulated batch: sum of token losses / completion tokens in the "
+                "whole generation batch (loss_type=dapo); no length bias",
+        "dr_grpo": f"sum of token losses / (completions x {args.max_completion_length}), a constant "
+                   "max_completion_length (loss_type=dr_grpo, Dr. GRPO); no length bias",
+        "cispo": "CISPO: -clip(ratio, max=ε_high).detach() x A x log π_θ per token, over the global batch "
+                 "(loss_type=cispo, MiniMax-M1)",
+        "sapo": f"SAPO: a sigmoid gate on the ratio instead of a clip (τ+ {_g(args.sapo_temperature_pos)}, "
+                f"τ- {_g(args.sapo_temperature_neg)}), then per-sequence mean like grpo (loss_type=sapo)",
+        "luspo": "LUSPO: each sequence's loss summed over its tokens (scaled by its length), mean over "
+                 "sequences (loss_type=luspo, a length-unbiased GSPO)",
+        "vespo": f"VESPO: Gamma-shaped weights of the sequence ratio in place of clipping (k+ "
+                 f"{_g(args.vespo_k_pos)}, λ+ {_g(args.vespo_lambda_pos)}, k- {_g(args.vespo_k_neg)}, "
+                 f"λ- {_g(args.vespo_lambda_neg)}), per token over the global batch (loss_type=vespo)",
+    }.get(t, f"loss_type={t} (not described by grpokit)")
+
+
+def clip_range(args) -> str:
+    eps = args.epsilon
+    high = args.epsilon_high if args.epsilon_high is not None else eps
+    if args.loss_type == "cispo":
+        return f"no PPO clip: the importance weight is capped at ε_high = {_g(high)} (CISPO)"
+    if args.loss_type in ("sapo", "vespo"):
+        return f"no hard clip ({args.loss_type} weights the ratio smoothly instead)"
+    lo, hi = round(1 - eps, 6), round(1 + high, 6)
+    text = f"[1 - ε, 1 + ε_high] = [{_g(lo)}, {_g(hi)}]"
+    if high > eps:
+        text += f": clip-higher (DAPO), ε_high {_g(high)} > ε {_g(eps)}"
+    elif high < eps:
+        text += f": asymmetric, ε_high {_g(high)} < ε {_g(eps)}"
+    else:
+        text += f": symmetric, ε = {_g(eps)}"
+    if args.delta is not None:
+        text += f"; two-sided: the ratio is also capped at δ = {_g(args.delta)} (INTELLECT-2)"
+    return text
+
+
+def kl(args, lora, model) -> str:
+    if args.beta == 0:
+        return "none: β = 0, so no KL term and no reference model is loaded"
+    text = (f"β = {_g(args.beta)} x k3 (eq. 8.3) = ρ - 1 - log ρ per token, ρ = π_ref / π_θ")
+    if args.use_bias_correction_kl:
+        text += ", times the importance ratio (use_bias_correction_kl)"
+    if lora:
+        return text + "; reference: the base model with the LoRA adapter disabled (no extra memory)"
+    return text + f"; reference: a full second copy of the policy{_copy_cost(model)}" + (
+        f", pulled toward the policy every {args.ref_model_sync_steps} steps (α {_g(args.ref_model_mixup_alpha)}, "
+        "TR-DPO)" if args.sync_ref_model else "")
+
+
+def _copy_cost(model) -> str:
+    """' (5.75 GiB of weights)' from memory.py, or '' when the architecture is not reachable offline."""
+    from grpokit import memory
+
+    if not model or not model.get("name_or_path"):
+        return ""
+    try:
+        config, _ = memory.load_model_config(model["name_or_path"])
+        dtype = model.get("dtype", "auto")
+        p = memory.plan(config, dtype="bfloat16" if dtype == "auto" else dtype,
+                        quantization=model.get("quantization", "none"), suggest=False)
+    except (memory.ConfigNotFound, ValueError) as e:
+        return f" (its size is unknown: {str(e).split(';')[0]})"
+    weights = next(c for c in p.phases[0].components if c.name == "weights").bytes
+    return f", {weights / memory.GIB:.2f} GiB more GPU memory (estimated from the architecture)"
+
+
+def importance_sampling(args) -> str:
+    # TRL's own test (`_generate_and_score_completions`): old log-probs are needed only when a generation
+    # batch outlives one optimizer step
+    on_policy = args.gradient_accumulation_steps % (args.steps_per_generation * args.num_iterations) == 0
+    where = (f"on-policy here (gradient_accumulation_steps {args.gradient_accumulation_steps} is a multiple of "
+             f"steps_per_generation {args.steps_per_generation} x num_iterations {args.num_iterations}): "
+             "π_old = π_θ, the ratio is 1 in value and the clip never binds"
+             if on_policy else
+             f"off-policy here (num_iterations {args.num_iterations}, steps_per_generation "
+             f"{args.steps_per_generation} vs gradient_accumulation_steps {args.gradient_accumulation_steps}), "
+             "so the ratio and the clip matter")
+    if args.importance_sampling_level == "sequence":
+        return f"per sequence (GSPO): ρ = exp(mean over tokens of log π_θ/π_old), one ratio per completion; {where}"
+    return f"per token: ρ_t = π_θ(o_t) / π_old(o_t); {where}"
+
+
+def truncation(args) -> str:
+    if args.mask_truncated_completions:
+        return (f"masked: completions cut at {args.max_completion_length} tokens without EOS add no loss "
+                "(DAPO), though their rewards still enter their group's mean and std")
+    return f"kept: completions cut at {args.max_completion_length} tokens are trained on like any other"
+
+
+def reward_rows(rewards: list[dict]) -> list[tuple[str, str]]:
+    def show(r):
+        args = ", ".join(f"{k}={v}" for k, v in sorted((r.get("args") or {}).items()))
+        return f"{_g(float(r.get('weight', 1.0)))} x {r['name']}" + (f" ({args})" if args else "")
+
+    rows = [("rewards", " + ".join(show(r) for r in rewards) if rewards else "none")]
+    for r in rewards:
+        if r["name"] == OVERLONG:
+            a = r.get("args") or {}
+            m, buf, p = a.get("max_length"), a.get("buffer"), a.get("penalty_factor", 1.0)
+            if m is not None and buf is not None:
+                rows.append(("overlong penalty", f"window ({m - buf}, {m}] tokens: 0 up to {m - buf}, then a linear "
+                                                 f"ramp down to -{_g(p)} at {m} (DAPO eq. 13)"))
+    return rows
+
+
+def dynamic_sampling(sampling: dict) -> str:
+    if not sampling or not sampling.get("dynamic"):
+        return "off: a group whose completions all score the same gets A = 0 (no gradient) and keeps its slot"
+    return (f"on (DAPO): groups with zero spread of {sampling.get('metric', 'reward')!r} are dropped and more prompts "
+            f"generated, up to {sampling.get('max_rounds', 4)} rounds per batch")
+
+
+def explain(args, *, rewards: list[dict], sampling: dict, lora: dict | None, model: dict) -> list[tuple[str, str]]:
+    """(term, what the resolved config computes) rows; `args` is a real `trl.GRPOConfig`."""
+    rows = [
+        ("advantage", advantage(args)),
+        ("aggregation", aggregation(args)),
+        ("clip range", clip_range(args)),
+        ("KL", kl(args, lora, model)),
+        ("importance sampling", importance_sampling(args)),
+        ("truncated completions", truncation(args)),
+        *reward_rows(rewards),
+        ("dynamic sampling", dynamic_sampling(sampling)),
+    ]
+    if args.top_entropy_quantile < 1.0:
+        rows.append(("entropy mask", f"only the top {_g(args.top_entropy_quantile)} of tokens by entropy carry the "
+                                     "policy loss (80/20 rule)"))
+    if args.entropy_coef or args.use_adaptive_entropy:
+        rows.append(("entropy bonus", f"- {_g(args.entropy_coef)} x mean token entropy"
+                                      + (" (adaptive)" if args.use_adaptive_entropy else "")))
+    return rows
+
+
+def render(rows: list[tuple[str, str]]) -> list[str]:
+    """Lines of a two-column table."""
+    width = max(len(term) for term, _ in rows)
+    return [f"  {term:<{width}}  {text}" for term, text in rows]

@@ -209,7 +209,14 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
 
     # The libraries' own checks, on values that passed ours: their messages are reworded, not shown raw.
     try:
-        build_grpo_config(trainer, model, rewards)
+        as_seen = dict(trainer)
+        world = num_processes_from_env()
+        if n_proc != world and isinstance(as_seen.get("per_device_train_batch_size", 8), int):
+            # Checking for another launch size: TRL sees this process's world size, so give it the same
+            # global batch (per-device x processes) on that world size; its batch checks then agree with ours.
+            per_device = as_seen.get("per_device_train_batch_size", 8)
+            as_seen["per_device_train_batch_size"] = per_device * n_proc // world if (per_device * n_proc) % world == 0 else per_device
+        build_grpo_config(as_seen, model, rewards)
     except (ValueError, TypeError) as err:
         problems.add("trainer", f"TRL rejects this configuration: {err}", file=origin("trainer"))
     if lora is not None:

@@ -1,0 +1,55 @@
+"""Small builders shared by tests: a valid smoke-like recipe as a dict, written where a test wants it."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE_DATA = ROOT / "grpokit" / "assets" / "smoke.jsonl"
+
+BASE = {
+    "model": {"name_or_path": "builtin:tiny-llama"},
+    "lora": {"r": 8, "lora_alpha": 16, "target_modules": "all-linear"},
+    "dataset": {"path": str(SMOKE_DATA), "prompt_column": "prompt", "answer_column": "answer"},
+    "rewards": [{"name": "char_fraction", "args": {"char": "a"}}],
+    "trainer": {
+        "max_steps": 2,
+        "learning_rate": 1.0e-2,
+        "lr_scheduler_type": "constant",
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "max_completion_length": 16,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "seed": 0,
+        "disable_tqdm": True,
+    },
+}
+
+
+def recipe_dict(**sections) -> dict:
+    """A valid recipe with whole sections replaced (`trainer=...`) or removed (`lora=None`)."""
+    data = copy.deepcopy(BASE)
+    for key, value in sections.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+def write_recipe(folder: Path, data: dict | str, name: str = "recipe.yaml") -> Path:
+    path = folder / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def with_trainer(folder: Path, **trainer) -> dict:
+    """The base recipe with trainer keys changed and output_dir inside `folder`."""
+    data = recipe_dict()
+    data["trainer"].update(trainer)
+    data["trainer"].setdefault("output_dir", str(folder / "run"))
+    return data

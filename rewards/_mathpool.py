@@ -68,6 +68,9 @@ def serve(read_fd: int, write_fd: int) -> None:
 
     parse_gold = lru_cache(maxsize=4096)(parse_first)  # a gold is checked against each completion of its group
 
+    # Warm up before saying ready: the first parse builds the LaTeX parser (~0.1 s), which must not eat
+    # into the first job's time limit.
+    verify(parse_first(("$\\frac{1}{2}$",)), parse_first(("\\boxed{\\sqrt{x}+0.5}",)), timeout_seconds=None)
     outbox.send(("ready", os.getpid()))
     while True:
         try:
@@ -180,15 +183,23 @@ class VerifierPool:
         self._finalizer = weakref.finalize(self, _stop_all, self._workers)  # also runs at exit
         _POOLS.add(self)
 
+    def start(self) -> None:
+        """Start the missing workers without waiting for them (they take a second or two to import sympy)."""
+        with self._lock:
+            self._fill()
+
+    def _fill(self) -> None:
+        if os.getpid() != self._pid:  # forked: the workers belong to the parent
+            self._forget()
+        while len(self._workers) < self.size:
+            self._workers.append(_Worker())
+
     def run(self, jobs: list[tuple[tuple, tuple | None]], timeout: float) -> list[float | None]:
         results: list[float | None] = [0.0] * len(jobs)
         if not jobs:
             return results
         with self._lock:
-            if os.getpid() != self._pid:  # forked: the workers belong to the parent
-                self._forget()
-            while len(self._workers) < self.size:
-                self._workers.append(_Worker())
+            self._fill()
             try:
                 self._run(jobs, timeout, results)
             except BaseException:  # don't leave a job running whose late answer the next call would misread

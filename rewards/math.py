@@ -230,7 +230,9 @@ class Accuracy:
     separators, `$`, `%`, trailing zeros, `-0`, `1/2` vs `0.5`, `1.5e3`) are compared exactly, in
     microseconds; everything else goes to math-verify (`verify(parse(gold), parse(answer))`, gold first)
     in a pool of `workers` processes, and a check that takes over `timeout` seconds (e.g.
-    `\\boxed{9^{9^{9^{9}}}}`) is killed and scores 0.0, from any thread.
+    `\\boxed{9^{9^{9^{9}}}}`) is killed and scores 0.0, from any thread. The workers start in the
+    background on the first call (importing sympy takes a second or two); they are shared by every
+    instance in the process and stop at exit.
 
     >>> Accuracy()(completions=["so \\\\boxed{1,000}", "#### 999"], answer=["... #### 1000", "1000"])
     [1.0, 0.0]
@@ -248,8 +250,11 @@ class Accuracy:
         self.allow_last_number = bool(allow_last_number)
         self.timeout = float(timeout)
         self.workers = workers
-        # No pool here: the shared pool starts on first use, so instances pickle and a recipe check
-        # (which builds every reward) starts no process.
+        # No pool here: instances pickle, and a recipe check (which builds every reward) starts no process.
+        self._started = False
+
+    def __getstate__(self):
+        return {**self.__dict__, "_started": False}  # a copy in another process starts its own workers
 
     def __call__(self, completions, **kwargs) -> list[float | None]:
         golds = kwargs.get(self.gold_column)
@@ -261,6 +266,9 @@ class Accuracy:
             )
         if len(golds) != len(completions):
             raise ValueError(f"got {len(completions)} completions but {len(golds)} values of {self.gold_column!r}")
+        if not self._started:  # start the workers now, so the first LaTeX answer does not wait for them
+            shared_pool(self.workers).start()
+            self._started = True
         out: list[float | None] = []
         slow: list[tuple[int, tuple, tuple | None]] = []  # (index, gold, prediction) for math-verify
         for i, (completion, gold_value) in enumerate(zip(completions, golds)):

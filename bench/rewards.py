@@ -1,0 +1,149 @@
+"""Benchmark: grpokit's `accuracy` against math-verify `parse` + `verify` per sample (TRL's and open-r1's way).
+
+    python bench/rewards.py            # 10,000 GSM8K-style samples, then 1,000 LaTeX ones
+    python bench/rewards.py --n 2000   # quicker
+
+Prints figures; it is not a test. Everything is synthetic and built here (no download): GSM8K-style
+gold solutions ending in `#### N`, and completions that reason for a few lines and then give an answer
+in one of the formats models actually use, right about 60% of the time. The baseline gets the reduced
+gold (`N`), as a GSM8K recipe would feed it, and calls math-verify exactly as `trl.rewards.accuracy_reward`
+does on the main thread (same extraction config, same timeouts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rewards.math import Accuracy, extract_answer  # noqa: E402
+
+NAMES = ["Natalia", "Weng", "Betty", "Julie", "James", "Albert", "Ken", "Alexis", "Tina", "Randy"]
+THINGS = ["clips", "dollars", "pages", "cookies", "miles", "apples", "tickets", "stamps"]
+
+
+def gsm8k_sample(rng: random.Random) -> tuple[str, str, str, str]:
+    """(gold solution, reduced gold, completion, answer format)."""
+    a, b, c = rng.randint(2, 99), rng.randint(2, 60), rng.randint(1, 500)
+    answer = a * b + c if rng.random() < 0.5 else a * b * rng.choice([1, 10, 100]) + c
+    who, what = rng.choice(NAMES), rng.choice(THINGS)
+    solution = (
+        f"{who} had {a} boxes of {b} {what}, so {a}*{b} = <<{a}*{b}={a * b}>>{a * b} {what}.\n"
+        f"Then {who} got {c} more, so {a * b}+{c} = <<{a * b}+{c}={answer}>>{answer}.\n#### {answer}"
+    )
+    given = answer if rng.random() < 0.6 else answer + rng.choice([-10, -1, 1, 2, 100])
+    reasoning = (
+        f"Let me work this out. {who} starts with {a} boxes and each box holds {b} {what}. "
+        f"Multiplying, {a} times {b} gives {a * b}. Adding the extra {c} {what} gives the total. "
+    ) * rng.randint(1, 3)
+    fmt = rng.choices(
+        ["boxed", "boxed_sep", "boxed_dollar", "boxed_decimal", "hashes", "answer_tag"],
+        weights=[55, 10, 5, 5, 15, 10],
+    )[0]
+    shown = {
+        "boxed": rf"\boxed{{{given}}}",
+        "boxed_sep": rf"\boxed{{{given:,}}}",
+        "boxed_dollar": rf"\boxed{{\${given}}}",
+        "boxed_decimal": rf"\boxed{{{given}.00}}",
+        "hashes": f"#### {given}",
+        "answer_tag": f"<answer>{given}</answer>",
+    }[fmt]
+    tail = f"The final answer is {shown}." if fmt.startswith("boxed") else shown
+    return solution, str(answer), reasoning + tail, fmt
+
+
+def latex_sample(rng: random.Random) -> tuple[str, str, str, str]:
+    n = rng.choice([2, 3, 5, 6, 7, 10, 11])
+    k = rng.randint(2, 9)
+    gold = rf"${k}\sqrt{{{n}}}$"  # with delimiters, as MATH-style solutions come: math-verify needs them
+    given = rf"\sqrt{{{k * k * n}}}" if rng.random() < 0.6 else rf"{k + 1}\sqrt{{{n}}}"
+    return gold, gold, f"Simplifying the radical, the answer is $\\boxed{{{given}}}$.", "latex"
+
+
+def trl_accuracy(gold: str, completion: str) -> float | None:
+    """`trl.rewards.accuracy_reward` for one sample, main-thread branch, without importing torch."""
+    from latex2sympy2_extended import NormalizationConfig
+    from math_verify import LatexExtractionConfig, parse, verify
+
+    gold_parsed = parse(gold, parsing_timeout=10)
+    if not gold_parsed:
+        return None
+    answer_parsed = parse(
+        completion,
+        extraction_config=[LatexExtractionConfig(normalization_config=NormalizationConfig(units=True),
+                                                 boxed_match_priority=0, try_extract_without_anchor=False)],
+        extraction_mode="first_match",
+        parsing_timeout=10,
+    )
+    return float(verify(gold_parsed, answer_parsed, timeout_seconds=5))
+
+
+def run(label: str, samples, batch: int) -> None:
+    golds_full = [s[0] for s in samples]
+    golds = [s[1] for s in samples]
+    completions = [s[2] for s in samples]
+    formats = [s[3] for s in samples]
+
+    reward = Accuracy()
+    reward(completions=[r"\boxed{\sqrt{4}}"], answer=["2"])  # start the worker pool outside the timing
+    trl_accuracy("1", r"\boxed{1}")  # import math-verify and warm its caches outside the timing
+
+    start = time.perf_counter()
+    ours: list = []
+    for i in range(0, len(samples), batch):
+        ours += reward(completions=completions[i : i + batch], answer=golds_full[i : i + batch])
+    t_ours = time.perf_counter() - start
+
+    start = time.perf_counter()
+    theirs = [trl_accuracy(g, c) for g, c in zip(golds, completions)]
+    t_theirs = time.perf_counter() - start
+
+    n = len(samples)
+    print(f"\n== {label}: {n:,} samples, accuracy called in batches of {batch}")
+    print(f"grpokit accuracy        {t_ours:8.2f} s   {n / t_ours:10,.0f} samples/s")
+    print(f"math-verify per sample  {t_theirs:8.2f} s   {n / t_theirs:10,.0f} samples/s")
+    print(f"speed-up                {t_theirs / t_ours:8.1f}x")
+    print(f"mean reward             grpokit {sum(v or 0 for v in ours) / n:.3f}   "
+          f"math-verify {sum(v or 0 for v in theirs) / n:.3f}")
+    disagree = [i for i in range(n) if ours[i] != theirs[i]]
+    print(f"verdicts that differ    {len(disagree):,} of {n:,}")
+    per_format = Counter(formats)
+    differ = Counter(formats[i] for i in disagree)
+    print("  by answer format:     " + ", ".join(f"{f} {differ[f]}/{c}" for f, c in sorted(per_format.items())))
+    by_kind = Counter((formats[i], ours[i], theirs[i]) for i in disagree)
+    for (fmt, a, b), count in by_kind.most_common():
+        print(f"  {count:6,}  answer format {fmt!r}: grpokit {a}, math-verify {b}  ({WHY.get(fmt, 'see samples')})")
+    rng = random.Random(1)
+    for i in rng.sample(disagree, min(3, len(disagree))):
+        print(f"  e.g. gold {golds[i]!r}, answer {extract_answer(completions[i])!r} "
+              f"(...{completions[i][-60:]!r}): grpokit {ours[i]}, math-verify {theirs[i]}")
+
+
+WHY = {
+    "hashes": "math-verify's LaTeX extraction does not read GSM8K's '#### N' marker, so it finds no answer",
+    "answer_tag": "math-verify's LaTeX extraction does not read <answer> tags without $...$ around the number",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--n", type=int, default=10_000, help="GSM8K-style samples (default 10,000)")
+    parser.add_argument("--n-latex", type=int, default=1_000, help="LaTeX-answer samples that need math-verify")
+    parser.add_argument("--batch", type=int, default=256, help="completions per accuracy call")
+    args = parser.parse_args()
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+    rng = random.Random(0)
+    run("GSM8K-style, plain numeric answers", [gsm8k_sample(rng) for _ in range(args.n)], args.batch)
+    if args.n_latex:
+        run("LaTeX radicals (every one goes to math-verify)", [latex_sample(rng) for _ in range(args.n_latex)], args.batch)
+
+
+if __name__ == "__main__":
+    main()

@@ -111,17 +111,47 @@ def run(args) -> int:
 
 
 def check(recipe, args) -> int:
+    from grpokit import explain, memory
     from grpokit import recipe as recipe_io
     from grpokit import run as runner
 
     prep = runner.prepare(recipe, log=lambda m: None)
     print(f"# {recipe.name}: resolved recipe ({recipe.path})")
     print(recipe_io.dump(recipe.as_dict()).rstrip())
+    prompt_length = None
     if prep.dataset is not None:
         print(f"\n# first formatted rows ({len(prep.dataset)} prompts)")
         for row in prep.dataset.select(range(min(2, len(prep.dataset)))):
             print(f"- {row}")
+        prompt_length = longest_prompt(prep)
+    print("\n# what this recipe computes (the seed chapter's terms, from the resolved GRPOConfig)")
+    rows = explain.explain(prep.args, rewards=recipe.rewards, sampling=recipe.sampling, lora=recipe.lora, model=recipe.model)
+    print("\n".join(explain.render(rows)))
+    print()
+    try:
+        config = None
+        if prep.model_path and not recipe.model["name_or_path"].startswith("builtin:"):
+            config = memory.load_model_config(prep.model_path)[0] if Path(prep.model_path).is_dir() else None
+        plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
+                               gpu_memory_gb=args.gpu_memory, config=config)
+        print("\n".join(plan.render()))
+        if prompt_length is None:
+            print("  note: prompt length not measured (dataset not reachable): assumed 256 tokens")
+        else:
+            print(f"  note: prompt length = the longest formatted prompt of the dataset, {prompt_length} tokens")
+    except (memory.ConfigNotFound, ValueError) as err:
+        print(f"Memory plan: not available -- {err}")
     for note in prep.notes:
         print(f"\nnote: {note}")
     print("\ncheck passed: no weights loaded, nothing trained.")
     return 0
+
+
+def longest_prompt(prep, sample: int = 2000) -> int | None:
+    """Tokens of the longest formatted prompt (over at most `sample` rows), as the trainer will feed it."""
+    if prep.tokenizer is None:
+        return None
+    from grpokit.data import prompt_tokens
+
+    rows = prep.dataset.select(range(min(sample, len(prep.dataset))))
+    return max(prompt_tokens(prep.tokenizer, p) for p in rows["prompt"])

@@ -205,14 +205,14 @@ def _math_verify_input(answer: str, boxed: bool) -> tuple[str, ...]:
     """What the worker hands to math-verify's `parse`, in order of preference (first non-empty parse wins).
 
     math-verify finds LaTeX by its delimiters, so a bare `x^2+1` or `\\frac{\\pi}{2}` is wrapped in a box for
-    it; prose ("the answer is 42") is given as it is, since boxed it would read as a product of letters.
+    it; text with delimiters or prose ("the answer is 42") is tried as it is first, since boxed, prose
+    would read as a product of letters.
     """
     wrapped = "\\boxed{" + answer + "}"
     if boxed:
         return (wrapped,)
-    if any(d in answer for d in ("$", "\\(", "\\[", "\\boxed")):
-        return (answer,)
-    if len(_PROSE_WORD.findall(answer)) >= 2:
+    delimited = any(d in answer for d in ("$", "\\(", "\\[", "\\boxed"))
+    if delimited or len(_PROSE_WORD.findall(answer)) >= 2:
         return (answer, wrapped)
     return (wrapped,)
 

@@ -1,0 +1,200 @@
+"""Training curves from a finished (or running) GRPO run's `trainer_state.json`.
+
+    from grpokit.plots import plot_run
+    plot_run("runs/smoke")        # -> [Path("runs/smoke/plots/training.png")]
+
+TRL's `GRPOTrainer` logs one dict per logging step into `trainer_state.json["log_history"]` (keys such as
+`reward`, `rewards/<name>/mean`, `kl`, `entropy`); `Trainer.save_state()` writes it into the output dir
+and every checkpoint writes it into `checkpoint-N/`. We draw one panel per metric group that the run
+actually logged, so a run with beta = 0 gets no KL panel rather than an empty one.
+
+Only matplotlib's object API is used (a bare `Figure` renders through Agg), so calling this from a
+training process never changes or needs pyplot's global backend.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+STATE_FILE = "trainer_state.json"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    ylabel: str
+    series: tuple[tuple[str, str], ...]  # (log key, legend label); a key of "rewards/*/mean" expands per reward
+    logy: bool = False
+
+
+# Order is reading order in the grid: what the run optimised first, then its health signals.
+PANELS = (
+    Panel("Reward", "mean reward", (("reward", "total (weighted)"), ("rewards/*/mean", "{name}"))),
+    Panel("Reward std within batch", "std of reward", (("reward_std", "reward std"),)),
+    Panel(
+        "Groups with zero reward std",
+        "fraction of groups (no gradient)",
+        (("frac_reward_zero_std", "frac_reward_zero_std"),),
+    ),
+    Panel(
+        "Completion length",
+        "tokens",
+        (
+            ("completions/mean_length", "mean"),
+            ("completions/min_length", "min"),
+            ("completions/max_length", "max"),
+        ),
+    ),
+    Panel("Truncated completions", "fraction at max length", (("completions/clipped_ratio", "clipped"),)),
+    Panel("KL to reference (k3)", "KL per token", (("kl", "kl"),)),
+    Panel(
+        "PPO clip ratios",
+        "fraction of tokens",
+        (
+            ("clip_ratio/region_mean", "region"),
+            ("clip_ratio/low_mean", "low"),
+            ("clip_ratio/high_mean", "high"),
+        ),
+    ),
+    Panel("Entropy", "nats per token", (("entropy", "entropy"),)),
+    Panel("Learning rate", "learning rate", (("learning_rate", "lr"),)),
+    Panel("Loss", "loss", (("loss", "loss"),)),
+)
+
+
+def find_trainer_state(run_dir: str | Path) -> Path:
+    """The `trainer_state.json` for a run dir or a checkpoint dir.
+
+    The run dir's own file wins (written by `save_state()` at the end); otherwise the one in the
+    highest-numbered `checkpoint-N/`, which holds the longest history.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ValueError(f"run directory {str(run_dir)!r} does not exist or is not a directory")
+    direct = run_dir / STATE_FILE
+    if direct.is_file():
+        return direct
+    checkpoints = sorted(
+        (int(m.group(1)), p)
+        for p in run_dir.iterdir()
+        if (m := _CHECKPOINT.match(p.name)) and (p / STATE_FILE).is_file()
+    )
+    if checkpoints:
+        return checkpoints[-1][1] / STATE_FILE
+    raise ValueError(
+        f"no {STATE_FILE} in {str(run_dir)!r} or its checkpoint-N/ folders; pass the output_dir of a run "
+        f"that has saved a checkpoint or finished (the trainer writes {STATE_FILE} then)"
+    )
+
+
+def load_log_history(run_dir: str | Path) -> tuple[Path, dict]:
+    """(path of trainer_state.json, its parsed content); ValueError when it is missing or unreadable."""
+    path = find_trainer_state(run_dir)
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {e}; is the run still writing it?") from e
+    if not isinstance(state.get("log_history"), list):
+        raise ValueError(f"{path} has no 'log_history' list; is it a transformers trainer_state.json?")
+    return path, state
+
+
+def series(history: list[dict], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of one logged metric, skipping entries without it and NaN/None values."""
+    steps, values = [], []
+    for i, entry in enumerate(history):
+        value = entry.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            steps.append(entry.get("step", i))
+            values.append(float(value))
+    return steps, values
+
+
+def reward_names(history: list[dict]) -> list[str]:
+    """Reward functions as TRL logs them (`rewards/<name>/mean`), in first-seen order."""
+    names: dict[str, None] = {}
+    for entry in history:
+        for key in entry:
+            if key.startswith("rewards/") and key.endswith("/mean"):
+                names.setdefault(key[len("rewards/") : -len("/mean")], None)
+    return list(names)
+
+
+def _expand(panel: Panel, history: list[dict]) -> list[tuple[str, str]]:
+    out = []
+    for key, label in panel.series:
+        if key == "rewards/*/mean":
+            out += [(f"rewards/{n}/mean", label.format(name=n)) for n in reward_names(history)]
+        else:
+            out.append((key, label))
+    return out
+
+
+def collect_panels(history: list[dict]) -> list[tuple[Panel, list[tuple[str, list, list, bool]]]]:
+    """The panels this history can fill, each with its lines (label, steps, values, is_eval).
+
+    A panel appears only when at least one of its metrics was logged: `kl` only exists when beta > 0.
+    `eval_<key>` metrics, when an eval set was configured, join their train twin as a dashed line.
+    """
+    drawn = []
+    for panel in PANELS:
+        lines = []
+        for key, label in _expand(panel, history):
+            for prefix, suffix in (("", ""), ("eval_", " (eval)")):
+                steps, values = series(history, prefix + key)
+                if steps:
+                    lines.append((label + suffix, steps, values, bool(prefix)))
+        if lines:
+            drawn.append((panel, lines))
+    return drawn
+
+
+def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+    """Draw the run's curves into `<run_dir>/plots/training.png` (or `out_dir`) and return the paths.
+
+    >>> plot_run("runs/smoke")  # doctest: +SKIP
+    [PosixPath('runs/smoke/plots/training.png')]
+    """
+    from matplotlib.figure import Figure
+
+    run_dir = Path(run_dir)
+    state_path, state = load_log_history(run_dir)
+    history = state["log_history"]
+
+    drawn = collect_panels(history)
+    if not drawn:
+        raise ValueError(
+            f"{state_path} has no training metrics to plot (log_history has {len(history)} entries); "
+            "did the run reach its first logging step (logging_steps)?"
+        )
+
+    cols = math.ceil(math.sqrt(len(drawn)))  # near-square grid: 10 panels -> 4 x 3
+    rows = math.ceil(len(drawn) / cols)
+    fig = Figure(figsize=(4.6 * cols, 3.2 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax, (panel, lines) in zip(axes, drawn):
+        for label, steps, values, is_eval in lines:
+            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3,
+                    linestyle="--" if is_eval else "-", label=label)
+        ax.set_title(panel.title)
+        ax.set_xlabel("step")
+        ax.set_ylabel(panel.ylabel)
+        ax.grid(True, alpha=0.3)
+        if len(lines) > 1:
+            ax.legend(fontsize="small")
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
+    for ax in axes[len(drawn) :]:
+        ax.set_visible(False)
+    step = state.get("global_step")
+    fig.suptitle(f"GRPO run {run_dir.resolve().name}" + (f" — {step} steps" if step else ""))
+
+    out = Path(out_dir) if out_dir is not None else run_dir / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "training.png"
+    fig.savefig(path, dpi=100)
+    return [path]

@@ -1,0 +1,1 @@
+"""Hands-on labs: small scripts that show one idea each on synthetic data with a known answer."""

@@ -86,16 +86,14 @@ def test_every_panel_is_filled_from_a_real_run(run):
     assert steps == list(range(1, STEPS + 1))
 
 
-def test_kl_panel_only_when_kl_is_logged(run, tmp_path):
+def test_kl_panel_only_when_kl_is_logged(run):
     # A beta = 0 run logs no `kl` key at all (TRL skips it); strip it from the real history to get one.
     run_dir, _ = run
-    state = json.loads((run_dir / "trainer_state.json").read_text())
-    for entry in state["log_history"]:
+    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+    for entry in history:
         entry.pop("kl", None)
-    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
-    titles = [panel.title for panel, _ in collect_panels(state["log_history"])]
+    titles = [panel.title for panel, _ in collect_panels(history)]
     assert "KL to reference (k3)" not in titles and "Entropy" in titles
-    assert_png(plot_run(tmp_path)[0])
 
 
 def test_checkpoint_dirs_are_found(run, tmp_path):

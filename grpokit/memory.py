@@ -279,10 +279,11 @@ class Plan:
     def render(self) -> list[str]:
         """Lines of a table: one row per component, one column per phase, and how each was derived."""
         s = self.settings
-        how = (f"LoRA r={s.lora.get('r')} ({_targets_text(s.lora)})" if s.lora else "full fine-tune") + \
-              f" on a {s.dtype} base" + (f", {s.quantization}" if s.quantization != "none" else "")
-        lines = [f"Memory plan: {self.model} on a {s.gpu_memory_gb:g} GiB GPU -- estimated from the architecture "
-                 f"({self.source}), not measured",
+        base = {"4bit": f"4-bit NF4 base ({s.dtype} compute)", "8bit": f"8-bit base ({s.dtype} compute)"}.get(
+            s.quantization, f"{s.dtype} base")
+        how = (f"LoRA r={s.lora.get('r')} ({_targets_text(s.lora)})" if s.lora else "full fine-tune") + f" on a {base}"
+        lines = [f"Memory plan: {self.model} on a {s.gpu_memory_gb:g} GiB GPU -- estimated from the architecture"
+                 + (f" ({self.source})" if self.source else "") + ", not measured",
                  f"  {how}; optim {s.optim}; beta {s.beta:g}; gradient checkpointing "
                  f"{'on' if s.gradient_checkpointing else 'off'}; micro-batch {s.per_device_train_batch_size} x "
                  f"({s.prompt_length} prompt + {s.max_completion_length} completion) tokens; generation batch "
@@ -362,7 +363,7 @@ def _compute(config: dict, s: Settings) -> list[Phase]:
         grads = Component("gradients", n * pb, f"{n / 1e6:.1f} M x {pb} B")
         opt_bytes, opt_how = _optimizer(s, [(x, False) for x in sizes], pb)
     else:
-        pb, n = b, total
+        pb = b
         trainable = Component("trainable params", 0, "the weights themselves (full fine-tune)")
         grads = Component("gradients", total * b, f"{total / 1e9:.2f} B x {b} B")
         tensors = [(counts["embedding"], True), (counts["lm_head"], False), (counts["layers"] + counts["final_norm"], False)]
@@ -408,15 +409,15 @@ def _compute(config: dict, s: Settings) -> list[Phase]:
     training = Phase("training", "backward of one micro-batch", static + [grads, optim, activations, logits])
 
     # generation: the larger of prefill (short cache, wide activations) and the last decode step (full cache)
-    kv_tok = L * 2 * (kv) * b
+    kv_tok = L * 2 * kv * b
     prefill = G * P * kv_tok, G * P * b * (2 * H + 2 * q + 3 * I) + G * V * 4 + dequant
     decode = G * S * kv_tok, 2 * G * S * q * b + 2 * G * S * kv * b + 3 * G * V * 4 + dequant
     (cache, ws), moment = max((prefill, "prefill"), (decode, "last decode step"), key=lambda x: sum(x[0]))
     gen = Phase("generation", moment, static + [
         Component("gradients", 0, "none yet: freed by zero_grad(set_to_none=True) after each optimizer step"),
         Component("optimizer states", opt_bytes, opt_how),
-        Component("KV cache", cache, f"G x len x L x 2 x kv_heads x head_dim x {b} B = {G} x "
-                  f"{P if moment == 'prefill' else S} x {L} x 2 x {kv} x {b}"),
+        Component("KV cache", cache, f"G x len x L x (k, v) x kv_heads x head_dim x {b} B = {G} x "
+                  f"{P if moment == 'prefill' else S} x {L} x 2 x {kv // d['head_dim']} x {d['head_dim']} x {b}"),
         Component("generation workspace", ws, "one layer's no-grad activations (prefill)" if moment == "prefill"
                   else "SDPA's GQA-expanded K/V of one layer + cache concat + fp32 sampling logits"),
     ])

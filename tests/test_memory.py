@@ -4,6 +4,7 @@ Everything here runs on the meta device or tiny CPU modules: no weights, no GPU,
 """
 
 import json
+import sys
 
 import pytest
 import torch
@@ -225,3 +226,30 @@ def test_bad_knobs_are_refused_with_the_allowed_values():
         plan(cfg, quantization="3bit")
     with pytest.raises(ValueError, match="cannot plan architecture"):
         plan({**cfg, "model_type": "gpt2"})
+
+
+def _bench():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "gpu_memory.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_cases_are_planned_to_fit_and_compared_per_phase():
+    """The GPU benchmark's cases (run on a GPU only) are the shipped settings; its comparison logic runs here."""
+    bench = _bench()
+    assert {c.name for c in bench.CASES} == {"3b-lora", "7b-qlora", "1.5b-lora", "0.5b-lora"}
+    for case in bench.CASES:
+        cfg, _ = load_model_config(case.model)
+        measured = {"status": "ok", "context_bytes": GIB // 2,
+                    "marks": [{"phase": "generation", "allocated": 4 * GIB, "reserved": 5 * GIB},
+                              {"phase": "training", "allocated": 8 * GIB, "reserved": 9 * GIB}]}
+        out = bench.compare(case, cfg, measured, 16.0)
+        assert out["peak"]["plan_fits"], case.name
+        assert out["peak"]["allocated_gib"] == 8
+        assert out["phases"]["training"]["error"] == pytest.approx(out["phases"]["training"]["plan_gib"] / 8 - 1)

@@ -23,6 +23,7 @@ overrides:
 examples:
   python launch.py                                   # the offline smoke recipe (tiny model, ~1 min on CPU)
   python launch.py --recipe recipes/smoke.yaml --check
+  python launch.py --merge runs/smoke                 # LoRA adapter + base -> runs/smoke/merged
   accelerate launch launch.py --recipe recipes/qwen2.5-1.5b/dapo.yaml
 """
 
@@ -45,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in output_dir")
     p.add_argument("--list-rewards", action="store_true", help="list the registered rewards with their arguments")
     p.add_argument("--plot", type=Path, metavar="RUN_DIR", help="write the PNG curves and report.md for an existing run")
+    p.add_argument("--merge", type=Path, metavar="RUN_DIR",
+                   help="merge the LoRA adapter of a run (or checkpoint) into its base model; save model + tokenizer")
+    p.add_argument("--merge-out", type=Path, metavar="DIR", help="where --merge saves (default: RUN_DIR/merged)")
     return p
 
 
@@ -55,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
             return list_rewards()
         if args.plot:
             return plot(args.plot)
+        if args.merge:
+            from grpokit.merge import merge
+
+            merge(args.merge, args.merge_out, overwrite=args.overwrite)
+            return 0
         return run(args)
     except RecipeError as err:
         print(err.render(), file=sys.stderr)

@@ -1,0 +1,106 @@
+"""Merge a run's LoRA adapter into its base model and save a plain model (`launch.py --merge RUN_DIR`).
+
+The merged directory loads with `AutoModelForCausalLM.from_pretrained` alone (no PEFT), which is what
+serving stacks (vLLM, TGI, llama.cpp converters) expect. W' = W + (alpha / r) * B @ A for every adapted
+layer (Hu et al. 2021, LoRA, eq. 3), so the merged model's logits equal the adapter model's.
+
+The base model comes from the run's `recipe.yaml` (the resolved recipe saved next to the run), so
+`builtin:tiny-llama`, dtype, revision and trust_remote_code are as trained; a run without one falls back
+to the adapter's own `base_model_name_or_path`. A quantized (QLoRA) base is merged unquantized, in the
+recipe's compute dtype: merging into 4-bit weights would round the adapter away.
+
+    python launch.py --merge runs/smoke                       # -> runs/smoke/merged
+    python launch.py --merge runs/smoke/checkpoint-20 --merge-out /tmp/smoke-merged
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grpokit.errors import Problem, RecipeError
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def _fail(message: str, value=None, path: str = "--merge") -> RecipeError:
+    return RecipeError([Problem(path, message, value)] if value is not None else [Problem(path, message)])
+
+
+def find_recipe(run_dir: Path) -> Path | None:
+    """The run's resolved recipe: in RUN_DIR, or its parent when RUN_DIR is a checkpoint."""
+    for folder in (run_dir, run_dir.parent):
+        if (folder / "recipe.yaml").is_file():
+            return folder / "recipe.yaml"
+    return None
+
+
+def base_model(run_dir: Path) -> tuple[str, dict]:
+    """(what from_pretrained gets for the base, the recipe's model section or {}) for a run with an adapter."""
+    from grpokit import recipe as recipe_io
+    from grpokit import tiny
+
+    recipe_path = find_recipe(run_dir)
+    data = recipe_io.read_yaml(recipe_path) if recipe_path is not None else None
+    model = data.get("model") if isinstance(data, dict) else None
+    model = model if isinstance(model, dict) else {}
+    name = model.get("name_or_path")
+    if not name:
+        config = json.loads((run_dir / ADAPTER_CONFIG).read_text())
+        name = config.get("base_model_name_or_path")
+        model = {}
+    if not name:
+        raise _fail(f"cannot tell the base model: no recipe.yaml with model.name_or_path and no base_model_name_or_path in {ADAPTER_CONFIG}",
+                    str(run_dir))
+    try:
+        return tiny.resolve(name), model
+    except ValueError as err:
+        raise _fail(str(err), name, "model.name_or_path") from None
+
+
+def merge(run_dir: str | Path, out_dir: str | Path | None = None, overwrite: bool = False, log=print) -> Path:
+    """Merge RUN_DIR's adapter into its base; save model and tokenizer to `out_dir` (default RUN_DIR/merged).
+
+    Raises `RecipeError` (exit 2) when RUN_DIR holds no adapter, the base cannot be loaded, or `out_dir`
+    already holds something and `overwrite` is not set.
+
+    >>> merge("runs/smoke")  # doctest: +SKIP
+    PosixPath('runs/smoke/merged')
+    """
+    run_dir = Path(run_dir).expanduser()
+    if not run_dir.is_dir():
+        raise _fail("run directory does not exist", str(run_dir))
+    if not (run_dir / ADAPTER_CONFIG).is_file():
+        full = (run_dir / "config.json").is_file()
+        raise _fail(f"no LoRA adapter here ({ADAPTER_CONFIG} missing)"
+                    + ("; this run is a full fine-tune: its directory already loads as a model, nothing to merge" if full
+                       else "; give a run directory or checkpoint trained with a lora section"), str(run_dir))
+    out = Path(out_dir).expanduser() if out_dir is not None else run_dir / "merged"
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise _fail("merge output directory is not empty; pass --overwrite to replace it or choose another --merge-out",
+                        str(out), "--merge-out")
+        import shutil
+
+        shutil.rmtree(out)
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpokit.sections import resolved_dtype
+
+    base_path, model = base_model(run_dir)
+    dtype = getattr(torch, resolved_dtype(model)) if model else torch.float32
+    kwargs = dict(dtype=dtype, trust_remote_code=model.get("trust_remote_code", False), revision=model.get("revision"))
+    log(f"[grpokit] merging {run_dir} into {base_path} ({str(dtype).removeprefix('torch.')})")
+    try:
+        base = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
+    except (OSError, ValueError) as err:
+        raise _fail(f"cannot load the base model: {type(err).__name__}: {str(err)[:300]}", base_path, "model.name_or_path") from None
+    merged = PeftModel.from_pretrained(base, str(run_dir)).merge_and_unload()
+    merged.save_pretrained(out)
+    tok_source = run_dir if (run_dir / "tokenizer_config.json").is_file() else base_path
+    AutoTokenizer.from_pretrained(str(tok_source), trust_remote_code=kwargs["trust_remote_code"]).save_pretrained(out)
+    log(f"[grpokit] merged model and tokenizer -> {out}")
+    return out

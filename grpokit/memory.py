@@ -306,7 +306,11 @@ class Plan:
 
 
 def _gib(n: float) -> str:
-    return f"{n / GIB:.2f} GiB"
+    return f"{n / GIB:.2f} GiB" if n >= 0.1 * GIB or n == 0 else f"{n / 2**20:.1f} MiB"
+
+
+def _count(n: float) -> str:
+    return f"{n / 1e9:.2f} bn" if n >= 1e9 else f"{n / 1e6:.1f} M"
 
 
 def _targets_text(lora: dict) -> str:
@@ -344,13 +348,13 @@ def _compute(config: dict, s: Settings) -> list[Phase]:
     # weights
     if s.quantization == "4bit":
         weights = linear * NF4_BYTES + (total - linear) * b
-        w_how = f"{linear / 1e9:.2f} B linear params x {NF4_BYTES:.3f} B (NF4, double quant) + {(total - linear) / 1e9:.2f} B x {b} B"
+        w_how = f"{_count(linear)} linear params x {NF4_BYTES:.3f} B (NF4, double quant) + {_count(total - linear)} x {b} B"
     elif s.quantization == "8bit":
         weights = linear + L * sum(o for _, o, _ in shapes.values()) * 4 + (total - linear) * b
-        w_how = f"{linear / 1e9:.2f} B linear params x 1 B (int8) + row scales + {(total - linear) / 1e9:.2f} B x {b} B"
+        w_how = f"{_count(linear)} linear params x 1 B (int8) + row scales + {_count(total - linear)} x {b} B"
     else:
         weights = total * b
-        w_how = f"{total / 1e9:.2f} B params x {b} B ({s.dtype})"
+        w_how = f"{_count(total)} params x {b} B ({s.dtype})"
     dequant = max(i * o for i, o, _ in shapes.values()) * b if s.quantization != "none" else 0
 
     # trainable parameters, gradients, optimizer
@@ -359,13 +363,13 @@ def _compute(config: dict, s: Settings) -> list[Phase]:
                              bool(s.lora.get("use_dora")))
         pb = 2 if s.quantization != "none" else max(b, 4)  # QLoRA: TRL casts to bf16; else PEFT upcasts to fp32
         n = sum(sizes)
-        trainable = Component("trainable params", n * pb, f"LoRA {n / 1e6:.1f} M params x {pb} B")
-        grads = Component("gradients", n * pb, f"{n / 1e6:.1f} M x {pb} B")
+        trainable = Component("trainable params", n * pb, f"LoRA {_count(n)} params x {pb} B")
+        grads = Component("gradients", n * pb, f"{_count(n)} x {pb} B")
         opt_bytes, opt_how = _optimizer(s, [(x, False) for x in sizes], pb)
     else:
         pb = b
         trainable = Component("trainable params", 0, "the weights themselves (full fine-tune)")
-        grads = Component("gradients", total * b, f"{total / 1e9:.2f} B x {b} B")
+        grads = Component("gradients", total * b, f"{_count(total)} x {b} B")
         tensors = [(counts["embedding"], True), (counts["lm_head"], False), (counts["layers"] + counts["final_norm"], False)]
         opt_bytes, opt_how = _optimizer(s, tensors, b)
     optim = Component("optimizer states", opt_bytes, opt_how)
@@ -403,7 +407,7 @@ def _compute(config: dict, s: Settings) -> list[Phase]:
     head = N * H * (b + 4) + N * 4 * 5 + tile + (0 if s.lora else V * H * 4)
     logits = Component("logits", head, f"fused LM head (TRL 1.16): {N} completion tokens x H x ({b}+4) B + one "
                        f"{LOGPROB_TILE[0]}x{LOGPROB_TILE[1]} tile" + ("" if s.lora else " + fp32 lm_head grad")
-                       + f"; unfused log-softmax would hold N x V x 4 B = {N * V * 4 / GIB:.2f} GiB")
+                       + f"; unfused log-softmax would hold N x V x 4 B = {_gib(N * V * 4)}")
 
     static = [Component("weights", int(weights), w_how), ref, trainable]
     training = Phase("training", "backward of one micro-batch", static + [grads, optim, activations, logits])

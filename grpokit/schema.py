@@ -240,9 +240,12 @@ def validate_dataclass_keys(data, cls, path: str, problems: Problems, bounds: di
             out[key] = value
             continue
         choices = b.choices or enum_choices(hints[key])
+        if value is False and choices and "no" in choices:
+            value = "no"  # YAML 1.1 reads an unquoted `no` as false: `save_strategy: no` means "no"
         ok, coerced = coerce(value, hints[key])
         if not ok:
-            problems.add(key_path, "has the wrong type", value, describe(hints[key]), file=origin(key_path))
+            allowed = ", ".join(map(str, choices)) if choices else describe(hints[key])
+            problems.add(key_path, "has the wrong type", value, allowed, file=origin(key_path))
             continue
         check_bounds(coerced, Bounds(choices, b.min, b.max, b.gt, b.lt, b.also), key_path, problems, origin(key_path))
         out[key] = coerced

@@ -84,11 +84,24 @@ def list_rewards() -> int:
 
 
 def plot(run_dir: Path) -> int:
+    """Curves and report.md for an existing run directory (its recipe.yaml supplies the explain summary)."""
+    from grpokit import recipe as recipe_io
+    from grpokit import run as runner
     from grpokit.errors import Problem
     from grpokit.plots import plot_run
+    from grpokit.report import write_report
 
     try:
-        paths = plot_run(run_dir)
+        saved = run_dir / "recipe.yaml"
+        if saved.is_file():
+            from grpokit.sections import validate
+
+            recipe = validate(recipe_io.load(saved))
+            args = runner.build_grpo_config(runner._trainer_kwargs(recipe), recipe.model, recipe.rewards)
+            paths = runner.finish_run(run_dir, recipe, args)
+        else:
+            paths = plot_run(run_dir)
+            paths.append(write_report(run_dir, recipe_name=run_dir.name, plots=list(paths)))
     except ValueError as err:
         raise RecipeError([Problem("--plot", str(err), str(run_dir))]) from None
     for path in paths:

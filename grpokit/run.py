@@ -143,10 +143,13 @@ def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
 
 
 def _reward_columns_missing(recipe: Recipe, columns: list[str]) -> list[Problem]:
-    """A reward reading a gold column (`gold_column` arg) needs that column in the prepared data."""
+    """A reward reading a gold column (`gold_column` arg, given or its default) needs that column in the prepared data."""
+    import rewards as registry
+
     problems = []
     for i, r in enumerate(recipe.rewards):
-        col = r["args"].get("gold_column")
+        param = registry.arg_parameters(registry.resolve(r["name"]).target).get("gold_column")
+        col = r["args"].get("gold_column", None if param is None or param.default is param.empty else param.default)
         if isinstance(col, str) and col not in columns:
             hint = " (set dataset.answer_column to expose a column as `answer`)" if col == "answer" else ""
             problems.append(Problem(f"rewards[{i}].args.gold_column", f"names no column of the prepared dataset{hint}", col,
@@ -191,8 +194,12 @@ def load_model(path: str, recipe: Recipe):
 
 
 def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, origin: str) -> None:
-    """A previous run is never silently destroyed: a non-empty output_dir needs --resume or --overwrite."""
-    if resume or not output_dir.exists() or not any(output_dir.iterdir()):
+    """A previous run is never silently destroyed: a non-empty output_dir needs --resume or --overwrite.
+
+    Only the main process judges: another rank could otherwise see the main one's fresh `recipe.yaml` and
+    refuse its own run (or remove it under --overwrite); when the main process refuses, the launcher stops them all.
+    """
+    if resume or not is_main_process() or not output_dir.exists() or not any(output_dir.iterdir()):
         return
     if overwrite:
         import shutil
@@ -257,6 +264,32 @@ def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False, af
     trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model(str(output_dir))
     trainer.save_state()
+    if is_main_process():
+        finish_run(output_dir, recipe, prep.args, trainer)
     if after_train is not None:
         after_train(trainer, prep)
     return trainer
+
+
+def explain_lines(recipe: Recipe, args) -> list[str]:
+    """The recipe's explain table as lines, for report.md."""
+    from grpokit import explain
+
+    rows = explain.explain(args, rewards=recipe.rewards, sampling=recipe.sampling, lora=recipe.lora, model=recipe.model)
+    return [f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}"] + explain.render(rows)
+
+
+def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None) -> list[Path]:
+    """Curves (PNG) and report.md for a finished run; with a live trainer, its last completions too."""
+    from grpokit.plots import plot_run
+    from grpokit.report import completions_from_logs, write_report
+
+    plots = plot_run(output_dir)
+    completions = None
+    if trainer is not None and getattr(trainer, "_logs", None):
+        completions = completions_from_logs(trainer._logs, step=trainer.state.global_step) or None
+    report = write_report(output_dir, recipe_name=recipe.name, explain_lines=explain_lines(recipe, args),
+                          completions=completions, plots=plots)
+    for path in plots + [report]:
+        say(f"wrote {path}")
+    return plots + [report]

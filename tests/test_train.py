@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import matplotlib.image
 import pytest
 import yaml
 from helpers import ROOT, recipe_dict, with_trainer, write_recipe
@@ -43,6 +44,18 @@ def test_smoke_recipe_learns_with_lora_and_8bit_adam(tmp_path):
     saved = yaml.safe_load((out / "recipe.yaml").read_text())
     assert saved["trainer"]["output_dir"] == str(out)  # overrides applied, exactly as it ran
     assert load(out / "recipe.yaml").trainer == recipe.trainer  # and it reruns as is
+    # Curves and a report, at the end of every run.
+    png = matplotlib.image.imread(out / "plots" / "training.png")
+    assert png.shape[0] > 300 and png.shape[1] > 300
+    report = (out / "report.md").read_text()
+    assert "# GRPO run report: smoke" in report and "plots/training.png" in report
+    assert "advantage" in report and "char_fraction" in report  # the explain summary and the reward
+    assert "## Sampled completions" in report and "```" in report.split("## Sampled completions")[1]
+    # ... and again on demand for an existing run.
+    (out / "plots" / "training.png").unlink()
+    (out / "report.md").unlink()
+    assert main(["--plot", str(out)]) == 0
+    assert (out / "plots" / "training.png").exists() and (out / "report.md").exists()
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora-adapter-disabled-ref", "full-ft-ref-copy"])

@@ -35,7 +35,8 @@ def load_raw(spec: dict, origin: str = ""):
         try:
             return datasets.load_dataset(fmt, data_files=str(path), split="train")
         except Exception as err:  # noqa: BLE001 - any parse failure is the file's fault: say which and why
-            raise RecipeError([Problem("dataset.path", f"cannot read {path.name}: {type(err).__name__}: {str(err)[:300]}", file=origin)]) from None
+            cause = err.__cause__ or err  # datasets wraps the parser's message (what, which row) in a vague one
+            raise RecipeError([Problem("dataset.path", f"cannot read {path.name}: {type(cause).__name__}: {str(cause)[:300]}", file=origin)]) from None
     try:
         return datasets.load_dataset(spec["name"], spec.get("config"), split=spec.get("split", "train"))
     except Exception as err:  # noqa: BLE001

@@ -203,6 +203,9 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
             problems.add("sampling.metric", "names no reward of this recipe", sampling["metric"],
                          "reward, " + ", ".join(names), nearest(sampling["metric"], names + ["reward"]), file=origin("sampling.metric"))
 
+    if trainer.get("bf16") is True and trainer.get("fp16") is True:
+        problems.add("trainer.fp16", "cannot be true together with trainer.bf16; set one (or neither: model.dtype picks)",
+                     True, file=origin("trainer.fp16"))
     n_proc = num_processes or num_processes_from_env()
     _check_batch(trainer, n_proc, problems, origin)
     problems.raise_if_any()
@@ -324,6 +327,11 @@ def build_grpo_config(trainer: dict, model: dict, rewards: list[dict]):
     kwargs = dict(trainer)
     kwargs["reward_weights"] = [float(r["weight"]) for r in rewards] or None
     on_gpu = torch.cuda.is_available()
+    if not on_gpu and "LOCAL_RANK" in os.environ and num_processes_from_env() > 1:
+        # N processes launched on a machine without a GPU (torchrun, `accelerate launch --multi_gpu`): without
+        # use_cpu, transformers leaves each process alone (world size 1), so TRL's batch check disagrees with
+        # ours and each process would train its own copy; with it they form one DDP run over gloo.
+        kwargs.setdefault("use_cpu", True)
     dtype = resolved_dtype(model)
     if "bf16" not in kwargs and "fp16" not in kwargs:
         kwargs["bf16"] = on_gpu and dtype == "bfloat16"

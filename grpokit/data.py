@@ -79,7 +79,8 @@ def check_columns(spec: dict, columns: list[str], origin: str = "") -> list[Prob
 
 
 def _missing(value) -> bool:
-    return value is None or (isinstance(value, str) and not value.strip())
+    """None, a blank string, or an empty list of chat messages: a prompt (or answer) with nothing in it."""
+    return value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value)
 
 
 def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=print, origin: str = ""):

@@ -97,7 +97,8 @@ def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
 
     from grpokit import data
 
-    args = build_grpo_config(_trainer_kwargs(recipe), recipe.model, recipe.rewards)
+    args = build_grpo_config(_trainer_kwargs(recipe), recipe.model, recipe.rewards,
+                             num_processes=None if training else recipe.num_processes)
     lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None
     reward_funcs = [registry.build(r["name"], **r["args"]) for r in recipe.rewards]
     notes = list(recipe.notes)

@@ -212,14 +212,7 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
 
     # The libraries' own checks, on values that passed ours: their messages are reworded, not shown raw.
     try:
-        as_seen = dict(trainer)
-        world = num_processes_from_env()
-        if n_proc != world and isinstance(as_seen.get("per_device_train_batch_size", 8), int):
-            # Checking for another launch size: TRL sees this process's world size, so give it the same
-            # global batch (per-device x processes) on that world size; its batch checks then agree with ours.
-            per_device = as_seen.get("per_device_train_batch_size", 8)
-            as_seen["per_device_train_batch_size"] = per_device * n_proc // world if (per_device * n_proc) % world == 0 else per_device
-        build_grpo_config(as_seen, model, rewards)
+        build_grpo_config(trainer, model, rewards, num_processes=n_proc)
     except (ValueError, TypeError) as err:
         problems.add("trainer", f"TRL rejects this configuration: {err}", file=origin("trainer"))
     if lora is not None:
@@ -317,8 +310,12 @@ def _check_batch(trainer: dict, n_proc: int, problems: Problems, origin) -> None
         )
 
 
-def build_grpo_config(trainer: dict, model: dict, rewards: list[dict]):
-    """The real `GRPOConfig` for a validated trainer section (no weights involved)."""
+def build_grpo_config(trainer: dict, model: dict, rewards: list[dict], num_processes: int | None = None):
+    """The real `GRPOConfig` for a validated trainer section (no weights involved).
+
+    `num_processes` (for `--check`): the config as each of that many processes will see it, built in this
+    one process: TRL derives and checks the generation batch from its world size, which would be 1 here.
+    """
     import warnings
 
     import torch
@@ -336,9 +333,12 @@ def build_grpo_config(trainer: dict, model: dict, rewards: list[dict]):
     if "bf16" not in kwargs and "fp16" not in kwargs:
         kwargs["bf16"] = on_gpu and dtype == "bfloat16"
         kwargs["fp16"] = on_gpu and dtype == "float16"
+    cls = GRPOConfig
+    if num_processes is not None:
+        cls = type("GRPOConfigPlanned", (GRPOConfig,), {"world_size": property(lambda self: num_processes)})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        return GRPOConfig(**kwargs)
+        return cls(**kwargs)
 
 
 def resolved_dtype(model: dict) -> str:

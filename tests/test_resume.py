@@ -1,0 +1,150 @@
+"""Nothing lost: a killed run resumes from its checkpoint, a failing reward leaves a resumable one, and a
+previous run is never overwritten by accident."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, with_trainer, write_recipe
+
+from grpokit import run as runner
+from grpokit.cli import main
+
+# A reward that records the global step at which it is called (the trainer passes its state): the
+# steps a run computes, seen from inside it.
+STEP_PROBE = '''
+import pathlib
+
+def step_probe(completions, trainer_state=None, **kwargs):
+    with open(pathlib.Path(__file__).with_name("steps.log"), "a") as f:
+        f.write(f"{trainer_state.global_step}\\n")
+    return [0.0 for _ in completions]
+'''
+
+
+def checkpointed_recipe(tmp_path, max_steps: int, reward: str):
+    data = with_trainer(tmp_path, max_steps=max_steps, save_strategy="steps", save_steps=1, optim="adamw_torch",
+                        per_device_train_batch_size=4, num_generations=4)
+    data["rewards"].append({"name": reward})
+    return write_recipe(tmp_path, data)
+
+
+def logged_steps(output_dir) -> list[int]:
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    return [h["step"] for h in state["log_history"] if "loss" in h]
+
+
+def global_step(checkpoint) -> int:
+    return json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+
+
+def first_checkpoint(output_dir, proc, deadline_s: float = 300.0):
+    """Wait (bounded) until a complete checkpoint exists; trainer_state.json is the last file written."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for state in output_dir.glob("checkpoint-*/trainer_state.json"):
+            try:
+                json.loads(state.read_text())
+                return state.parent
+            except (OSError, ValueError):  # being written
+                pass
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended (exit {proc.returncode}) before its first checkpoint:\n{proc.stderr.read()[-3000:]}")
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail("no checkpoint appeared before the deadline")
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_from_its_checkpoint(tmp_path, capsys):
+    (tmp_path / "probe.py").write_text(STEP_PROBE)
+    path = checkpointed_recipe(tmp_path, max_steps=4, reward="probe.py:step_probe")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "launch.py", "--recipe", str(path)], cwd=ROOT, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        first_checkpoint(out, proc)
+        proc.kill()  # SIGKILL: no handler, no cleanup, as when a node dies
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -9, "the run finished before it could be killed"
+    resumed_from = runner.latest_checkpoint(out)
+    k = global_step(Path(resumed_from))
+    assert 1 <= k < 4
+
+    (tmp_path / "steps.log").unlink()
+    assert main(["--recipe", str(path), "--resume"]) == 0
+    assert f"(resuming {resumed_from})" in capsys.readouterr().out
+    seen = [int(s) for s in (tmp_path / "steps.log").read_text().split()]
+    assert seen == list(range(k, 4))  # the resumed run computed steps k+1..4 only: it did not restart at 1
+    assert logged_steps(out) == [1, 2, 3, 4]  # the checkpoint's history, then the new steps, none twice
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 4
+
+
+FLAKY = '''
+def flaky(completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step >= 2:
+        raise ValueError("the grader service is down")
+    return [0.0 for _ in completions]
+'''
+FIXED = '''
+def flaky(completions, trainer_state=None, **kwargs):
+    # fixed: the grader is reachable again (this file differs in size, so no stale bytecode is reused)
+    return [0.0 for _ in completions]
+'''
+
+
+@pytest.mark.slow
+def test_a_reward_that_raises_stops_the_run_with_a_resumable_checkpoint(tmp_path, capsys):
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    path = checkpointed_recipe(tmp_path, max_steps=4, reward="flaky.py:flaky")
+    out = tmp_path / "run"
+    assert main(["--recipe", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "run stopped: reward 'flaky' raised at step 2 on sample 0: ValueError: the grader service is down; completion: " in err
+    assert f"last checkpoint: {out / 'checkpoint-2'} (continue with --resume)" in err
+    assert "Traceback" not in err
+
+    (tmp_path / "flaky.py").write_text(FIXED)
+    assert main(["--recipe", str(path), "--resume"]) == 0
+    assert f"(resuming {out / 'checkpoint-2'})" in capsys.readouterr().out
+    assert logged_steps(out) == [1, 2, 3, 4]
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 4
+
+    # The trained adapter of the finished run merges into its base (recipe.yaml names builtin:tiny-llama).
+    assert main(["--merge", str(out)]) == 0
+    assert (out / "merged" / "config.json").is_file()
+
+
+def test_a_new_run_into_a_used_output_dir_is_refused(tmp_path, capsys):
+    path = write_recipe(tmp_path, with_trainer(tmp_path))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "recipe.yaml").write_text("# the previous run\n")
+    assert main(["--recipe", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.output_dir: already holds a run; pass --resume to continue it, --overwrite to replace it" in err
+    assert "Traceback" not in err
+    assert (tmp_path / "run" / "recipe.yaml").read_text() == "# the previous run\n"  # untouched
+
+
+@pytest.mark.parametrize(
+    "resume,fragment",
+    [
+        ([], "--resume: no checkpoint to resume in trainer.output_dir"),  # latest, but none saved
+        (["/no/such/checkpoint-3"], "--resume: is not a checkpoint directory (no trainer_state.json)"),  # a given path
+    ],
+    ids=["latest-none", "bad-path"],
+)
+def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path, capsys, resume, fragment):
+    path = write_recipe(tmp_path, with_trainer(tmp_path))
+    (tmp_path / "run").mkdir()
+    assert main(["--recipe", str(path), "--resume", *resume]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err

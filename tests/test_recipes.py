@@ -1,0 +1,74 @@
+"""Every shipped recipe: passes --check offline, opens with its own command, states the published knobs."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from helpers import ROOT
+
+from grpokit import recipe as recipe_io
+from grpokit.cli import main
+from grpokit.sections import validate
+
+RECIPES = ROOT / "recipes"
+# recipes/accelerate/ holds accelerate launch configs, not grpokit recipes.
+ALL = sorted(p for p in RECIPES.rglob("*.yaml") if "accelerate" not in p.relative_to(RECIPES).parts)
+MODEL_RECIPES = [p for p in ALL if p.parent.name.startswith("qwen")]
+
+
+def rel(path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def test_the_catalogue_is_complete():
+    """Every model x algorithm a user wants is one small file."""
+    models = {"qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b"}
+    algorithms = {"grpo", "dr_grpo", "dapo", "gspo"}
+    assert {(p.parent.name, p.stem) for p in MODEL_RECIPES} == {(m, a) for m in models for a in algorithms}
+
+
+@pytest.mark.parametrize("path", ALL, ids=rel)
+def test_recipe_passes_check_offline(path, capsys):
+    assert main(["--recipe", str(path), "--check"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "check passed" in out
+    assert "advantage" in out and "clip range" in out  # the explain table
+    assert "Memory plan:" in out and "-> fits" in out  # every shipped recipe is planned to fit 16 GB
+
+
+@pytest.mark.parametrize("path", ALL, ids=rel)
+def test_recipe_opens_with_its_command(path):
+    head = [line for line in path.read_text().splitlines()[:12] if line.startswith("#")]
+    assert any(f"launch.py --recipe {rel(path)}" in line for line in head), head
+
+
+@pytest.mark.parametrize("path", [p for p in ALL if p.name != "smoke.yaml"], ids=rel)
+def test_recipe_extends_a_base(path):
+    if path.stem == "gsm8k":
+        return  # the root of the chain
+    assert yaml.safe_load(path.read_text()).get("base"), "every GPU recipe extends a shared base"
+
+
+# The algorithms as published (and as TRL's docs give them for GSPO).
+PUBLISHED = {
+    "grpo": dict(loss_type="grpo", scale_rewards="group", beta=0.04, epsilon=0.2),
+    "dr_grpo": dict(loss_type="dr_grpo", scale_rewards="none", beta=0.0),
+    "dapo": dict(loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0, mask_truncated_completions=True),
+    "gspo": dict(importance_sampling_level="sequence", loss_type="grpo", beta=0.0),
+}
+
+
+@pytest.mark.parametrize("path", MODEL_RECIPES, ids=rel)
+def test_algorithm_knobs_as_published(path):
+    recipe = validate(recipe_io.load(path))
+    for key, value in PUBLISHED[path.stem].items():
+        assert recipe.trainer.get(key, {"scale_rewards": "group"}.get(key)) == value, key
+    assert recipe.lora is not None and recipe.trainer["optim"] in ("adamw_bnb_8bit", "paged_adamw_8bit")
+    assert recipe.trainer["num_generations"] == 8 and recipe.trainer["gradient_checkpointing"] is True
+    assert recipe.trainer["learning_rate"] > 1e-6  # a LoRA rate, not TRL's full fine-tune default
+    if path.stem == "dapo":
+        assert recipe.sampling["dynamic"] is True
+        overlong = next(r for r in recipe.rewards if r["name"] == "overlong_penalty")
+        assert 0 < overlong["args"]["buffer"] < overlong["args"]["max_length"] == recipe.trainer["max_completion_length"]
+    if path.parent.name == "qwen2.5-7b":
+        assert recipe.model["quantization"] == "4bit"  # QLoRA

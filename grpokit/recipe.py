@@ -139,6 +139,11 @@ def _load_chain(path: Path, seen: list[Path], origins: dict) -> tuple[dict, list
         data = {}
     if not isinstance(data, dict):
         raise RecipeError([Problem("", "a recipe must be a mapping of sections", data, file=str(path))])
+    # A section left empty (`trainer:` with only comments under it) reads as null; merged as is, it would
+    # wipe the base's whole section. It means "nothing to change" -- except `lora: null`, which says "full
+    # fine-tune" and must replace the base's LoRA.
+    for key in [k for k, v in data.items() if v is None and k != "lora"]:
+        del data[key]
     _anchor_paths(data, path.parent)
     chain = [path]
     base_value = data.pop("base", None)

@@ -129,6 +129,14 @@ def test_base_merge_child_wins_and_origins(tmp_path):
     assert loaded.origin("trainer.beta") == str(tmp_path / "child.yaml")
 
 
+def test_empty_section_changes_nothing_but_null_lora_means_full_finetune(tmp_path):
+    write_recipe(tmp_path, recipe_dict(), "base.yaml")
+    write_recipe(tmp_path, "base: base.yaml\ntrainer:\n  # nothing changed yet\nlora:\n", "child.yaml")
+    r = validate(recipe_io.load(tmp_path / "child.yaml"))
+    assert r.trainer["num_generations"] == 4  # the base's trainer section survives an empty one
+    assert r.lora is None  # an explicit null lora turns LoRA off
+
+
 def test_base_paths_are_relative_to_the_base(tmp_path):
     (tmp_path / "sub").mkdir()
     base = recipe_dict()

@@ -260,6 +260,9 @@ def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False, af
         + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
     model = load_model(prep.model_path, recipe)
     trainer = make_trainer(prep, model)
+    from grpokit import progress
+
+    progress.install(trainer)
     say(f"training: {prep.args.max_steps if prep.args.max_steps > 0 else prep.args.num_train_epochs} "
         f"{'steps' if prep.args.max_steps > 0 else 'epochs'} -> {output_dir}" + (f" (resuming {checkpoint})" if checkpoint else ""))
     trainer.train(resume_from_checkpoint=checkpoint)

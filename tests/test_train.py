@@ -59,7 +59,7 @@ def test_smoke_recipe_learns_with_lora_and_8bit_adam(tmp_path):
 
 
 @pytest.mark.parametrize("lora", [True, False], ids=["lora-adapter-disabled-ref", "full-ft-ref-copy"])
-def test_beta_runs_the_reference_path(tmp_path, lora):
+def test_beta_runs_the_reference_path(tmp_path, lora, capsys):
     data = with_trainer(tmp_path, beta=0.04, max_steps=2)
     if not lora:
         data.pop("lora")
@@ -69,6 +69,10 @@ def test_beta_runs_the_reference_path(tmp_path, lora):
     assert (trainer.ref_model is None) == lora  # LoRA: the base with the adapter disabled is the reference
     kls = [h["kl"] for h in trainer.state.log_history if "kl" in h]
     assert len(kls) == 2 and all(k >= 0 for k in kls)  # k3 is never negative
+    # The console gets one compact line per log step (the full metrics stay in trainer_state.json).
+    out = capsys.readouterr().out
+    assert re.search(r"^step 2/2  reward \d\.\d{3}  ± \d\.\d{3} .* kl \d\.\d{4}", out, re.M), out
+    assert "'completions/mean_length'" not in out
 
 
 def test_output_dir_is_never_silently_replaced(tmp_path, capsys):

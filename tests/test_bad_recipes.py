@@ -109,6 +109,22 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
+@pytest.fixture(autouse=True)
+def live_library_logs(monkeypatch):
+    """Library log lines go to this test's stderr, as they do in a real command.
+
+    datasets, transformers and huggingface_hub bind a StreamHandler to the sys.stderr of their first use:
+    under pytest, an earlier test's capture, closed by now. Writing to it prints "--- Logging error ---"
+    and a traceback that is pytest's doing, not ours. (Other modules import this fixture.)
+    """
+    import logging
+
+    for name in ("datasets", "transformers", "huggingface_hub"):
+        for handler in logging.getLogger(name).handlers:
+            if type(handler) is logging.StreamHandler:
+                monkeypatch.setattr(handler, "stream", _CurrentStderr())
+
+
 @pytest.fixture
 def no_weights(monkeypatch, tiny_model_dir):
     """Any attempt to load weights fails the test (the tiny model is built first, outside the guard)."""
@@ -119,15 +135,6 @@ def no_weights(monkeypatch, tiny_model_dir):
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
     monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse))
-    # The libraries' log handlers keep the stderr of the test that first logged (a closed capture by now);
-    # writing to it prints "--- Logging error ---" with a traceback that is pytest's, not ours.
-    import datasets.utils.logging as datasets_logging
-    import transformers.utils.logging as transformers_logging
-
-    for module in (datasets_logging, transformers_logging):
-        handler = getattr(module, "_default_handler", None)
-        if handler is not None:
-            monkeypatch.setattr(handler, "stream", _CurrentStderr())
 
 
 def test_the_base_is_valid(no_weights, capsys):

@@ -1,0 +1,402 @@
+"""DAPO dynamic sampling (grpokit/sampling.py): real GRPO runs of the tiny model through the subclass.
+
+Rewards are chosen so the outcome is known: prompts of kind "flat" always score 1.0 (zero spread), prompts of
+kind "live" score a hash of the completion text (distinct completions differ, so live groups have spread).
+"""
+
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import types
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpokit import sampling as ds
+from grpokit.sampling import DynamicSamplingGRPOTrainer, check_trl_internals, TrlInternalsError
+from rewards import text
+
+WORDS = ["apple", "banana", "cherry", "date", "egg", "fig", "grape", "ham"]
+ON = {"dynamic": True, "max_rounds": 4, "metric": "reward"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Two cores shared with other jobs: more than one intra-op thread makes a step 10-50x slower.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def hashed(completions, kind, **kwargs):
+    """1.0 for kind 'flat'; for 'live' a value in [0, 1) that differs between distinct completions."""
+    return [1.0 if k == "flat" else (zlib.crc32(text(c).encode()) % 997) / 997 for c, k in zip(completions, kind)]
+
+
+def constant(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def dataset(kinds):
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"Say {w}"}], "kind": k} for w, k in zip(WORDS, kinds)]
+    )
+
+
+HALF_FLAT = ["live", "flat"] * 4
+
+
+def make_trainer(tmp_path, model_dir, reward_funcs, sampling, kinds=HALF_FLAT, cls=DynamicSamplingGRPOTrainer,
+                 streaming=False, **cfg):
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+
+    args = dict(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=8, num_generations=4,
+                max_completion_length=16, learning_rate=1e-2, lr_scheduler_type="constant", logging_steps=1,
+                report_to=[], use_cpu=True, save_strategy="no", bf16=False, seed=0, disable_tqdm=True)
+    args.update(cfg)
+    extra = {} if cls is not DynamicSamplingGRPOTrainer else {"sampling": sampling}
+    return cls(
+        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32"),
+        reward_funcs=reward_funcs,
+        args=GRPOConfig(**args),
+        train_dataset=dataset(kinds).to_iterable_dataset() if streaming else dataset(kinds),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"),
+        **extra,
+    )
+
+
+def spy_loss(trainer):
+    """Record every micro-batch that reaches `_compute_loss`."""
+    seen, original = [], trainer._compute_loss
+
+    def wrapped(model, inputs):
+        seen.append({k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in inputs.items()})
+        return original(model, inputs)
+
+    trainer._compute_loss = wrapped
+    return seen
+
+
+def prompt_words(trainer, batch):
+    tok = trainer.processing_class
+    texts = [tok.decode(ids[m.bool()]) for ids, m in zip(batch["prompt_ids"], batch["prompt_mask"])]
+    return [t.split("Say ")[1].split("<")[0] for t in texts]
+
+
+def step_logs(trainer):
+    return [h for h in trainer.state.log_history if "sampling/rounds" in h or "reward" in h]
+
+
+# -- pinned TRL internals ------------------------------------------------------------------------------------
+
+
+def test_trl_internals_pass_on_pinned_version():
+    check_trl_internals()
+
+
+def test_trl_internals_fail_loudly_on_other_version(monkeypatch):
+    import trl
+
+    monkeypatch.setattr(trl, "__version__", "1.17.0")
+    with pytest.raises(TrlInternalsError, match=r"trl version is 1.17.0, expected 1.16.0"):
+        check_trl_internals()
+
+
+def test_trl_internals_fail_loudly_on_missing_method(monkeypatch):
+    from trl import GRPOTrainer
+
+    monkeypatch.delattr(GRPOTrainer, "_calculate_rewards")
+    with pytest.raises(TrlInternalsError, match=r"GRPOTrainer._calculate_rewards is missing"):
+        check_trl_internals()
+
+
+def test_trl_internals_fail_loudly_on_changed_signature(monkeypatch):
+    from trl import GRPOTrainer
+
+    monkeypatch.setattr(GRPOTrainer, "_generate", lambda self, prompts, num_generations: None)
+    with pytest.raises(TrlInternalsError, match=r"GRPOTrainer._generate.*has changed"):
+        check_trl_internals()
+
+
+def test_trl_internals_fail_loudly_on_changed_source(monkeypatch):
+    from trl import GRPOTrainer
+
+    def _compute_loss(self, model, inputs):  # same signature, no longer reads tool_mask
+        return None
+
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", _compute_loss)
+    with pytest.raises(TrlInternalsError, match=r"_compute_loss no longer contains"):
+        check_trl_internals()
+
+
+def test_trl_internals_fail_loudly_on_missing_attribute():
+    present = {a: None for a in ds._ATTRIBUTES if a != "_metrics"}
+    with pytest.raises(TrlInternalsError, match=r"trainer attribute `_metrics` is missing"):
+        check_trl_internals(types.SimpleNamespace(**present))
+
+
+def test_init_refuses_changed_internals_only_when_dynamic(tmp_path, tiny_model_dir, monkeypatch, caplog):
+    import trl
+
+    monkeypatch.setattr(trl, "__version__", "1.17.0")
+    with pytest.raises(TrlInternalsError, match=r"pip install trl==1.16.0"):
+        make_trainer(tmp_path, tiny_model_dir, [hashed], ON)
+    with caplog.at_level(logging.WARNING, logger="grpokit.sampling"):
+        make_trainer(tmp_path, tiny_model_dir, [hashed], {"dynamic": False})  # nothing relies on them: warn only
+    assert "trl version is 1.17.0" in caplog.text
+
+
+# -- settings and helpers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "given, names, expect",
+    [
+        (None, None, ds.DEFAULTS),  # absent section: off, defaults
+        ({"dynamic": True, "metric": "hashed"}, ["hashed"], {**ds.DEFAULTS, "dynamic": True, "metric": "hashed"}),
+        ({"dynamc": True}, None, r"sampling.dynamc is not a known key.*did you mean 'dynamic'"),  # typo
+        ({"max_rounds": 0}, None, r"max_rounds must be an integer >= 1 \(got 0\)"),
+        ({"max_rounds": True}, None, r"max_rounds must be an integer"),  # a bool is not a count
+        ({"dynamic": "yes"}, None, r"sampling.dynamic must be true or false"),
+        ({"metric": "hashd"}, ["hashed"], r"metric 'hashd' is not 'reward'.*allowed: reward, hashed.*'hashed'"),
+    ],
+)
+def test_sampling_settings(given, names, expect):
+    if isinstance(expect, str):
+        with pytest.raises(ValueError, match=expect):
+            ds.sampling_settings(given, names)
+    else:
+        assert ds.sampling_settings(given, names) == expect
+
+
+def test_group_layout_requires_whole_groups_per_process():
+    ds.check_group_layout(8, 1, 4)
+    ds.check_group_layout(2, 2, 4)  # 4 rows per process: one whole group
+    with pytest.raises(ValueError, match=r"\(6 x 1 = 6\).*multiple of num_generations \(4\).*multiple of 4"):
+        ds.check_group_layout(6, 1, 4)
+
+
+def test_prompt_stream_is_seeded_endless_and_independent():
+    a = ds.next_n(ds.prompt_stream(5, 0, (3, 0)), 15)
+    assert a == ds.next_n(ds.prompt_stream(5, 0, (3, 0)), 15)  # same key, same draws: resume-safe
+    assert a != ds.next_n(ds.prompt_stream(5, 0, (4, 0)), 15)  # another step, other draws
+    assert all(sorted(a[i:i + 5]) == list(range(5)) for i in (0, 5, 10))  # whole permutations, endless
+    state = torch.random.get_rng_state()
+    ds.next_n(ds.prompt_stream(5, 0, (0, 0)), 5)
+    assert torch.equal(state, torch.random.get_rng_state())  # torch's generator untouched
+
+
+@pytest.mark.parametrize(
+    "values, keep",
+    [
+        ([1.0, 1.0, 1.0, 1.0], False),  # all equal: eq. 8.1 gives 0
+        ([0.3, 0.3, 0.3, 0.3 + 1e-8], False),  # float noise is no signal
+        ([0.0, 0.0, 0.0, 1.0], True),
+        ([float("nan"), 0.0, 1.0, float("nan")], True),  # None from a reward: spread of the rest
+        ([float("nan"), float("nan"), float("nan"), 1.0], False),  # one scored value: no spread to speak of
+        ([float("nan")] * 4, False),  # unscorable group
+    ],
+)
+def test_group_spread_mask(values, keep):
+    assert ds.group_spread_mask(torch.tensor(values), 4).tolist() == [keep]
+
+
+# -- real runs on the tiny model -----------------------------------------------------------------------------
+
+
+def test_off_is_exactly_grpotrainer(tmp_path, tiny_model_dir):
+    from trl import GRPOTrainer
+
+    logs = []
+    for cls in (GRPOTrainer, DynamicSamplingGRPOTrainer):
+        trainer = make_trainer(tmp_path / cls.__name__, tiny_model_dir, [hashed], {"dynamic": False}, cls=cls)
+        trainer.train()
+        logs.append([{k: v for k, v in h.items() if "time" not in k and "per_second" not in k}
+                     for h in trainer.state.log_history])
+    assert logs[0] == logs[1]
+
+
+def test_degenerate_groups_never_reach_the_loss(tmp_path, tiny_model_dir):
+    trainer = make_trainer(tmp_path, tiny_model_dir, [hashed], {**ON, "max_rounds": 8}, max_steps=4)
+    seen = spy_loss(trainer)
+    trainer.train()
+    kinds = dict(zip(WORDS, HALF_FLAT))
+    trained = [w for batch in seen for w in prompt_words(trainer, batch)]
+    assert len(trained) == 4 * 8 and {kinds[w] for w in trained} == {"live"}
+    logs = step_logs(trainer)
+    assert max(h["sampling/rounds"] for h in logs) > 1
+    assert all(h["sampling/filled_short"] == 0 and h["frac_reward_zero_std"] == 0 for h in logs)
+    assert sum(h["sampling/frac_groups_dropped"] for h in logs) > 0
+
+
+def test_all_degenerate_completes_with_warning(tmp_path, tiny_model_dir, caplog):
+    trainer = make_trainer(tmp_path, tiny_model_dir, [constant], {**ON, "max_rounds": 2}, max_steps=2,
+                           loss_type="dapo", beta=0.1)
+    seen = spy_loss(trainer)
+    with caplog.at_level(logging.WARNING, logger="grpokit.sampling"):
+        trainer.train()
+    assert "ran out of generation rounds" in caplog.text and "sampling.max_rounds=2" in caplog.text
+    for batch in seen:  # full shape, but nothing in it counts: no advantage, no tokens, no KL
+        assert batch["advantages"].shape == (8,) and torch.all(batch["advantages"] == 0)
+        assert torch.all(batch["tool_mask"] == 0) and batch["num_items_in_batch"] == 0
+    logs = step_logs(trainer)
+    assert [h["sampling/filled_short"] for h in logs] == [1.0, 1.0]
+    assert [h["sampling/rounds"] for h in logs] == [2.0, 2.0]
+    assert all(h["sampling/frac_groups_filled"] == 1 and h["frac_reward_zero_std"] == 1 for h in logs)
+    assert all(h["loss"] == 0 for h in trainer.state.log_history if "loss" in h)
+
+
+def test_short_batch_fill_does_not_dilute_kept_tokens(tmp_path, tiny_model_dir):
+    # One round only: flat groups drawn in it must be filled, live ones kept.
+    trainer = make_trainer(tmp_path, tiny_model_dir, [hashed], {**ON, "max_rounds": 1}, max_steps=3, loss_type="dapo")
+    batches, original = [], trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: batches.append(original(inputs)) or batches[-1]
+    trainer.train()
+    kinds = dict(zip(WORDS, HALF_FLAT))
+    mixed = [b for b in batches if "tool_mask" in b]
+    assert mixed, "expected at least one step with flat and live groups side by side"
+    for batch in mixed:
+        live = torch.tensor([kinds[w] == "live" for w in prompt_words(trainer, batch)])
+        assert torch.all(batch["tool_mask"][~live] == 0) and torch.all(batch["advantages"][~live] == 0)
+        assert torch.all(batch["tool_mask"][live] == 1)
+        # dapo divides by num_items_in_batch: it must count the kept groups' tokens and nothing else
+        assert batch["num_items_in_batch"] == batch["completion_mask"][live].sum()
+
+
+def test_kept_advantages_are_eq_8_1_by_hand(tmp_path, tiny_model_dir):
+    trainer = make_trainer(tmp_path, tiny_model_dir, [hashed], {**ON, "max_rounds": 8}, max_steps=3)
+    batches, original = [], trainer._generate_and_score_completions
+    trainer._generate_and_score_completions = lambda inputs: batches.append(original(inputs)) or batches[-1]
+    trainer.train()
+    tok, checked = trainer.processing_class, 0
+    for batch in batches:
+        for start in range(0, batch["advantages"].numel(), 4):  # rows come in whole groups of 4
+            rows = range(start, start + 4)
+            r = [(zlib.crc32(tok.decode(batch["completion_ids"][i][batch["completion_mask"][i].bool()],
+                                        skip_special_tokens=True).encode()) % 997) / 997 for i in rows]
+            mean, std = statistics.mean(r), statistics.stdev(r)  # unbiased, as TRL's nanstd
+            expected = [(x - mean) / (std + 1e-4) for x in r]
+            assert batch["advantages"][start:start + 4].tolist() == pytest.approx(expected, abs=1e-5)
+            checked += 1
+    assert checked == 3 * 2
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(gradient_accumulation_steps=2, per_device_train_batch_size=4),  # one generation per optimizer step
+        dict(steps_per_generation=2, per_device_train_batch_size=4),  # one generation, two steps: old logps kept
+        dict(steps_per_generation=4, gradient_accumulation_steps=2, per_device_train_batch_size=2),  # both
+    ],
+)
+def test_steps_per_generation_and_accumulation(tmp_path, tiny_model_dir, cfg):
+    trainer = make_trainer(tmp_path, tiny_model_dir, [hashed], ON, max_steps=4, loss_type="dapo", **cfg)
+    seen = spy_loss(trainer)
+    trainer.train()
+    kinds = dict(zip(WORDS, HALF_FLAT))
+    assert {kinds[w] for batch in seen for w in prompt_words(trainer, batch)} == {"live"}
+    spg = trainer.args.steps_per_generation
+    for i in range(0, len(seen), spg):  # micro-batches of one generation share num_items_in_batch = their tokens
+        window = seen[i:i + spg]
+        assert all(b["num_items_in_batch"] == window[0]["num_items_in_batch"] for b in window)
+        assert window[0]["num_items_in_batch"] == sum(b["completion_mask"].sum() for b in window)
+    generations = 4 * trainer.args.gradient_accumulation_steps // spg
+    assert len([h for h in trainer.state.log_history if "loss" in h]) == 4
+    assert max(h["sampling/rounds"] for h in step_logs(trainer)) > 1
+    assert len([h for h in trainer.state.log_history if "sampling/rounds" in h]) == generations
+    if trainer.args.gradient_accumulation_steps % spg:  # TRL keeps old logps: they must be padded like the rest
+        assert all(b["old_per_token_logps"].shape == b["completion_ids"].shape for b in seen)
+
+
+def test_metric_can_be_one_named_reward(tmp_path, tiny_model_dir, caplog):
+    # The total (hashed + constant) varies on live prompts, but selection by 'constant' finds no spread anywhere.
+    trainer = make_trainer(tmp_path, tiny_model_dir, [hashed, constant], {**ON, "metric": "constant", "max_rounds": 2},
+                           max_steps=1)
+    with caplog.at_level(logging.WARNING, logger="grpokit.sampling"):
+        trainer.train()
+    (log,) = step_logs(trainer)
+    assert log["sampling/frac_groups_dropped"] == 1 and log["sampling/filled_short"] == 1
+    assert "spread in 'constant'" in caplog.text
+
+
+def test_unknown_metric_is_a_clear_error(tmp_path, tiny_model_dir):
+    with pytest.raises(ValueError, match=r"sampling.metric 'hashd'.*allowed: reward, hashed"):
+        make_trainer(tmp_path, tiny_model_dir, [hashed], {**ON, "metric": "hashd"})
+
+
+def test_streaming_dataset_is_a_clear_error(tmp_path, tiny_model_dir):
+    with pytest.raises(ValueError, match=r"needs a map-style train_dataset"):
+        make_trainer(tmp_path, tiny_model_dir, [hashed], ON, streaming=True)
+
+
+def test_resume_from_checkpoint_draws_the_same_prompts(tmp_path, tiny_model_dir):
+    straight = make_trainer(tmp_path / "a", tiny_model_dir, [hashed], ON, max_steps=4)
+    straight.train()
+    first = make_trainer(tmp_path / "b", tiny_model_dir, [hashed], ON, max_steps=4, save_strategy="steps", save_steps=2)
+    first.train()
+    resumed = make_trainer(tmp_path / "b", tiny_model_dir, [hashed], ON, max_steps=4)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-2"))
+    keys = ("sampling/rounds", "sampling/prompts_consumed", "reward")
+    after = [[h[k] for k in keys] for h in step_logs(resumed)[2:]]
+    assert after == [[h[k] for k in keys] for h in step_logs(straight)[2:]]
+
+
+def test_learns_with_dynamic_sampling(tmp_path, tiny_model_dir):
+    from rewards.toy import CharFraction
+
+    trainer = make_trainer(tmp_path, tiny_model_dir, [CharFraction("a")], ON, kinds=["live"] * 8, max_steps=20)
+    trainer.train()
+    rewards = [h["reward"] for h in step_logs(trainer)]
+    assert statistics.mean(rewards[-5:]) > statistics.mean(rewards[:5]) + 0.3, rewards
+
+
+@pytest.mark.slow
+def test_two_processes_keep_groups_whole(tmp_path, tiny_model_dir):
+    # Two CPU processes (gloo) run this file as a script; each records what reached its loss.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           __file__, str(tmp_path), str(tiny_model_dir)]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"torchrun exited {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    kinds = dict(zip(WORDS, HALF_FLAT))
+    for rank in ranks:
+        for batch in rank["seen"]:
+            assert len(set(batch["words"])) == 1 and kinds[batch["words"][0]] == "live"  # one whole live group
+    for a, b in zip(ranks[0]["seen"], ranks[1]["seen"]):  # dapo normaliser: tokens of both ranks' kept groups
+        assert a["num_items"] == b["num_items"] == a["local_tokens"] + b["local_tokens"]
+    logs = [[{k: v for k, v in h.items() if k.startswith("sampling/")} for h in rank["logs"] if "sampling/rounds" in h]
+            for rank in ranks]
+    assert logs[0] == logs[1] and max(h["sampling/rounds"] for h in logs[0]) > 1  # ranks took the same decisions
+
+
+def _two_process_worker(out: str, model_dir: str) -> None:
+    torch.set_num_threads(1)
+    trainer = make_trainer(Path(out), model_dir, [hashed], {**ON, "max_rounds": 8}, max_steps=2,
+                           per_device_train_batch_size=4, loss_type="dapo", ddp_backend="gloo")
+    seen, original = [], trainer._compute_loss
+
+    def spy(model, inputs):
+        seen.append({"words": prompt_words(trainer, inputs), "num_items": int(inputs["num_items_in_batch"]),
+                     "local_tokens": int(inputs["completion_mask"].sum())})
+        return original(model, inputs)
+
+    trainer._compute_loss = spy
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps({"seen": seen, "logs": trainer.state.log_history}))
+
+
+if __name__ == "__main__":
+    _two_process_worker(sys.argv[1], sys.argv[2])

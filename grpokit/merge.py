@@ -7,7 +7,7 @@ layer (Hu et al. 2021, LoRA, eq. 3), so the merged model's logits equal the adap
 The base model comes from the run's `recipe.yaml` (the resolved recipe saved next to the run), so
 `builtin:tiny-llama`, dtype, revision and trust_remote_code are as trained; a run without one falls back
 to the adapter's own `base_model_name_or_path`. A quantized (QLoRA) base is merged unquantized, in the
-recipe's compute dtype: merging into 4-bit weights would round the adapter away.
+base checkpoint's dtype: merging into 4-bit weights would round the adapter away.
 
     python launch.py --merge runs/smoke                       # -> runs/smoke/merged
     python launch.py --merge runs/smoke/checkpoint-20 --merge-out /tmp/smoke-merged
@@ -88,12 +88,13 @@ def merge(run_dir: str | Path, out_dir: str | Path | None = None, overwrite: boo
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpokit.sections import resolved_dtype
-
     base_path, model = base_model(run_dir)
-    dtype = getattr(torch, resolved_dtype(model)) if model else torch.float32
+    # The recipe's dtype when it names one; else the base checkpoint's own (bf16 for the Qwen models),
+    # so a merge on a CPU machine does not double the size of a bf16 model.
+    dtype_name = model.get("dtype", "auto")
+    dtype = "auto" if dtype_name == "auto" else getattr(torch, dtype_name)
     kwargs = dict(dtype=dtype, trust_remote_code=model.get("trust_remote_code", False), revision=model.get("revision"))
-    log(f"[grpokit] merging {run_dir} into {base_path} ({str(dtype).removeprefix('torch.')})")
+    log(f"[grpokit] merging {run_dir} into {base_path} (dtype {dtype_name})")
     try:
         base = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
     except (OSError, ValueError) as err:

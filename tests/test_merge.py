@@ -84,3 +84,18 @@ def test_no_adapter_exits_2(tmp_path, capsys, make, fragment):
 def test_missing_run_dir_exits_2(tmp_path, capsys):
     assert main(["--merge", str(tmp_path / "nope")]) == 2
     assert "run directory does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe_in_parent", [True, False], ids=["checkpoint-recipe-in-parent", "no-recipe-adapter-config-base"])
+def test_merge_finds_the_base(adapter_run, tmp_path, recipe_in_parent):
+    """A checkpoint takes its base from the run's recipe.yaml one level up; a bare adapter from its own config."""
+    import shutil
+
+    run, _ = adapter_run
+    parent = tmp_path / "run"
+    checkpoint = parent / "checkpoint-1"
+    shutil.copytree(run, checkpoint, ignore=shutil.ignore_patterns("merged", "recipe.yaml"))
+    if recipe_in_parent:
+        shutil.copy(run / "recipe.yaml", parent / "recipe.yaml")
+    assert main(["--merge", str(checkpoint), "--merge-out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "config.json").is_file()

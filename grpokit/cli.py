@@ -14,6 +14,7 @@ from grpokit.errors import EXIT_USAGE, RecipeError
 
 DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "smoke.yaml"
 EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 EPILOG = """\
 overrides:
@@ -123,12 +124,12 @@ def run(args) -> int:
 
     try:
         runner.train(recipe, resume=args.resume, overwrite=args.overwrite)
-    except RewardFailure as err:
+    except (RewardFailure, KeyboardInterrupt) as err:  # Ctrl-C too: say where the run can go on from
         output_dir = Path(recipe.trainer["output_dir"])
         last = runner.latest_checkpoint(output_dir)
-        print(f"run stopped: {err}", file=sys.stderr)
+        print(f"run stopped: {str(err) or 'interrupted'}", file=sys.stderr)
         print(f"last checkpoint: {last} (continue with --resume)" if last else "no checkpoint was saved yet", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_FAILED if isinstance(err, RewardFailure) else EXIT_INTERRUPTED
     return 0
 
 

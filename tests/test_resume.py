@@ -149,3 +149,18 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path, capsys, resume, 
     assert main(["--recipe", str(path), "--resume", *resume]) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err
+
+
+def test_ctrl_c_names_the_checkpoint_to_resume(tmp_path, capsys, monkeypatch):
+    """Ctrl-C mid-run: no traceback, exit 130, and where to continue from."""
+    path = write_recipe(tmp_path, with_trainer(tmp_path))
+    (tmp_path / "run" / "checkpoint-3").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoint-3" / "trainer_state.json").write_text("{}")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "train", interrupted)
+    assert main(["--recipe", str(path), "--resume"]) == 130
+    err = capsys.readouterr().err
+    assert "run stopped: interrupted" in err and f"last checkpoint: {tmp_path / 'run' / 'checkpoint-3'} (continue with --resume)" in err

@@ -208,6 +208,8 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
                      True, file=origin("trainer.fp16"))
     n_proc = num_processes or num_processes_from_env()
     _check_batch(trainer, n_proc, problems, origin)
+    if sampling.get("dynamic"):
+        _check_dynamic_sampling(trainer, problems, origin)
     problems.raise_if_any()
 
     # The libraries' own checks, on values that passed ours: their messages are reworded, not shown raw.
@@ -308,6 +310,28 @@ def _check_batch(trainer: dict, n_proc: int, problems: Problems, origin) -> None
             f"e.g. per_device_train_batch_size: {fix}",
             file=origin("trainer.num_generations"),
         )
+
+
+def _check_dynamic_sampling(trainer: dict, problems: Problems, origin) -> None:
+    """What the dynamic-sampling trainer would refuse at init, said before any weight loads."""
+    from grpokit.sampling import check_group_layout
+
+    scale = {True: "group", False: "none"}.get(trainer.get("scale_rewards"), trainer.get("scale_rewards", "group"))
+    if scale not in ("group", "none"):
+        problems.add("trainer.scale_rewards", "cannot be used with sampling.dynamic: batch-level statistics would mix "
+                     "the generation rounds a batch is built from", scale, "group, none", file=origin("trainer.scale_rewards"))
+    if trainer.get("multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
+        problems.add("trainer.multi_objective_aggregation", "cannot be used with sampling.dynamic (batch-level statistics)",
+                     trainer["multi_objective_aggregation"], "sum_then_normalize", file=origin("trainer.multi_objective_aggregation"))
+    per_device, num_gen = trainer.get("per_device_train_batch_size", 8), trainer.get("num_generations", 8)
+    steps = trainer.get("steps_per_generation") or trainer.get("gradient_accumulation_steps", 1)
+    if trainer.get("generation_batch_size") and trainer.get("steps_per_generation") is None:
+        return  # steps per generation follow from the process count: the trainer checks it at init
+    if all(isinstance(v, int) and v > 0 for v in (per_device, num_gen, steps)):
+        try:
+            check_group_layout(per_device, steps, num_gen)
+        except ValueError as err:
+            problems.add("trainer.per_device_train_batch_size", str(err), per_device, file=origin("trainer.per_device_train_batch_size"))
 
 
 def build_grpo_config(trainer: dict, model: dict, rewards: list[dict], num_processes: int | None = None):

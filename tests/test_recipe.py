@@ -87,6 +87,8 @@ SECTION_CASES = [
     (dict(lora={"r": 8, "lora_dropuot": 0.1}), "did you mean 'lora_dropout'"),
     (dict(sampling={"dynamic": True, "metric": "acuracy"}), "sampling.metric"),
     (dict(sampling={"max_rounds": 0}), "sampling.max_rounds"),
+    # what the dynamic-sampling trainer would refuse at init, caught before weights load
+    (dict(sampling={"dynamic": True}, trainer={**recipe_dict()["trainer"], "scale_rewards": "batch"}), "trainer.scale_rewards: cannot be used with sampling.dynamic"),
 ]
 
 
@@ -197,3 +199,11 @@ def test_help_imports_nothing_heavy():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "--recipe" in proc.stdout and proc.stdout.strip().endswith("[]")
+
+
+def test_dynamic_sampling_keeps_groups_on_one_process(tmp_path):
+    """2 processes x 2 completions hold whole groups of 4 globally, but a group would straddle the ranks."""
+    data = with_trainer(tmp_path, per_device_train_batch_size=2, num_generations=4)
+    data["sampling"] = {"dynamic": True}
+    lines = problems_of(write_recipe(tmp_path, data), num_processes=2)
+    assert len(lines) == 1 and "every prompt group stays on one process" in lines[0]

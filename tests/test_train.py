@@ -115,3 +115,16 @@ def test_failing_reward_names_reward_step_and_sample(tmp_path, capsys):
     found = re.search(r"reward 'picky' raised at step 0 on sample (\d+): ZeroDivisionError: division by zero; completion: ", err)
     assert found, err
     assert "no checkpoint was saved yet" in err
+
+
+def test_dynamic_sampling_through_the_recipe(tmp_path):
+    """`sampling.dynamic: true` in a recipe trains with the DAPO subclass: trained batches carry signal."""
+    recipe = load(ROOT / "recipes" / "smoke.yaml", [f"trainer.output_dir={tmp_path / 'run'}", "trainer.max_steps=4",
+                                                    "trainer.save_strategy=no", "trainer.disable_tqdm=true",
+                                                    "sampling.dynamic=true", "sampling.max_rounds=3"])
+    trainer = runner.train(recipe)
+    assert type(trainer).__name__ == "DynamicSamplingGRPOTrainer"
+    logs = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logs) == 4 and all("sampling/rounds" in h for h in logs)
+    for h in logs:  # a batch filled short is said so; otherwise no group without reward spread was trained on
+        assert h["frac_reward_zero_std"] == 0 or h["sampling/filled_short"] > 0

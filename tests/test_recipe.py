@@ -87,6 +87,8 @@ SECTION_CASES = [
     (dict(lora={"r": 8, "lora_dropuot": 0.1}), "did you mean 'lora_dropout'"),
     (dict(sampling={"dynamic": True, "metric": "acuracy"}), "sampling.metric"),
     (dict(sampling={"max_rounds": 0}), "sampling.max_rounds"),
+    # issue 3's done-when: the overlong buffer must fit inside max_length (= trainer.max_completion_length, 16)
+    (dict(rewards=[{"name": "overlong_penalty", "args": {"buffer": 32}}]), "rewards[0].args: reward 'overlong_penalty': bad arguments"),
     # what the dynamic-sampling trainer would refuse at init, caught before weights load
     (dict(sampling={"dynamic": True}, trainer={**recipe_dict()["trainer"], "scale_rewards": "batch"}), "trainer.scale_rewards: cannot be used with sampling.dynamic"),
 ]

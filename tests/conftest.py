@@ -8,6 +8,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import sys  # noqa: E402
+
 import pytest  # noqa: E402
 
 
@@ -17,3 +19,27 @@ def tiny_model_dir():
     from grpokit.tiny import ensure_tiny_model
 
     return ensure_tiny_model()
+
+
+class _CurrentStderr:
+    def write(self, text):
+        return sys.stderr.write(text)
+
+    def flush(self):
+        sys.stderr.flush()
+
+
+@pytest.fixture(autouse=True)
+def live_library_logs(monkeypatch):
+    """Library log lines go to this test's stderr, as they do in a real command.
+
+    datasets, transformers and huggingface_hub bind a StreamHandler to the sys.stderr of their first use:
+    under pytest, an earlier test's capture, closed by now. Writing to it prints "--- Logging error ---"
+    and a traceback that is pytest's doing, not ours.
+    """
+    import logging
+
+    for name in ("datasets", "transformers", "huggingface_hub"):
+        for handler in logging.getLogger(name).handlers:
+            if type(handler) is logging.StreamHandler:
+                monkeypatch.setattr(handler, "stream", _CurrentStderr())

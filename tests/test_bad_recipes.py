@@ -101,30 +101,6 @@ def test_corpus_and_table_agree():
     assert sorted(p.stem for p in CORPUS.glob("*.yaml")) == sorted(CASES)
 
 
-class _CurrentStderr:
-    def write(self, text):
-        return sys.stderr.write(text)
-
-    def flush(self):
-        sys.stderr.flush()
-
-
-@pytest.fixture(autouse=True)
-def live_library_logs(monkeypatch):
-    """Library log lines go to this test's stderr, as they do in a real command.
-
-    datasets, transformers and huggingface_hub bind a StreamHandler to the sys.stderr of their first use:
-    under pytest, an earlier test's capture, closed by now. Writing to it prints "--- Logging error ---"
-    and a traceback that is pytest's doing, not ours. (Other modules import this fixture.)
-    """
-    import logging
-
-    for name in ("datasets", "transformers", "huggingface_hub"):
-        for handler in logging.getLogger(name).handlers:
-            if type(handler) is logging.StreamHandler:
-                monkeypatch.setattr(handler, "stream", _CurrentStderr())
-
-
 @pytest.fixture
 def no_weights(monkeypatch, tiny_model_dir):
     """Any attempt to load weights fails the test (the tiny model is built first, outside the guard)."""

@@ -10,7 +10,6 @@ import json
 
 import pytest
 from helpers import with_trainer, write_recipe
-from test_bad_recipes import live_library_logs  # noqa: F401 - autouse: library logs reach this test's stderr
 
 from grpokit import data
 from grpokit.cli import main

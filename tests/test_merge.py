@@ -6,7 +6,6 @@ import pytest
 import torch
 import yaml
 from helpers import recipe_dict
-from test_bad_recipes import live_library_logs  # noqa: F401 - autouse: library logs reach this test's stderr
 
 from grpokit.cli import main
 

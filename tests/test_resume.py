@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, with_trainer, write_recipe
-from test_bad_recipes import live_library_logs  # noqa: F401 - autouse: library logs reach this test's stderr
 
 from grpokit import run as runner
 from grpokit.cli import main

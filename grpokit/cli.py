@@ -7,6 +7,8 @@ answers at once. A user's mistake ends in one message per problem and exit code 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from pathlib import Path
 
@@ -55,6 +57,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # bitsandbytes warns on every CPU start that an optional hub kernel is missing: noise, not news.
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     try:
         if args.list_rewards:
             return list_rewards()
@@ -111,6 +115,11 @@ def plot(run_dir: Path) -> int:
 
 
 def run(args) -> int:
+    if args.check:
+        # --check never touches the network: a hub model or dataset is checked from the local cache, or
+        # reported as not checked. Set before the Hugging Face libraries are imported (they read it then).
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from grpokit import recipe as recipe_io
     from grpokit import run as runner
     from grpokit.sections import validate
@@ -141,12 +150,14 @@ def check(recipe, args) -> int:
     prep = runner.prepare(recipe, log=lambda m: None)
     print(f"# {recipe.name}: resolved recipe ({recipe.path})")
     print(recipe_io.dump(recipe.as_dict()).rstrip())
-    prompt_length = None
+    prompt_length, prompt_how = recipe.dataset.get("max_prompt_tokens"), "dataset.max_prompt_tokens, the longest a prompt may be"
     if prep.dataset is not None:
         print(f"\n# first formatted rows ({len(prep.dataset)} prompts)")
         for row in prep.dataset.select(range(min(2, len(prep.dataset)))):
             print(f"- {row}")
-        prompt_length = longest_prompt(prep)
+        measured = longest_prompt(prep)
+        if measured is not None:
+            prompt_length, prompt_how = measured, "the longest formatted prompt of the dataset"
     print("\n# what this recipe computes (the seed chapter's terms, from the resolved GRPOConfig)")
     rows = explain.explain(prep.args, rewards=recipe.rewards, sampling=recipe.sampling, lora=recipe.lora, model=recipe.model)
     print("\n".join(explain.render(rows)))
@@ -159,9 +170,9 @@ def check(recipe, args) -> int:
                                gpu_memory_gb=args.gpu_memory, config=config)
         print("\n".join(plan.render()))
         if prompt_length is None:
-            print("  note: prompt length not measured (dataset not reachable): assumed 256 tokens")
+            print("  note: prompt length not measured (dataset not reachable) and not bounded: assumed 256 tokens")
         else:
-            print(f"  note: prompt length = the longest formatted prompt of the dataset, {prompt_length} tokens")
+            print(f"  note: prompt length = {prompt_how}, {prompt_length} tokens")
     except (memory.ConfigNotFound, ValueError) as err:
         print(f"Memory plan: not available -- {err}")
     for note in prep.notes:

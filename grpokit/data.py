@@ -42,7 +42,7 @@ def load_raw(spec: dict, origin: str = ""):
     except Exception as err:  # noqa: BLE001
         text = f"{type(err).__name__}: {err}"
         if any(s in text for s in ("offline", "Offline", "ConnectionError", "couldn't be found", "Couldn't reach", "LocalEntryNotFound")):
-            raise NotReachable(f"dataset {spec['name']!r} is not cached and the hub is not reachable") from None
+            raise NotReachable(f"dataset {spec['name']!r} is not in the local cache") from None
         raise RecipeError([Problem("dataset", f"cannot load {spec['name']!r}: {text[:300]}", file=origin)]) from None
 
 

@@ -69,8 +69,8 @@ def model_source(recipe: Recipe) -> tuple[str | None, str | None]:
         cached = None
     if isinstance(cached, str):
         return name, None
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        return name, f"model {name!r} is not in the local cache and the hub is offline: tokenizer not checked"
+    if os.environ.get("HF_HUB_OFFLINE") == "1":  # always so under --check, which never downloads
+        return name, f"model {name!r} is not in the local cache: its tokenizer and prompt lengths are not checked (training downloads it)"
     return name, None
 
 

@@ -22,7 +22,7 @@ REQUIRED_SECTIONS = ("model", "dataset", "rewards")
 
 MODEL = {
     "name_or_path": Field(str, doc="a hub id, a local directory, or builtin:tiny-llama"),
-    "dtype": Field(str, "auto", "weights dtype; auto = bfloat16 on a GPU, float32 on CPU",
+    "dtype": Field(str, "auto", "weights dtype; auto = bfloat16 on a GPU (float16 where it lacks bfloat16), float32 on CPU",
                    choices=("auto", "bfloat16", "float16", "float32")),
     "quantization": Field(str, "none", "none, 8bit, or 4bit (nf4, QLoRA)", choices=("none", "8bit", "4bit")),
     "attn_implementation": Field(str | None, None, choices=("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")),
@@ -366,10 +366,13 @@ def build_grpo_config(trainer: dict, model: dict, rewards: list[dict], num_proce
 
 
 def resolved_dtype(model: dict) -> str:
-    """`auto` means bfloat16 on a GPU (TRL would otherwise load float32) and float32 on CPU."""
+    """`auto` means bfloat16 on a GPU (TRL would otherwise load float32), float16 on one without bfloat16
+    (T4, V100: common 16 GB cards), and float32 on CPU."""
     dtype = model.get("dtype", "auto")
     if dtype != "auto":
         return dtype
     import torch
 
-    return "bfloat16" if torch.cuda.is_available() else "float32"
+    if not torch.cuda.is_available():
+        return "float32"
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -43,47 +42,39 @@ def global_step(checkpoint) -> int:
     return json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
 
 
-def first_checkpoint(output_dir, proc, deadline_s: float = 300.0):
-    """Wait (bounded) until a complete checkpoint exists; trainer_state.json is the last file written."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        for state in output_dir.glob("checkpoint-*/trainer_state.json"):
-            try:
-                json.loads(state.read_text())
-                return state.parent
-            except (OSError, ValueError):  # being written
-                pass
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended (exit {proc.returncode}) before its first checkpoint:\n{proc.stderr.read()[-3000:]}")
-        time.sleep(0.2)
-    proc.kill()
-    pytest.fail("no checkpoint appeared before the deadline")
+# The same probe, which also SIGKILLs its own process at the first reward call after checkpoint-2 was
+# saved, while a `kill` file lies beside it: a crash at a known point, with no polling and no sleeps.
+KILLING_PROBE = STEP_PROBE + '''
+import os, signal
+
+_step_probe = step_probe
+
+def step_probe(completions, trainer_state=None, **kwargs):
+    out = _step_probe(completions, trainer_state=trainer_state, **kwargs)
+    if trainer_state.global_step >= 2 and pathlib.Path(__file__).with_name("kill").exists():
+        os.kill(os.getpid(), signal.SIGKILL)  # no handler, no cleanup, as when a node dies
+    return out
+'''
 
 
 @pytest.mark.slow
 def test_a_killed_run_resumes_from_its_checkpoint(tmp_path, capsys):
-    (tmp_path / "probe.py").write_text(STEP_PROBE)
+    (tmp_path / "probe.py").write_text(KILLING_PROBE)
+    (tmp_path / "kill").touch()
     path = checkpointed_recipe(tmp_path, max_steps=4, reward="probe.py:step_probe")
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "launch.py", "--recipe", str(path)], cwd=ROOT, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        first_checkpoint(out, proc)
-        proc.kill()  # SIGKILL: no handler, no cleanup, as when a node dies
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -9, "the run finished before it could be killed"
+    proc = subprocess.run([sys.executable, "launch.py", "--recipe", str(path)], cwd=ROOT, text=True,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    assert proc.returncode == -9, f"the run was not killed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
     resumed_from = runner.latest_checkpoint(out)
-    k = global_step(Path(resumed_from))
-    assert 1 <= k < 4
+    assert Path(resumed_from).name == "checkpoint-2" and global_step(Path(resumed_from)) == 2
 
+    (tmp_path / "kill").unlink()
     (tmp_path / "steps.log").unlink()
     assert main(["--recipe", str(path), "--resume"]) == 0
     assert f"(resuming {resumed_from})" in capsys.readouterr().out
     seen = [int(s) for s in (tmp_path / "steps.log").read_text().split()]
-    assert seen == list(range(k, 4))  # the resumed run computed steps k+1..4 only: it did not restart at 1
+    assert seen == [2, 3]  # the resumed run computed steps 3 and 4 only: it did not restart at 1
     assert logged_steps(out) == [1, 2, 3, 4]  # the checkpoint's history, then the new steps, none twice
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 4
 

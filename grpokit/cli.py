@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_intermixed_args(argv)  # flags and overrides in any order
     # bitsandbytes warns on every CPU start that an optional hub kernel is missing: noise, not news.
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     try:

@@ -128,3 +128,14 @@ def test_dynamic_sampling_through_the_recipe(tmp_path):
     assert len(logs) == 4 and all("sampling/rounds" in h for h in logs)
     for h in logs:  # a batch filled short is said so; otherwise no group without reward spread was trained on
         assert h["frac_reward_zero_std"] == 0 or h["sampling/filled_short"] > 0
+
+
+@pytest.mark.parametrize("quantization,layer", [("4bit", "Linear4bit"), ("8bit", "Linear8bitLt")])
+def test_quantized_base_trains_with_lora(tmp_path, quantization, layer):
+    """The QLoRA path the 7B recipes use (bitsandbytes 0.50 quantizes on CPU too): real steps, quantized layers."""
+    recipe = load(ROOT / "recipes" / "smoke.yaml", [f"model.quantization={quantization}", f"trainer.output_dir={tmp_path / 'run'}",
+                                                    "trainer.max_steps=2", "trainer.save_strategy=no", "trainer.disable_tqdm=true"])
+    trainer = runner.train(recipe)
+    layers = {type(m).__name__ for m in trainer.model.get_base_model().modules()}
+    assert layer in layers  # the base really is quantized, under the LoRA adapter
+    assert trainer.state.global_step == 2 and (tmp_path / "run" / "adapter_model.safetensors").exists()

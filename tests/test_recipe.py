@@ -209,3 +209,10 @@ def test_dynamic_sampling_keeps_groups_on_one_process(tmp_path):
     data["sampling"] = {"dynamic": True}
     lines = problems_of(write_recipe(tmp_path, data), num_processes=2)
     assert len(lines) == 1 and "every prompt group stays on one process" in lines[0]
+
+
+def test_flags_and_overrides_in_any_order():
+    from grpokit.cli import parser
+
+    args = parser().parse_intermixed_args(["--recipe", "r.yaml", "trainer.beta=0.1", "--overwrite", "lora.r=4", "--check"])
+    assert args.overrides == ["trainer.beta=0.1", "lora.r=4"] and args.overwrite and args.check

@@ -211,8 +211,10 @@ def test_dynamic_sampling_keeps_groups_on_one_process(tmp_path):
     assert len(lines) == 1 and "every prompt group stays on one process" in lines[0]
 
 
-def test_flags_and_overrides_in_any_order():
-    from grpokit.cli import parser
+def test_flags_and_overrides_in_any_order(tmp_path, capsys):
+    """`--overwrite` between overrides is not an argparse error: the run gets both overrides."""
+    from grpokit.cli import main
 
-    args = parser().parse_intermixed_args(["--recipe", "r.yaml", "trainer.beta=0.1", "--overwrite", "lora.r=4", "--check"])
-    assert args.overrides == ["trainer.beta=0.1", "lora.r=4"] and args.overwrite and args.check
+    path = write_recipe(tmp_path, with_trainer(tmp_path))
+    assert main(["--recipe", str(path), "trainer.beta=0.1", "--check", "trainer.epsilon_hihg=1"]) == 2
+    assert "trainer.epsilon_hihg" in capsys.readouterr().err  # the override after --check reached the recipe

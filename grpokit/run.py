@@ -272,7 +272,21 @@ def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False, af
         finish_run(output_dir, recipe, prep.args, trainer)
     if after_train is not None:
         after_train(trainer, prep)
+    end_process_group()
     return trainer
+
+
+def end_process_group() -> None:
+    """Close a distributed run's process group once every rank is done.
+
+    Left to interpreter shutdown, gloo's threads were seen to abort a rank with SIGABRT ("terminate called
+    without an active exception") after a complete run, about once in 30 two-process runs on CPU.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def explain_lines(recipe: Recipe, args) -> list[str]:

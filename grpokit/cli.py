@@ -102,8 +102,7 @@ def plot(run_dir: Path) -> int:
             from grpokit.sections import validate
 
             recipe = validate(recipe_io.load(saved))
-            args = runner.build_grpo_config(runner._trainer_kwargs(recipe), recipe.model, recipe.rewards)
-            paths = runner.finish_run(run_dir, recipe, args)
+            paths = runner.finish_run(run_dir, recipe, runner.grpo_args(recipe))
         else:
             paths = plot_run(run_dir)
             paths.append(write_report(run_dir, recipe_name=run_dir.name, plots=list(paths)))
@@ -143,7 +142,7 @@ def run(args) -> int:
 
 
 def check(recipe, args) -> int:
-    from grpokit import explain, memory
+    from grpokit import memory
     from grpokit import recipe as recipe_io
     from grpokit import run as runner
 
@@ -159,15 +158,11 @@ def check(recipe, args) -> int:
         if measured is not None:
             prompt_length, prompt_how = measured, "the longest formatted prompt of the dataset"
     print("\n# what this recipe computes (the seed chapter's terms, from the resolved GRPOConfig)")
-    rows = explain.explain(prep.args, rewards=recipe.rewards, sampling=recipe.sampling, lora=recipe.lora, model=recipe.model)
-    print("\n".join(explain.render(rows)))
+    print("\n".join(runner.explain_table(recipe, prep.args)))
     print()
     try:
-        config = None
-        if prep.model_path and not recipe.model["name_or_path"].startswith("builtin:"):
-            config = memory.load_model_config(prep.model_path)[0] if Path(prep.model_path).is_dir() else None
         plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
-                               gpu_memory_gb=args.gpu_memory, config=config)
+                               gpu_memory_gb=args.gpu_memory)
         print("\n".join(plan.render()))
         if prompt_length is None:
             print("  note: prompt length not measured (dataset not reachable) and not bounded: assumed 256 tokens")

@@ -216,8 +216,6 @@ def load(path: str | os.PathLike, overrides: list[str] = ()) -> Loaded:
             parts, value = parse_override(text)
             if parts == ["base"]:
                 raise ValueError("base cannot be overridden from the command line; edit the recipe")
-            if isinstance(value, dict):
-                _anchor_paths({parts[0]: value} if len(parts) == 1 else {}, Path.cwd())
             apply_override(data, parts, value)
             key_path = ".".join(parts)
             origins[key_path] = CLI
@@ -226,6 +224,10 @@ def load(path: str | os.PathLike, overrides: list[str] = ()) -> Loaded:
         except ValueError as err:
             problems.add(text.partition("=")[0], str(err), file=CLI)
     problems.raise_if_any()
+    if overrides:
+        # A path given on the command line is relative to where the command runs; the file's own paths are
+        # absolute by now, so this anchors exactly the overridden ones (`dataset.path=...` or a whole section).
+        _anchor_paths(data, Path.cwd())
     return Loaded(path=path, data=data, origins=origins, chain=chain)
 
 

@@ -97,12 +97,10 @@ def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
 
     from grpokit import data
 
-    args = build_grpo_config(_trainer_kwargs(recipe), recipe.model, recipe.rewards,
-                             num_processes=None if training else recipe.num_processes)
+    args = grpo_args(recipe, num_processes=None if training else recipe.num_processes)
     lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None
     reward_funcs = [registry.build(r["name"], **r["args"]) for r in recipe.rewards]
-    notes = list(recipe.notes)
-    problems = []
+    notes, problems = [], []
 
     model_path, note = None, None
     try:
@@ -158,13 +156,14 @@ def _reward_columns_missing(recipe: Recipe, columns: list[str]) -> list[Problem]
     return problems
 
 
-def _trainer_kwargs(recipe: Recipe) -> dict:
+def grpo_args(recipe: Recipe, num_processes: int | None = None):
+    """The run's `GRPOConfig`: the trainer section plus what the model section implies for TRL."""
     kwargs = dict(recipe.trainer)
     init = {k: recipe.model[k] for k in ("revision",) if recipe.model.get(k)}
     if init:
         kwargs["model_init_kwargs"] = init
     kwargs["trust_remote_code"] = recipe.model.get("trust_remote_code", False)
-    return kwargs
+    return build_grpo_config(kwargs, recipe.model, recipe.rewards, num_processes=num_processes)
 
 
 def load_model(path: str, recipe: Recipe):
@@ -243,7 +242,7 @@ def make_trainer(prep: Prepared, model):
     return GRPOTrainer(**kwargs)
 
 
-def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False, after_train=None):
+def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False):
     """Train a validated recipe; returns the trainer. Writes the resolved recipe first, then the run."""
     output_dir = Path(recipe.trainer["output_dir"])
     origin = str(recipe.path)
@@ -270,8 +269,6 @@ def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False, af
     trainer.save_state()
     if is_main_process():
         finish_run(output_dir, recipe, prep.args, trainer)
-    if after_train is not None:
-        after_train(trainer, prep)
     end_process_group()
     return trainer
 
@@ -289,12 +286,12 @@ def end_process_group() -> None:
         dist.destroy_process_group()
 
 
-def explain_lines(recipe: Recipe, args) -> list[str]:
-    """The recipe's explain table as lines, for report.md."""
+def explain_table(recipe: Recipe, args) -> list[str]:
+    """What the recipe computes, in the seed chapter's terms, as table lines (for --check and report.md)."""
     from grpokit import explain
 
     rows = explain.explain(args, rewards=recipe.rewards, sampling=recipe.sampling, lora=recipe.lora, model=recipe.model)
-    return [f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}"] + explain.render(rows)
+    return explain.render(rows)
 
 
 def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None) -> list[Path]:
@@ -306,7 +303,7 @@ def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None) -> list[Pat
     completions = None
     if trainer is not None and getattr(trainer, "_logs", None):
         completions = completions_from_logs(trainer._logs, step=trainer.state.global_step) or None
-    report = write_report(output_dir, recipe_name=recipe.name, explain_lines=explain_lines(recipe, args),
+    report = write_report(output_dir, recipe_name=recipe.name, explain_lines=[f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}"] + explain_table(recipe, args),
                           completions=completions, plots=plots)
     for path in plots + [report]:
         say(f"wrote {path}")

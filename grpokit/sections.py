@@ -9,7 +9,7 @@ plus the enumerations and ranges those libraries leave unchecked (TRL 1.16 accep
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +127,6 @@ class Recipe:
     trainer: dict
     sampling: dict
     num_processes: int = 1
-    notes: list[str] = field(default_factory=list)  # things not checked (offline), said, not failed
 
     def as_dict(self) -> dict:
         """What is saved as the resolved recipe next to a run: rerunnable as is."""

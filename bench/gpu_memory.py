@@ -44,7 +44,7 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere: grpokit is the repo's
-from grpokit import memory  # noqa: E402
+from grpokit import architecture, memory  # noqa: E402
 
 GIB = memory.GIB
 LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "lora_dropout": 0.0}  # grpokit's defaults
@@ -361,7 +361,7 @@ def main(argv=None) -> int:
                "note": note, "cases": []}
     meter, t0 = Meter(a.cap_gib), time.time()
     for case in (c for c in CASES if c.name in names):
-        config, _ = memory.load_model_config(case.model)
+        config, _ = architecture.load_model_config(case.model)
         if a.dry_run:
             config = dict(TINY)
             case = replace(case, max_completion_length=16, prompt_length=16, seconds_estimate=0, optim="adamw_torch")

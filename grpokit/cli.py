@@ -137,12 +137,16 @@ def run(args) -> int:
         last = runner.latest_checkpoint(output_dir)
         print(f"run stopped: {str(err) or 'interrupted'}", file=sys.stderr)
         print(f"last checkpoint: {last} (continue with --resume)" if last else "no checkpoint was saved yet", file=sys.stderr)
-        return EXIT_FAILED if isinstance(err, RewardFailure) else EXIT_INTERRUPTED
-    return 0
+        code = EXIT_FAILED if isinstance(err, RewardFailure) else EXIT_INTERRUPTED
+    else:
+        code = 0
+    runner.end_distributed(code)  # under a distributed launcher the process ends here
+    return code
 
 
 def check(recipe, args) -> int:
     from grpokit import memory
+    from grpokit.architecture import ConfigNotFound
     from grpokit import recipe as recipe_io
     from grpokit import run as runner
 
@@ -168,7 +172,7 @@ def check(recipe, args) -> int:
             print("  note: prompt length not measured (dataset not reachable) and not bounded: assumed 256 tokens")
         else:
             print(f"  note: prompt length = {prompt_how}, {prompt_length} tokens")
-    except (memory.ConfigNotFound, ValueError) as err:
+    except (ConfigNotFound, ValueError) as err:
         print(f"Memory plan: not available -- {err}")
     for note in prep.notes:
         print(f"\nnote: {note}")

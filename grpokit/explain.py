@@ -96,15 +96,16 @@ def kl(args, lora, model) -> str:
 def _copy_cost(model) -> str:
     """' (5.75 GiB of weights)' from memory.py, or '' when the architecture is not reachable offline."""
     from grpokit import memory
+    from grpokit.architecture import ConfigNotFound, load_model_config
 
     if not model or not model.get("name_or_path"):
         return ""
     try:
-        config, _ = memory.load_model_config(model["name_or_path"])
+        config, _ = load_model_config(model["name_or_path"])
         dtype = model.get("dtype", "auto")
         p = memory.plan(config, dtype="bfloat16" if dtype == "auto" else dtype,
                         quantization=model.get("quantization", "none"), suggest=False)
-    except (memory.ConfigNotFound, ValueError) as e:
+    except (ConfigNotFound, ValueError) as e:
         return f" (its size is unknown: {str(e).split(';')[0]})"
     weights = next(c for c in p.phases[0].components if c.name == "weights").bytes
     return f", {weights / memory.GIB:.2f} GiB more GPU memory (estimated from the architecture)"

@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from grpokit.errors import Problems, nearest
 from grpokit.recipe import Loaded
-from grpokit.schema import Bounds, Field, check_bounds, validate_dataclass_keys, validate_fields
+from grpokit.schema import Bounds, Field, validate_dataclass_keys, validate_fields
 
 SECTIONS = ("model", "lora", "dataset", "rewards", "trainer", "sampling")
 REQUIRED_SECTIONS = ("model", "dataset", "rewards")

@@ -106,6 +106,32 @@ def is_user_reward(name: str) -> bool:
     return ":" in name
 
 
+_user_files: dict[Path, tuple[tuple[int, int], object]] = {}
+
+
+def _load_user_file(name: str, path: Path):
+    """Execute a user's reward file once per version of it (validation, --check and training all ask)."""
+    resolved = path.resolve()
+    stat = resolved.stat()
+    version = (stat.st_mtime_ns, stat.st_size)
+    cached = _user_files.get(resolved)
+    if cached and cached[0] == version:
+        return cached[1]
+    mod_name = f"grpokit_user_reward_{abs(hash(str(resolved)))}"
+    spec = importlib.util.spec_from_file_location(mod_name, resolved)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as err:
+        raise RewardError(f"user reward {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
+    except Exception as err:  # noqa: BLE001 - any import-time failure is the user's file, say so
+        raise RewardError(f"user reward {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
+    # Registered so that instances of classes defined in the file pickle by reference.
+    sys.modules[mod_name] = module
+    _user_files[resolved] = (version, module)
+    return module
+
+
 def _load_user_target(name: str) -> Callable:
     where, _, attr = name.rpartition(":")
     if not where or not attr:
@@ -114,17 +140,7 @@ def _load_user_target(name: str) -> Callable:
         path = Path(where).expanduser()
         if not path.is_file():
             raise RewardError(f"user reward {name!r}: file {str(path)!r} does not exist")
-        mod_name = f"grpokit_user_reward_{abs(hash(str(path.resolve())))}"
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except SyntaxError as err:
-            raise RewardError(f"user reward {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
-        except Exception as err:  # noqa: BLE001 - any import-time failure is the user's file, say so
-            raise RewardError(f"user reward {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
-        # Registered so that instances of classes defined in the file pickle by reference.
-        sys.modules[mod_name] = module
+        module = _load_user_file(name, path)
     else:
         try:
             module = importlib.import_module(where)

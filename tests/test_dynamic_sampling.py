@@ -19,6 +19,7 @@ import torch
 
 from grpokit import sampling as ds
 from grpokit.sampling import DynamicSamplingGRPOTrainer, check_trl_internals, TrlInternalsError
+from grpokit.run import end_distributed
 from rewards import text
 
 WORDS = ["apple", "banana", "cherry", "date", "egg", "fig", "grape", "ham"]
@@ -396,9 +397,7 @@ def _two_process_worker(out: str, model_dir: str) -> None:
     trainer.train()
     rank = trainer.accelerator.process_index
     (Path(out) / f"rank{rank}.json").write_text(json.dumps({"seen": seen, "logs": trainer.state.log_history}))
-    # Left to interpreter shutdown, gloo's threads were seen to abort rank 0 ("terminate called without an
-    # active exception", SIGABRT) about once in 30 runs, after a complete run.
-    torch.distributed.destroy_process_group()
+    end_distributed(0)  # as launch.py ends a distributed run (see its docstring)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from grpokit import memory
-from grpokit.memory import GIB, ConfigNotFound, load_model_config, lora_param_count, param_counts, plan
+from grpokit.architecture import ConfigNotFound, load_model_config, lora_param_count, param_counts, shipped_models
+from grpokit.memory import GIB, plan
 
-SHIPPED = memory.shipped_models()
+SHIPPED = shipped_models()
 LORA = {"r": 16, "target_modules": "all-linear"}
 # The settings the shipped recipes are planned with: 8 completions of 1024 tokens per prompt, prompts of
 # ~256 tokens (GSM8K + chat template), 4 prompts per generation batch, micro-batch 8 (one group).
@@ -253,3 +254,12 @@ def test_bench_cases_are_planned_to_fit_and_compared_per_phase():
         assert out["peak"]["plan_fits"], case.name
         assert out["peak"]["allocated_gib"] == 8
         assert out["phases"]["training"]["error"] == pytest.approx(out["phases"]["training"]["plan_gib"] / 8 - 1)
+
+
+@pytest.mark.parametrize("module", ["grpokit.architecture", "grpokit.memory"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted and not result.failed

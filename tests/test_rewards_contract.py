@@ -64,3 +64,17 @@ def test_registry_lists_every_builtin_with_a_summary():
 def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module))
     assert result.failed == 0
+
+
+def test_user_reward_file_runs_once_per_version(tmp_path):
+    # Validation, --check and training each resolve the name; the user's file runs once unless it changed.
+    runs = tmp_path / "runs.txt"
+    src = tmp_path / "mine.py"
+    body = "open({runs!r}, 'a').write('x')\ndef mine(completions, **kw):\n    return [{v}] * len(completions)\n"
+    src.write_text(body.format(runs=str(runs), v="1.0"))
+    first = rewards.resolve(f"{src}:mine").target
+    assert rewards.resolve(f"{src}:mine").target is first
+    assert runs.read_text() == "x"
+    src.write_text(body.format(runs=str(runs), v="0.25"))  # edited (size changes): loaded afresh
+    assert rewards.resolve(f"{src}:mine").target(completions=["a"]) == [0.25]
+    assert runs.read_text() == "xx"

@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from grpokit.errors import EXIT_USAGE, RecipeError
@@ -57,8 +58,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_intermixed_args(argv)  # flags and overrides in any order
-    # bitsandbytes warns on every CPU start that an optional hub kernel is missing: noise, not news.
-    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    quiet_known_noise()
     try:
         if args.list_rewards:
             return list_rewards()
@@ -73,6 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     except RecipeError as err:
         print(err.render(), file=sys.stderr)
         return EXIT_USAGE
+
+
+def quiet_known_noise() -> None:
+    """Silence third-party warnings a user can do nothing about, so the run's own lines stay readable.
+
+    Each is exact to its message: TRL 1.16 calls transformers 5's deprecated `gradient_checkpointing_*`
+    names (a FutureWarning per call site, repeated through the run); torch's DataLoader warns that
+    `pin_memory` does nothing without an accelerator (every CPU run); bitsandbytes warns on every CPU
+    start that an optional hub kernel is missing.
+    """
+    warnings.filterwarnings("ignore", message=r"`(is_gradient_checkpointing|gradient_checkpointing_\w+)` is deprecated",
+                            category=FutureWarning)
+    warnings.filterwarnings("ignore", message=r"'pin_memory' argument is set as true but no accelerator", category=UserWarning)
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 
 def list_rewards() -> int:

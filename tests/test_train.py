@@ -139,3 +139,22 @@ def test_quantized_base_trains_with_lora(tmp_path, quantization, layer):
     layers = {type(m).__name__ for m in trainer.model.get_base_model().modules()}
     assert layer in layers  # the base really is quantized, under the LoRA adapter
     assert trainer.state.global_step == 2 and (tmp_path / "run" / "adapter_model.safetensors").exists()
+
+
+def test_known_third_party_noise_is_quiet(tiny_model_dir):
+    # TRL's calls of transformers' deprecated names warned at every checkpointing toggle; other warnings stay.
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    from grpokit.cli import quiet_known_noise
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_known_noise()
+        model.gradient_checkpointing_enable()
+        assert model.is_gradient_checkpointing
+        model.gradient_checkpointing_disable()
+        warnings.warn("`something_else` is deprecated", FutureWarning)
+    assert [str(w.message) for w in caught] == ["`something_else` is deprecated"]

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-STATE_FILE = "trainer_state.json"
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+from grpokit.run import STATE_FILE, latest_checkpoint
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,6 @@ class Panel:
     title: str
     ylabel: str
     series: tuple[tuple[str, str], ...]  # (log key, legend label); a key of "rewards/*/mean" expands per reward
-    logy: bool = False
 
 
 # Order is reading order in the grid: what the run optimised first, then its health signals.
@@ -79,13 +76,9 @@ def find_trainer_state(run_dir: str | Path) -> Path:
     direct = run_dir / STATE_FILE
     if direct.is_file():
         return direct
-    checkpoints = sorted(
-        (int(m.group(1)), p)
-        for p in run_dir.iterdir()
-        if (m := _CHECKPOINT.match(p.name)) and (p / STATE_FILE).is_file()
-    )
-    if checkpoints:
-        return checkpoints[-1][1] / STATE_FILE
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint:
+        return Path(checkpoint) / STATE_FILE
     raise ValueError(
         f"no {STATE_FILE} in {str(run_dir)!r} or its checkpoint-N/ folders; pass the output_dir of a run "
         f"that has saved a checkpoint or finished (the trainer writes {STATE_FILE} then)"

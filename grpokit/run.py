@@ -22,6 +22,7 @@ from grpokit.errors import Problem, RecipeError
 from grpokit.sections import Recipe, build_grpo_config, resolved_dtype
 
 _HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+STATE_FILE = "trainer_state.json"  # what the trainer saves in output_dir and in every checkpoint-N/
 
 
 def is_main_process() -> bool:
@@ -215,8 +216,10 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, orig
 
 
 def latest_checkpoint(output_dir: Path) -> str | None:
-    found = [p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").exists()]
-    return str(max(found, key=lambda p: int(p.name.split("-")[-1]))) if found else None
+    """The highest-numbered `checkpoint-N/` that holds a `trainer_state.json` (a complete one), if any."""
+    found = [(int(p.name.partition("-")[2]), p) for p in output_dir.glob("checkpoint-*")
+             if p.name.partition("-")[2].isdigit() and (p / STATE_FILE).is_file()]
+    return str(max(found)[1]) if found else None
 
 
 def resolve_resume(resume: str | None, output_dir: Path, origin: str) -> str | None:
@@ -227,8 +230,8 @@ def resolve_resume(resume: str | None, output_dir: Path, origin: str) -> str | N
         if found is None:
             raise RecipeError([Problem("--resume", "no checkpoint to resume in trainer.output_dir", str(output_dir), file=origin)])
         return found
-    if not (Path(resume) / "trainer_state.json").exists():
-        raise RecipeError([Problem("--resume", "is not a checkpoint directory (no trainer_state.json)", resume, file=origin)])
+    if not (Path(resume) / STATE_FILE).exists():
+        raise RecipeError([Problem("--resume", f"is not a checkpoint directory (no {STATE_FILE})", resume, file=origin)])
     return resume
 
 

@@ -47,12 +47,15 @@ from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
 from grpokit.errors import nearest
+from grpokit.sections import SAMPLING
 
 logger = logging.getLogger(__name__)
 
 TRL_VERSION = "1.16.0"
 TOTAL_REWARD = "reward"  # `metric` value for the weighted sum of all rewards
-DEFAULTS = {"dynamic": False, "max_rounds": 4, "metric": TOTAL_REWARD}
+DEFAULTS = {key: field.default for key, field in SAMPLING.items()}  # the recipe's `sampling:` section
+# Advantage knobs under which a sample's advantage depends on its own group only, as mixing rounds needs.
+PER_GROUP = {"scale_rewards": ("group", "none"), "multi_objective_aggregation": ("sum_then_normalize",)}
 # A group is kept when the std of its metric exceeds this. Above float32 noise (rewards computed two ways
 # that should tie can differ by ~1e-8), far below any real reward difference.
 STD_EPS = 1e-6
@@ -177,6 +180,18 @@ def sampling_settings(sampling: dict | None, reward_func_names=None) -> dict:
     return settings
 
 
+def batch_level_knobs(scale_rewards, multi_objective_aggregation) -> dict:
+    """The advantage knobs (name -> value) that make advantages depend on the whole batch: dynamic sampling
+    builds a batch from several generation rounds, whose statistics must not mix.
+
+    >>> batch_level_knobs(True, "sum_then_normalize"), batch_level_knobs("batch", "sum_then_normalize")
+    ({}, {'scale_rewards': 'batch'})
+    """
+    given = {"scale_rewards": {True: "group", False: "none"}.get(scale_rewards, scale_rewards),  # TRL's bool forms
+             "multi_objective_aggregation": multi_objective_aggregation}
+    return {knob: value for knob, value in given.items() if value not in PER_GROUP[knob]}
+
+
 def check_group_layout(per_device_train_batch_size: int, steps_per_generation: int, num_generations: int) -> None:
     """Each process's generation batch must hold whole prompt groups, or a group would straddle two ranks.
 
@@ -266,7 +281,7 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
         if self._is_vlm:
             raise ValueError("dynamic sampling does not support vision-language inputs yet; "
                              "set sampling.dynamic: false.")
-        if self.scale_rewards not in ("group", "none") or self.multi_objective_aggregation != "sum_then_normalize":
+        if batch_level_knobs(self.scale_rewards, self.multi_objective_aggregation):
             raise ValueError(
                 f"dynamic sampling needs per-group advantages (scale_rewards 'group' or 'none' with "
                 f"multi_objective_aggregation 'sum_then_normalize'), got scale_rewards={self.scale_rewards!r}, "

@@ -249,7 +249,7 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[di
             for arg, key_path in e.from_recipe.items():
                 if args.get(arg) is None:
                     section, _, key = key_path.partition(".")
-                    args[arg] = trainer.get(key, _grpo_default(key)) if section == "trainer" else None
+                    args[arg] = _knob(trainer, key) if section == "trainer" else None
             registry.build(entry["name"], **args)
         except registry.RewardError as err:
             problems.add(f"{path}.name" if "unknown reward" in str(err) or "user reward" in str(err) else f"{path}.args",
@@ -263,23 +263,22 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[di
     return out
 
 
-def _grpo_default(key: str):
+def _knob(trainer: dict, key: str):
+    """The trainer section's value for `key`, else `GRPOConfig`'s own default (None for no such field)."""
+    if key in trainer:
+        return trainer[key]
     import dataclasses
 
     from trl import GRPOConfig
 
-    for f in dataclasses.fields(GRPOConfig):
-        if f.name == key:
-            return f.default
-    return None
+    return next((f.default for f in dataclasses.fields(GRPOConfig) if f.name == key), None)
 
 
 def _check_batch(trainer: dict, n_proc: int, problems: Problems, origin) -> None:
     """The generation batch must hold whole prompt groups: TRL checks this only with its own world size."""
-    per_device = trainer.get("per_device_train_batch_size", 8)
-    num_gen = trainer.get("num_generations", 8)
-    accum = trainer.get("gradient_accumulation_steps", 1)
-    gen_bs, spg = trainer.get("generation_batch_size"), trainer.get("steps_per_generation")
+    per_device, num_gen, accum, gen_bs, spg = (_knob(trainer, k) for k in (
+        "per_device_train_batch_size", "num_generations", "gradient_accumulation_steps", "generation_batch_size",
+        "steps_per_generation"))
     if not all(isinstance(v, int) and v > 0 for v in (per_device, num_gen, accum)):
         return  # already reported as a type or range problem
     if gen_bs is not None and spg is not None:
@@ -312,17 +311,13 @@ def _check_batch(trainer: dict, n_proc: int, problems: Problems, origin) -> None
 
 def _check_dynamic_sampling(trainer: dict, problems: Problems, origin) -> None:
     """What the dynamic-sampling trainer would refuse at init, said before any weight loads."""
-    from grpokit.sampling import check_group_layout
+    from grpokit.sampling import PER_GROUP, batch_level_knobs, check_group_layout
 
-    scale = {True: "group", False: "none"}.get(trainer.get("scale_rewards"), trainer.get("scale_rewards", "group"))
-    if scale not in ("group", "none"):
-        problems.add("trainer.scale_rewards", "cannot be used with sampling.dynamic: batch-level statistics would mix "
-                     "the generation rounds a batch is built from", scale, "group, none", file=origin("trainer.scale_rewards"))
-    if trainer.get("multi_objective_aggregation", "sum_then_normalize") != "sum_then_normalize":
-        problems.add("trainer.multi_objective_aggregation", "cannot be used with sampling.dynamic (batch-level statistics)",
-                     trainer["multi_objective_aggregation"], "sum_then_normalize", file=origin("trainer.multi_objective_aggregation"))
-    per_device, num_gen = trainer.get("per_device_train_batch_size", 8), trainer.get("num_generations", 8)
-    steps = trainer.get("steps_per_generation") or trainer.get("gradient_accumulation_steps", 1)
+    for knob, value in batch_level_knobs(_knob(trainer, "scale_rewards"), _knob(trainer, "multi_objective_aggregation")).items():
+        problems.add(f"trainer.{knob}", "cannot be used with sampling.dynamic: batch-level statistics would mix "
+                     "the generation rounds a batch is built from", value, ", ".join(PER_GROUP[knob]), file=origin(f"trainer.{knob}"))
+    per_device, num_gen = _knob(trainer, "per_device_train_batch_size"), _knob(trainer, "num_generations")
+    steps = _knob(trainer, "steps_per_generation") or _knob(trainer, "gradient_accumulation_steps")
     if trainer.get("generation_batch_size") and trainer.get("steps_per_generation") is None:
         return  # steps per generation follow from the process count: the trainer checks it at init
     if all(isinstance(v, int) and v > 0 for v in (per_device, num_gen, steps)):

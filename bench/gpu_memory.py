@@ -44,10 +44,11 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere: grpokit is the repo's
-from grpokit import architecture, memory  # noqa: E402
+from grpokit import architecture, memory, run  # noqa: E402
+from grpokit.sections import LORA_DEFAULTS  # noqa: E402
 
 GIB = memory.GIB
-LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "lora_dropout": 0.0}  # grpokit's defaults
+LORA = {k: v for k, v in LORA_DEFAULTS.items() if k != "task_type"}  # a recipe's `lora:` with grpokit's defaults
 TINY = dict(model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=512, tie_word_embeddings=False)
 
@@ -118,9 +119,6 @@ class Meter:
         if self.cuda:
             self.torch.cuda.set_per_process_memory_fraction(1.0)
 
-    def peak(self, phase: str, key: str) -> int:
-        return max((m[key] for m in self.marks if m["phase"] == phase), default=0)
-
 
 def build_tokenizer(vocab_size: int):
     """A word-level tokenizer with one token per model row: `<pad>` = 0, `<eos>` = 1, `w<i>` for the rest."""
@@ -169,11 +167,7 @@ def build_model(config: dict, case: Case, workdir: Path):
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
-            from transformers import BitsAndBytesConfig
-
-            quant = (BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype,
-                                        bnb_4bit_use_double_quant=True) if case.quantization == "4bit"
-                     else BitsAndBytesConfig(load_in_8bit=True))
+            quant = run.quantization_config(case.quantization, dtype)  # exactly what a grpokit run loads
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, quantization_config=quant, device_map={"": 0})
         else:  # the dry run exercises the same save/load path without bitsandbytes
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
@@ -250,7 +244,7 @@ def compare(case: Case, config: dict, measured: dict, cap_gib: float) -> dict:
                     gpu_memory_gb=cap_gib)
     marks = measured["marks"]
 
-    def peak(phase, key):
+    def peak(phase, key):  # the phase's highest mark over the measured steps
         return max((m[key] for m in marks if m["phase"] == phase), default=0)
 
     out = {"plan": p.as_dict(), "phases": {}}

@@ -54,16 +54,19 @@ def main() -> None:
     from grpokit import run as runner
     from grpokit.sections import validate
 
-    def grpokit_trainer(out):
+    def prepared(out):
         recipe = validate(recipe_io.load(ROOT / "recipes" / "smoke.yaml", [
             f"trainer.output_dir={out}", f"trainer.max_steps={opts.steps}", "trainer.save_strategy=no",
             "trainer.disable_tqdm=true", "trainer.logging_steps=1000"]))
-        prep = runner.prepare(recipe, log=lambda m: None)
-        return runner.make_trainer(prep, runner.load_model(prep.model_path, recipe)), prep, recipe
+        return runner.prepare(recipe, log=lambda m: None), recipe
+
+    def grpokit_trainer(out):
+        prep, recipe = prepared(out)
+        return runner.make_trainer(prep, runner.load_model(prep.model_path, recipe))
 
     def trl_trainer(out):
         # The same objects grpokit hands TRL, minus grpokit: the raw reward function, no guard.
-        _, prep, recipe = grpokit_trainer(out)
+        prep, recipe = prepared(out)
         raw_rewards = [f.fn for f in prep.reward_funcs]
         return GRPOTrainer(model=runner.load_model(prep.model_path, recipe), reward_funcs=raw_rewards, args=prep.args,
                            train_dataset=prep.dataset, processing_class=prep.tokenizer, peft_config=prep.lora)
@@ -72,9 +75,7 @@ def main() -> None:
     for i in range(opts.repeats):
         for side, build in (("trl", trl_trainer), ("grpokit", grpokit_trainer)):
             with tempfile.TemporaryDirectory() as out:
-                trainer = build(out)
-                trainer = trainer[0] if isinstance(trainer, tuple) else trainer
-                sides[side] += step_times(trainer)
+                sides[side] += step_times(build(out))
         print(f"repeat {i + 1}/{opts.repeats}: median step trl {statistics.median(sides['trl']) * 1e3:.2f} ms, "
               f"grpokit {statistics.median(sides['grpokit']) * 1e3:.2f} ms", flush=True)
     t, g = statistics.median(sides["trl"]), statistics.median(sides["grpokit"])

@@ -347,17 +347,17 @@ def _suggest(config: dict, s: Settings, current: Plan) -> str:
         steps.append(("model.quantization: 4bit (QLoRA)", dict(quantization="4bit", lora=s.lora or {"r": 16})))
     steps.append((f"trainer.max_completion_length: {s.max_completion_length // 2}",
                   dict(max_completion_length=s.max_completion_length // 2)))
-    taken, settings = [], s
+    taken, settings, best = [], s, current.total_gb
     for text, change in steps:
         trial = replace(settings, **change)
         if "per_device_train_batch_size" in change and settings.generation_batch_size is None:
             trial = replace(trial, generation_batch_size=settings.gen_batch)
         after = Plan("", "", trial, _compute(config, trial))
-        if after.total_gb < Plan("", "", settings, _compute(config, settings)).total_gb:
+        if after.total_gb < best:
             if "per_device_train_batch_size" in change and taken and taken[-1].startswith("trainer.per_device"):
                 taken.pop()  # a smaller micro-batch replaces the previous one, not adds to it
             taken.append(text)
-            settings = trial
+            settings, best = trial, after.total_gb
             if after.fits:
                 return taken[0] + ("" if len(taken) == 1 else " (then " + "; ".join(taken[1:]) + ")")
     return (taken[0] + " -- even with " + "; ".join(taken) + " it does not fit") if taken else "none found"

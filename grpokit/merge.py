@@ -23,8 +23,8 @@ from grpokit.errors import Problem, RecipeError
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def _fail(message: str, value=None, path: str = "--merge") -> RecipeError:
-    return RecipeError([Problem(path, message, value)] if value is not None else [Problem(path, message)])
+def _fail(message: str, value, path: str = "--merge") -> RecipeError:
+    return RecipeError([Problem(path, message, value)])
 
 
 def find_recipe(run_dir: Path) -> Path | None:

@@ -183,18 +183,24 @@ def load_model(path: str, recipe: Recipe):
     )
     if recipe.model.get("attn_implementation"):
         kwargs["attn_implementation"] = recipe.model["attn_implementation"]
-    quant = recipe.model.get("quantization", "none")
-    if quant != "none":
-        from transformers import BitsAndBytesConfig
-
-        compute = dtype if dtype != torch.float32 else torch.bfloat16
-        kwargs["quantization_config"] = (
-            BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute,
-                               bnb_4bit_use_double_quant=True)
-            if quant == "4bit"
-            else BitsAndBytesConfig(load_in_8bit=True)
-        )
+    quant = quantization_config(recipe.model.get("quantization", "none"), dtype)
+    if quant is not None:
+        kwargs["quantization_config"] = quant
     return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
+def quantization_config(quantization: str, dtype):
+    """bitsandbytes settings for `model.quantization` (None for "none"): 4bit is NF4 with double quantization
+    (what grpokit.memory plans), computing in `dtype` (bfloat16 for a float32 base); 8bit is LLM.int8."""
+    if quantization == "none":
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=dtype if dtype != torch.float32 else torch.bfloat16)
 
 
 def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, origin: str) -> None:

@@ -16,14 +16,14 @@ def _token_counts(name: str, completions, completion_ids) -> list[int]:
     return [len(ids) for ids in completion_ids]
 
 
-def _check_length(name: str, value, what: str) -> int:
+def _check_length(name: str, value) -> int:
     if value is None:
         raise ValueError(
             f"{name} needs max_length; from a recipe it defaults to trainer.max_completion_length, "
             "so set that or pass args: {max_length: <tokens>}"
         )
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name}: {what} must be a positive integer number of tokens, got {value!r}")
+        raise ValueError(f"{name}: max_length must be a positive integer number of tokens, got {value!r}")
     return value
 
 
@@ -46,7 +46,7 @@ class OverlongPenalty:
     """
 
     def __init__(self, *, max_length: int | None = None, buffer: int, penalty_factor: float = 1.0):
-        self.max_length = _check_length("overlong_penalty", max_length, "max_length")
+        self.max_length = _check_length("overlong_penalty", max_length)
         if isinstance(buffer, bool) or not isinstance(buffer, int) or not 0 < buffer <= self.max_length:
             raise ValueError(
                 f"overlong_penalty: buffer ({buffer!r}) must be an integer in (0, max_length] = (0, {self.max_length}]; "
@@ -94,7 +94,7 @@ class CosineScaled:
     def __init__(self, max_length: int | None = None, min_value_correct: float = 0.5, max_value_correct: float = 1.0,
                  min_value_wrong: float = -1.0, max_value_wrong: float = -0.5, exceed_penalty: float | None = None,
                  gold_column: str = "answer", allow_last_number: bool = False, timeout: float = 1.0):
-        self.max_length = _check_length("cosine_scaled", max_length, "max_length")
+        self.max_length = _check_length("cosine_scaled", max_length)
         values = dict(min_value_correct=min_value_correct, max_value_correct=max_value_correct,
                       min_value_wrong=min_value_wrong, max_value_wrong=max_value_wrong)
         for key, value in values.items():

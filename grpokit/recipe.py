@@ -121,12 +121,14 @@ def _anchor_paths(data: dict, folder: Path) -> None:
     model = data.get("model")
     if isinstance(model, dict) and isinstance(model.get("name_or_path"), str) and _is_local_path(model["name_or_path"]):
         model["name_or_path"] = str((folder / Path(model["name_or_path"]).expanduser()).resolve())
+    from rewards import user_reward_file
+
     for reward in data.get("rewards") or []:
         name = reward.get("name") if isinstance(reward, dict) else None
-        if isinstance(name, str) and ":" in name:
-            where, _, attr = name.rpartition(":")
-            if where.endswith(".py") or "/" in where:
-                reward["name"] = f"{(folder / Path(where).expanduser()).resolve()}:{attr}"
+        found = user_reward_file(name) if isinstance(name, str) else None
+        if found:
+            where, attr = found
+            reward["name"] = f"{(folder / Path(where).expanduser()).resolve()}:{attr}"
 
 
 def _load_chain(path: Path, seen: list[Path], origins: dict) -> tuple[dict, list[Path]]:

@@ -106,6 +106,18 @@ def is_user_reward(name: str) -> bool:
     return ":" in name
 
 
+def user_reward_file(name: str) -> tuple[str, str] | None:
+    """(file, function) when `name` is a user reward given by file path (`dir/my.py:fn`), else None.
+
+    >>> user_reward_file("my_rewards.py:score"), user_reward_file("pkg.mod:score")
+    (('my_rewards.py', 'score'), None)
+    """
+    where, _, attr = name.rpartition(":")
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        return where, attr
+    return None
+
+
 _user_files: dict[Path, tuple[tuple[int, int], object]] = {}
 
 
@@ -136,7 +148,7 @@ def _load_user_target(name: str) -> Callable:
     where, _, attr = name.rpartition(":")
     if not where or not attr:
         raise RewardError(f"user reward {name!r} must be 'path/to/file.py:function' or 'package.module:function'")
-    if where.endswith(".py") or "/" in where or "\\" in where:
+    if user_reward_file(name):
         path = Path(where).expanduser()
         if not path.is_file():
             raise RewardError(f"user reward {name!r}: file {str(path)!r} does not exist")

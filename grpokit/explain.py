@@ -102,12 +102,9 @@ def _copy_cost(model) -> str:
         return ""
     try:
         config, _ = load_model_config(model["name_or_path"])
-        dtype = model.get("dtype", "auto")
-        p = memory.plan(config, dtype="bfloat16" if dtype == "auto" else dtype,
-                        quantization=model.get("quantization", "none"), suggest=False)
+        weights, _ = memory.weight_bytes(config, memory.planned_dtype(model), model.get("quantization", "none"))
     except (ConfigNotFound, ValueError) as e:
         return f" (its size is unknown: {str(e).split(';')[0]})"
-    weights = next(c for c in p.phases[0].components if c.name == "weights").bytes
     return f", {weights / memory.GIB:.2f} GiB more GPU memory (estimated from the architecture)"
 
 

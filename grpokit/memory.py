@@ -218,24 +218,34 @@ def _optimizer(s: Settings, tensors: list[tuple[int, bool]], param_bytes: int) -
     return int(total), how
 
 
+def planned_dtype(model: dict) -> str:
+    """The model section's dtype as planned: `auto` is bfloat16, what it resolves to on the GPU we plan for."""
+    dtype = model.get("dtype", "auto")
+    return "bfloat16" if dtype == "auto" else dtype
+
+
+def weight_bytes(config: dict, dtype: str, quantization: str = "none") -> tuple[float, str]:
+    """(bytes of the model's weights in `dtype` / `quantization`, how that was counted)."""
+    counts, shapes = param_counts(config), linear_shapes(config)
+    b = DTYPE_BYTES[dtype]
+    total, linear = counts["total"], counts["linear_weights"]
+    if quantization == "4bit":
+        return (linear * NF4_BYTES + (total - linear) * b,
+                f"{_count(linear)} linear params x {NF4_BYTES:.3f} B (NF4, double quant) + {_count(total - linear)} x {b} B")
+    if quantization == "8bit":
+        return (linear + _dims(config)["L"] * sum(o for _, o, _ in shapes.values()) * 4 + (total - linear) * b,
+                f"{_count(linear)} linear params x 1 B (int8) + row scales + {_count(total - linear)} x {b} B")
+    return total * b, f"{_count(total)} params x {b} B ({dtype})"
+
+
 def _compute(config: dict, s: Settings) -> list[Phase]:
     d, counts, shapes = _dims(config), param_counts(config), linear_shapes(config)
     H, I, L, V, q, kv = d["H"], d["I"], d["L"], d["V"], d["q"], d["kv"]
-    b = DTYPE_BYTES[s.dtype]
-    total, linear = counts["total"], counts["linear_weights"]
+    b, total = DTYPE_BYTES[s.dtype], counts["total"]
     B, C, P, G = s.per_device_train_batch_size, s.max_completion_length, s.prompt_length, s.gen_batch
     S, T, N = P + C, B * (P + C), B * C
 
-    # weights
-    if s.quantization == "4bit":
-        weights = linear * NF4_BYTES + (total - linear) * b
-        w_how = f"{_count(linear)} linear params x {NF4_BYTES:.3f} B (NF4, double quant) + {_count(total - linear)} x {b} B"
-    elif s.quantization == "8bit":
-        weights = linear + L * sum(o for _, o, _ in shapes.values()) * 4 + (total - linear) * b
-        w_how = f"{_count(linear)} linear params x 1 B (int8) + row scales + {_count(total - linear)} x {b} B"
-    else:
-        weights = total * b
-        w_how = f"{_count(total)} params x {b} B ({s.dtype})"
+    weights, w_how = weight_bytes(config, s.dtype, s.quantization)
     dequant = max(i * o for i, o, _ in shapes.values()) * b if s.quantization != "none" else 0
 
     # trainable parameters, gradients, optimizer
@@ -372,12 +382,11 @@ def plan_for(args, *, model: dict, lora: dict | None, prompt_length: int | None 
     source = "given config"
     if config is None:
         config, source = load_model_config(model["name_or_path"])
-    dtype = model.get("dtype", "auto")
     optim = getattr(args.optim, "value", args.optim)
     world = max(1, getattr(args, "world_size", 1) or 1)
     return plan(
         config, model=model["name_or_path"], source=source,
-        dtype="bfloat16" if dtype == "auto" else dtype,  # auto = bfloat16 on a GPU, the card we plan for
+        dtype=planned_dtype(model),
         quantization=model.get("quantization", "none"), lora=lora, optim=str(optim), beta=float(args.beta),
         gradient_checkpointing=bool(args.gradient_checkpointing),
         per_device_train_batch_size=args.per_device_train_batch_size, num_generations=args.num_generations,

@@ -98,6 +98,25 @@ def text(completion) -> str:
     return "" if completion is None else str(completion)
 
 
+def is_integer(value) -> bool:
+    """An int that is not a bool (YAML's `true` must not pass for 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """An int or float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def token_ids(name: str, completions, completion_ids) -> list:
+    """`completion_ids`, checked to be there (TRL's GRPOTrainer passes them) and one per completion."""
+    if completion_ids is None:
+        raise ValueError(f"{name} needs completion_ids (token ids), which TRL's GRPOTrainer passes; got none")
+    if len(completion_ids) != len(completions):
+        raise ValueError(f"{name}: got {len(completions)} completions but {len(completion_ids)} completion_ids")
+    return completion_ids
+
+
 # ----------------------------------------------------------------------------------------------------
 # Resolving names: registered, file path, module path
 

@@ -208,8 +208,7 @@ class VerifierPool:
         return results
 
     def _run(self, jobs, timeout: float, results: list) -> None:
-        todo = self._todo = deque(range(len(jobs)))
-        self._retried: set[int] = set()
+        todo, retried = deque(range(len(jobs))), set()  # jobs not yet sent; jobs already given a second try
         while todo or any(w.job is not None for w in self._workers):
             for w in self._workers:
                 if w.ready and w.job is None and todo:
@@ -225,7 +224,7 @@ class VerifierPool:
             ready = wait([w.inbox for w in waiting], timeout=max(0.0, soonest - time.monotonic()))
             for w in waiting:
                 if w.inbox in ready:
-                    self._receive(w, results)
+                    self._receive(w, results, todo, retried)
             now = time.monotonic()
             for w in waiting:
                 if w in self._workers and w.waiting and w.deadline <= now:
@@ -238,7 +237,7 @@ class VerifierPool:
                     results[w.job] = 0.0 if w.gold_ok else None
                     self._replace(w)
 
-    def _receive(self, w: _Worker, results: list) -> None:
+    def _receive(self, w: _Worker, results: list, todo: deque, retried: set) -> None:
         try:
             msg = w.inbox.recv()
         except (EOFError, OSError):
@@ -253,11 +252,11 @@ class VerifierPool:
                         "on stderr above); check that `python -c 'import math_verify'` works in this environment"
                     ) from None
                 return
-            if w.job is not None and not w.gold_ok and w.job not in self._retried:
+            if w.job is not None and not w.gold_ok and w.job not in retried:
                 # No answer at all: it may have died before reading the job (killed from outside), so
                 # the job gets one more try; a gold that crashes math-verify crashes it twice.
-                self._retried.add(w.job)
-                self._todo.appendleft(w.job)
+                retried.add(w.job)
+                todo.appendleft(w.job)
             elif w.job is not None:  # it crashed on this job
                 results[w.job] = 0.0 if w.gold_ok else None
             self._replace(w)

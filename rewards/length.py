@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import math
 
-from rewards import register
+from rewards import is_integer, is_number, register, token_ids
 from rewards.math import Accuracy
 
 
 def _token_counts(name: str, completions, completion_ids) -> list[int]:
-    if completion_ids is None:
-        raise ValueError(f"{name} needs completion_ids (token ids), which TRL's GRPOTrainer passes; got none")
-    if len(completion_ids) != len(completions):
-        raise ValueError(f"{name}: got {len(completions)} completions but {len(completion_ids)} completion_ids")
-    return [len(ids) for ids in completion_ids]
+    return [len(ids) for ids in token_ids(name, completions, completion_ids)]
 
 
 def _check_length(name: str, value) -> int:
@@ -22,7 +18,7 @@ def _check_length(name: str, value) -> int:
             f"{name} needs max_length; from a recipe it defaults to trainer.max_completion_length, "
             "so set that or pass args: {max_length: <tokens>}"
         )
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if not is_integer(value) or value <= 0:
         raise ValueError(f"{name}: max_length must be a positive integer number of tokens, got {value!r}")
     return value
 
@@ -47,12 +43,12 @@ class OverlongPenalty:
 
     def __init__(self, *, max_length: int | None = None, buffer: int, penalty_factor: float = 1.0):
         self.max_length = _check_length("overlong_penalty", max_length)
-        if isinstance(buffer, bool) or not isinstance(buffer, int) or not 0 < buffer <= self.max_length:
+        if not is_integer(buffer) or not 0 < buffer <= self.max_length:
             raise ValueError(
                 f"overlong_penalty: buffer ({buffer!r}) must be an integer in (0, max_length] = (0, {self.max_length}]; "
                 f"lower buffer or raise max_length (by default trainer.max_completion_length)"
             )
-        if isinstance(penalty_factor, bool) or not isinstance(penalty_factor, (int, float)) or not penalty_factor >= 0:
+        if not is_number(penalty_factor) or not penalty_factor >= 0:
             raise ValueError(f"overlong_penalty: penalty_factor must be a number >= 0, got {penalty_factor!r}")
         self.buffer = buffer
         self.penalty_factor = float(penalty_factor)
@@ -98,13 +94,13 @@ class CosineScaled:
         values = dict(min_value_correct=min_value_correct, max_value_correct=max_value_correct,
                       min_value_wrong=min_value_wrong, max_value_wrong=max_value_wrong)
         for key, value in values.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not is_number(value) or not math.isfinite(value):
                 raise ValueError(f"cosine_scaled: {key} must be a finite number, got {value!r}")
         if min_value_correct > max_value_correct:
             raise ValueError(f"cosine_scaled: min_value_correct ({min_value_correct}) must be <= max_value_correct ({max_value_correct})")
         if min_value_wrong > max_value_wrong:
             raise ValueError(f"cosine_scaled: min_value_wrong ({min_value_wrong}) must be <= max_value_wrong ({max_value_wrong})")
-        if exceed_penalty is not None and (isinstance(exceed_penalty, bool) or not isinstance(exceed_penalty, (int, float))):
+        if exceed_penalty is not None and not is_number(exceed_penalty):
             raise ValueError(f"cosine_scaled: exceed_penalty must be a number or null, got {exceed_penalty!r}")
         self.min_value_correct, self.max_value_correct = float(min_value_correct), float(max_value_correct)
         self.min_value_wrong, self.max_value_wrong = float(min_value_wrong), float(max_value_wrong)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from rewards import register, text
+from rewards import is_integer, is_number, register, text
 from rewards._mathpool import shared_pool
 
 MAX_ANSWER_CHARS = 1000  # a longer "final answer" is not an answer; it scores 0.0 without parsing
@@ -242,9 +242,9 @@ class Accuracy:
                  workers: int = 2):
         if not isinstance(gold_column, str) or not gold_column:
             raise ValueError(f"gold_column must name a dataset column, got {gold_column!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 60:
+        if not is_number(timeout) or not 0 < timeout <= 60:
             raise ValueError(f"timeout must be a number of seconds in (0, 60], got {timeout!r}")
-        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
+        if not is_integer(workers) or not 1 <= workers <= 64:
             raise ValueError(f"workers must be an integer in [1, 64], got {workers!r}")
         self.gold_column = gold_column
         self.allow_last_number = bool(allow_last_number)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rewards import register, text
+from rewards import is_integer, is_number, register, text, token_ids
 
 
 @register("repetition_penalty")
@@ -22,9 +22,9 @@ class RepetitionPenalty:
     """
 
     def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0, unit: str = "words"):
-        if isinstance(ngram_size, bool) or not isinstance(ngram_size, int) or ngram_size < 1:
+        if not is_integer(ngram_size) or ngram_size < 1:
             raise ValueError(f"repetition_penalty: ngram_size must be an integer >= 1, got {ngram_size!r}")
-        if isinstance(max_penalty, bool) or not isinstance(max_penalty, (int, float)) or not max_penalty <= 0:
+        if not is_number(max_penalty) or not max_penalty <= 0:
             raise ValueError(f"repetition_penalty: max_penalty must be a number <= 0 (it is a penalty), got {max_penalty!r}")
         if unit not in ("words", "tokens"):
             raise ValueError(f"repetition_penalty: unit must be 'words' or 'tokens', got {unit!r}")
@@ -32,9 +32,8 @@ class RepetitionPenalty:
 
     def __call__(self, completions, completion_ids=None, **kwargs) -> list[float]:
         if self.unit == "tokens":
-            if completion_ids is None:
-                raise ValueError("repetition_penalty with unit='tokens' needs completion_ids, which TRL's GRPOTrainer passes")
-            sequences = [[int(t) for t in ids] for ids in completion_ids]  # tensors hash by identity
+            ids_list = token_ids("repetition_penalty (unit='tokens')", completions, completion_ids)
+            sequences = [[int(t) for t in ids] for ids in ids_list]  # tensors hash by identity
         else:
             sequences = [text(c).lower().split() for c in completions]
         return [self.penalty(seq) for seq in sequences]

@@ -68,6 +68,7 @@ _OPTIM = {
     **dict.fromkeys(("adagrad", "rmsprop"), (1, "param")),
     **dict.fromkeys(("sgd", "schedule_free_sgd", "lomo", "adalomo", "adafactor"), (0, 4)),
 }
+_OPTIM_UNKNOWN = (2, 4)  # an optimizer not in the table is planned as AdamW-like with fp32 states
 
 
 # --------------------------------------------------------------------------------------------------
@@ -202,7 +203,7 @@ def _targets_text(lora: dict) -> str:
 def _optimizer(s: Settings, tensors: list[tuple[int, bool]], param_bytes: int) -> tuple[int, str]:
     """Bytes of optimizer state for trainable tensors given as (numel, is_embedding)."""
     known = s.optim in _OPTIM
-    states, per = _OPTIM.get(s.optim, (2, 4))
+    states, per = _OPTIM.get(s.optim, _OPTIM_UNKNOWN)
     total = 0
     for numel, is_embedding in tensors:
         if per == "8bit":  # bnb: small tensors and (HF Trainer) embeddings get 32-bit states
@@ -348,7 +349,7 @@ def _suggest(config: dict, s: Settings, current: Plan) -> str:
                       dict(generation_batch_size=s.num_generations)))
     if s.lora is None:
         steps.append(("a lora section (r: 16, target_modules: all-linear)", dict(lora={"r": 16, "target_modules": "all-linear"})))
-    if _OPTIM.get(s.optim, (2, 4))[1] != "8bit":
+    if _OPTIM.get(s.optim, _OPTIM_UNKNOWN)[1] != "8bit":
         steps.append(("trainer.optim: adamw_bnb_8bit", dict(optim="adamw_bnb_8bit")))
     for b in dict.fromkeys(smaller_b):
         steps.append((f"trainer.per_device_train_batch_size: {b} (raise gradient_accumulation_steps x{B // b} "

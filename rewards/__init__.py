@@ -16,19 +16,19 @@ build it with `build(name, **args)`. `name` may also be a user reward: `path/to/
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from grpokit.errors import nearest
+from rewards._errors import RewardError, RewardFailure
+from rewards._user import MARK, is_user_reward, load_user_target, reward_class, user_reward_file
 
-
-class RewardError(ValueError):
-    """A reward cannot be resolved, bound or run; the message names the reward and says why."""
-
+__all__ = [
+    "Entry", "Guarded", "RewardError", "RewardFailure", "arg_parameters", "bind", "build", "describe", "entry",
+    "is_integer", "is_number", "is_user_reward", "names", "register", "resolve", "reward_class", "text",
+    "token_ids", "user_reward_file",
+]
 
 @dataclass(frozen=True)
 class Entry:
@@ -62,6 +62,8 @@ def register(name: str | None = None, *, from_recipe: dict | None = None):
         if reg_name in _REGISTRY and _REGISTRY[reg_name].target is not target:
             raise RewardError(f"reward name {reg_name!r} is registered twice")
         _REGISTRY[reg_name] = Entry(reg_name, target, dict(from_recipe or {}))
+        if inspect.isclass(target):
+            setattr(target, MARK, True)  # a registered class may also be named by module path
         return target
 
     return wrap
@@ -121,82 +123,10 @@ def token_ids(name: str, completions, completion_ids) -> list:
 # Resolving names: registered, file path, module path
 
 
-def is_user_reward(name: str) -> bool:
-    return ":" in name
-
-
-def user_reward_file(name: str) -> tuple[str, str] | None:
-    """(file, function) when `name` is a user reward given by file path (`dir/my.py:fn`), else None.
-
-    >>> user_reward_file("my_rewards.py:score"), user_reward_file("pkg.mod:score")
-    (('my_rewards.py', 'score'), None)
-    """
-    where, _, attr = name.rpartition(":")
-    if where.endswith(".py") or "/" in where or "\\" in where:
-        return where, attr
-    return None
-
-
-_user_files: dict[Path, tuple[tuple[int, int], object]] = {}
-
-
-def _load_user_file(name: str, path: Path):
-    """Execute a user's reward file once per version of it (validation, --check and training all ask)."""
-    resolved = path.resolve()
-    stat = resolved.stat()
-    version = (stat.st_mtime_ns, stat.st_size)
-    cached = _user_files.get(resolved)
-    if cached and cached[0] == version:
-        return cached[1]
-    mod_name = f"grpokit_user_reward_{abs(hash(str(resolved)))}"
-    spec = importlib.util.spec_from_file_location(mod_name, resolved)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as err:
-        raise RewardError(f"user reward {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
-    except Exception as err:  # noqa: BLE001 - any import-time failure is the user's file, say so
-        raise RewardError(f"user reward {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
-    # Registered so that instances of classes defined in the file pickle by reference.
-    sys.modules[mod_name] = module
-    _user_files[resolved] = (version, module)
-    return module
-
-
-def _load_user_target(name: str) -> Callable:
-    where, _, attr = name.rpartition(":")
-    if not where or not attr:
-        raise RewardError(f"user reward {name!r} must be 'path/to/file.py:function' or 'package.module:function'")
-    if user_reward_file(name):
-        path = Path(where).expanduser()
-        if not path.is_file():
-            raise RewardError(f"user reward {name!r}: file {str(path)!r} does not exist")
-        module = _load_user_file(name, path)
-    else:
-        try:
-            module = importlib.import_module(where)
-        except ModuleNotFoundError as err:
-            raise RewardError(f"user reward {name!r}: module {where!r} not found ({err})") from None
-        except SyntaxError as err:
-            raise RewardError(f"user reward {name!r}: syntax error in {err.filename} line {err.lineno}: {err.msg}") from None
-        except Exception as err:  # noqa: BLE001
-            raise RewardError(f"user reward {name!r}: importing {where!r} failed: {type(err).__name__}: {err}") from None
-    if not hasattr(module, attr):
-        public = [n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n))]
-        hint = nearest(attr, public)
-        raise RewardError(
-            f"user reward {name!r}: {where} has no {attr!r}" + (f"; did you mean {hint!r}?" if hint else "")
-        )
-    target = getattr(module, attr)
-    if not callable(target):
-        raise RewardError(f"user reward {name!r}: {attr!r} is a {type(target).__name__}, not a function or class")
-    return target
-
-
 def resolve(name: str) -> Entry:
     """The registry entry for `name`, loading a user reward from its file or module."""
     if is_user_reward(name):
-        return Entry(name.rpartition(":")[2], _load_user_target(name), {})
+        return Entry(name.rpartition(":")[2], load_user_target(name), {})
     return entry(name)
 
 
@@ -206,14 +136,19 @@ def _call_signature(target) -> inspect.Signature:
 
 
 def _check_call_signature(name: str, target) -> None:
-    """A reward must accept TRL's keyword call: `completions` by name, and the other columns (via **kwargs)."""
+    """A reward must accept TRL's keyword call: `completions` by name, and the other columns (via **kwargs).
+
+    `completions` must be named, not only caught by `**kwargs`: otherwise any library function taking
+    keywords (`torch.load(f, **pickle_load_args)`) would pass for a reward.
+    """
     try:
         sig = _call_signature(target)
     except (TypeError, ValueError):
-        return
+        raise RewardError(f"reward {name!r}: its signature cannot be read, so it cannot be checked against TRL's call") from None
     params = sig.parameters.values()
     has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
-    accepts_completions = has_var_kw or "completions" in sig.parameters
+    named = sig.parameters.get("completions")
+    accepts_completions = named is not None and named.kind in (named.POSITIONAL_OR_KEYWORD, named.KEYWORD_ONLY)
     required_positional = [
         p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty and p.name != "self"
     ]
@@ -328,10 +263,6 @@ class Guarded:
                 )
             clean.append(value)
         return clean
-
-
-class RewardFailure(RuntimeError):
-    """A reward failed during training; the message names the reward, step and sample."""
 
 
 _BUILTIN_MODULES = ("rewards.toy", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition")

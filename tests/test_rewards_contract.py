@@ -17,7 +17,7 @@ BUILTINS = {
     "cosine_scaled": {"max_length": 8},
     "repetition_penalty": {"ngram_size": 2},
 }
-MODULES = ["rewards", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition"]
+MODULES = ["rewards", "rewards._user", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition"]
 
 TEXTS = [
     "<think>1+1</think><answer>\\boxed{2}</answer>",  # right, well formed

@@ -1,0 +1,190 @@
+"""A user's own reward named in a recipe, and the rule that keeps a recipe from running anything else.
+
+A recipe is data: the only code it may reach is the user's reward, named as `path/to/file.py:name` or
+`package.module:name`. Before anything is called (a class's constructor runs at `--check` with the
+recipe's `args`), the target must be
+
+* a plain Python function (`def` or `lambda`) defined in the module named, or in a submodule of that
+  package (so `trl.rewards:accuracy_reward`, defined in `trl.rewards.accuracy_rewards`, counts); or
+* a class defined there and marked as a reward with `@reward_class` (or registered with `@register`).
+
+Refused, with a message saying why: anything from Python's standard library (never even imported:
+importing `antigravity` alone opens a browser), built-in (C) functions, objects imported into the module
+from elsewhere, callable objects (`functools.partial`, instances), and unmarked classes. Without this,
+`{name: "subprocess:Popen", args: {args: "...", shell: true}}` ran a shell command at `--check`.
+
+Importing a module or executing a reward file still runs its top-level code: that is the user's own
+code, which is what naming it means.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Callable
+
+from grpokit.errors import nearest
+from rewards._errors import RewardError
+
+_MISSING = object()
+MARK = "__grpokit_reward__"  # set in a class's own __dict__ by @reward_class / @register
+
+
+def reward_class(cls):
+    """Mark a callable class as a reward a recipe may build with its `args` (its `__init__` runs at `--check`).
+
+    >>> @reward_class
+    ... class Contains:
+    ...     def __init__(self, word: str = "yes"):
+    ...         self.word = word
+    ...     def __call__(self, completions, **kwargs):
+    ...         return [float(self.word in c) for c in completions]
+    >>> Contains("no")(completions=["no way", "yes"])
+    [1.0, 0.0]
+    """
+    setattr(cls, MARK, True)
+    return cls
+
+
+def is_marked(target) -> bool:
+    return inspect.isclass(target) and target.__dict__.get(MARK) is True
+
+
+def is_user_reward(name: str) -> bool:
+    return ":" in name
+
+
+def user_reward_file(name: str) -> tuple[str, str] | None:
+    """(file, function) when `name` is a user reward given by file path (`dir/my.py:fn`), else None.
+
+    >>> user_reward_file("my_rewards.py:score"), user_reward_file("pkg.mod:score")
+    (('my_rewards.py', 'score'), None)
+    """
+    where, _, attr = name.rpartition(":")
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        return where, attr
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------
+# The standard library, recognised before anything is imported or executed
+
+_STDLIB_NAMES = frozenset(sys.stdlib_module_names) | frozenset(sys.builtin_module_names)
+
+
+def _stdlib_dirs() -> tuple[list[Path], list[Path]]:
+    paths = sysconfig.get_paths()
+    stdlib = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib") if paths.get(k)}
+    site = {Path(paths[k]).resolve() for k in ("purelib", "platlib") if paths.get(k)}
+    return sorted(stdlib), sorted(site)
+
+
+def _in_stdlib(path: Path) -> bool:
+    stdlib, site = _stdlib_dirs()
+    # A Python installed without a virtual environment keeps site-packages inside the stdlib folder.
+    return any(path.is_relative_to(d) for d in stdlib) and not any(path.is_relative_to(d) for d in site)
+
+
+def _refuse_stdlib(name: str, what: str) -> RewardError:
+    return RewardError(
+        f"user reward {name!r}: {what} is part of Python's standard library, which a recipe may not call "
+        "(a recipe is data); name a function of your own: 'path/to/file.py:function' or 'package.module:function'"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Loading
+
+
+_user_files: dict[Path, tuple[tuple[int, int], object]] = {}
+
+
+def _load_user_file(name: str, path: Path):
+    """Execute a user's reward file once per version of it (validation, --check and training all ask)."""
+    resolved = path.resolve()
+    if _in_stdlib(resolved):
+        raise _refuse_stdlib(name, str(path))
+    stat = resolved.stat()
+    version = (stat.st_mtime_ns, stat.st_size)
+    cached = _user_files.get(resolved)
+    if cached and cached[0] == version:
+        return cached[1]
+    mod_name = f"grpokit_user_reward_{abs(hash(str(resolved)))}"
+    spec = importlib.util.spec_from_file_location(mod_name, resolved)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as err:
+        raise RewardError(f"user reward {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
+    except Exception as err:  # noqa: BLE001 - any import-time failure is the user's file, say so
+        raise RewardError(f"user reward {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
+    # Registered so that instances of classes defined in the file pickle by reference.
+    sys.modules[mod_name] = module
+    _user_files[resolved] = (version, module)
+    return module
+
+
+def _import_module(name: str, where: str):
+    if where.partition(".")[0] in _STDLIB_NAMES:
+        raise _refuse_stdlib(name, f"module {where!r}")
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as err:
+        raise RewardError(f"user reward {name!r}: module {where!r} not found ({err})") from None
+    except SyntaxError as err:
+        raise RewardError(f"user reward {name!r}: syntax error in {err.filename} line {err.lineno}: {err.msg}") from None
+    except Exception as err:  # noqa: BLE001
+        raise RewardError(f"user reward {name!r}: importing {where!r} failed: {type(err).__name__}: {err}") from None
+
+
+def load_user_target(name: str) -> Callable:
+    """The function or marked class `name` points to, after checking it is one a recipe may name."""
+    where, _, attr = name.rpartition(":")
+    if not where or not attr:
+        raise RewardError(f"user reward {name!r} must be 'path/to/file.py:function' or 'package.module:function'")
+    if user_reward_file(name):
+        path = Path(where).expanduser()
+        if not path.is_file():
+            raise RewardError(f"user reward {name!r}: file {str(path)!r} does not exist")
+        module = _load_user_file(name, path)
+    else:
+        module = _import_module(name, where)
+    try:  # a lazy package (trl, transformers) imports the submodule here: its own code, like the import
+        target = getattr(module, attr, _MISSING)
+    except Exception as err:  # noqa: BLE001
+        raise RewardError(f"user reward {name!r}: reading {attr!r} from {where} failed: {type(err).__name__}: {err}") from None
+    if target is _MISSING:
+        public = [n for n, v in vars(module).items() if not n.startswith("_") and callable(v)]
+        hint = nearest(attr, public)
+        raise RewardError(
+            f"user reward {name!r}: {where} has no {attr!r}" + (f"; did you mean {hint!r}?" if hint else "")
+        )
+    _check_allowed(name, where, module.__name__, attr, target)
+    return target
+
+
+def _check_allowed(name: str, where: str, module_name: str, attr: str, target) -> None:
+    """Refuse any target but a function or marked class defined in the module named; calls nothing."""
+    own = "a function `def f(completions, **kwargs)` or a class marked @reward_class, defined in that file or module"
+    if inspect.isbuiltin(target) or type(target).__name__ in ("method_descriptor", "wrapper_descriptor", "builtin_function_or_method"):
+        raise RewardError(f"user reward {name!r}: {attr!r} is a built-in (C) function, not a Python function of {where}; "
+                          f"a recipe may name only {own}")
+    if not (inspect.isfunction(target) or inspect.isclass(target)):
+        raise RewardError(f"user reward {name!r}: {attr!r} is a {type(target).__name__}, not a function or class; "
+                          f"a recipe may name only {own}")
+    defined_in = getattr(target, "__module__", None) or "?"
+    if defined_in != module_name and not defined_in.startswith(module_name + "."):
+        raise RewardError(f"user reward {name!r}: {attr!r} is defined in {defined_in}, not in {where} (it was imported there); "
+                          f"a recipe may name only {own}")
+    if defined_in.partition(".")[0] in _STDLIB_NAMES:
+        raise _refuse_stdlib(name, f"{attr!r} (defined in {defined_in})")
+    if inspect.isclass(target) and not is_marked(target):
+        raise RewardError(
+            f"user reward {name!r}: class {attr!r} is not marked as a reward, and building it would run its constructor "
+            "with the recipe's args; if it is your reward class, decorate it: "
+            "`from rewards import reward_class` then `@reward_class` above `class " + attr + "`"
+        )

@@ -1,0 +1,135 @@
+"""User rewards named in a recipe: what may be named, and that nothing else is ever called (issue 13, item 1).
+
+A recipe is data. `module:callable` and `file.py:callable` may name only a plain Python function defined
+in that module (or in a submodule of that package), or a class marked with `@rewards.reward_class`;
+everything else is refused before anything is called. Each hostile case would touch a marker file if it
+ran; the test checks the refusal message and that the marker was never written.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import recipe_dict, write_recipe
+
+import rewards
+from grpokit.cli import main
+
+
+def _marker_cases(marker: str) -> list[tuple[str, dict, str]]:
+    shell = f"touch {marker}"
+    # (name, args that would write the marker if called, fragment of the refusal)
+    return [
+        ("subprocess:Popen", {"args": shell, "shell": True}, "standard library"),  # the issue's exploit
+        ("os:system", {"command": shell}, "standard library"),
+        ("builtins:eval", {"source": f"open({marker!r}, 'w')"}, "standard library"),
+        ("builtins:exec", {}, "standard library"),
+        ("shutil:rmtree", {"path": marker}, "standard library"),  # pure Python, still stdlib
+        ("pathlib:Path", {"args": marker}, "standard library"),
+        ("antigravity:geohash", {}, "standard library"),  # importing it alone opens a browser: never imported
+        ("posix:system", {"command": shell}, "standard library"),  # a built-in (C) module
+    ]
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_stdlib_and_builtins_are_refused_and_never_called(index, tmp_path):
+    marker = tmp_path / "pwned"
+    name, args, fragment = _marker_cases(str(marker))[index]
+    with pytest.raises(rewards.RewardError, match=fragment) as err:
+        rewards.build(name, **args)
+    assert name in str(err.value)
+    assert not marker.exists(), f"{name} ran"
+
+
+HOSTILE_FILE = '''
+import os, subprocess, functools
+from subprocess import Popen                          # imported: defined elsewhere
+from shutil import rmtree                             # a stdlib function imported into the file
+system = os.system                                    # a C function under a local name
+touch = functools.partial(os.system, "touch {marker}")  # a callable object, not a function
+
+
+class Builder:                                        # a class defined here but not marked as a reward
+    def __init__(self, path="{marker}"):
+        open(path, "w").close()
+
+    def __call__(self, completions, **kwargs):
+        return [0.0] * len(completions)
+
+
+def ok(completions, **kwargs):
+    return [1.0] * len(completions)
+'''
+
+
+@pytest.mark.parametrize("attr, args, fragment", [
+    ("Popen", {"args": "touch x", "shell": True}, "defined in subprocess"),  # imported from elsewhere
+    ("rmtree", {}, "defined in shutil"),  # imported from the stdlib
+    ("system", {}, "built-in"),  # C function
+    ("touch", {}, "not a function or class"),  # partial object
+    ("Builder", {}, "not marked"),  # a class defined here, unmarked: its __init__ never runs
+])
+def test_user_file_may_name_only_its_own_functions_and_marked_classes(attr, args, fragment, tmp_path):
+    marker = tmp_path / "pwned"
+    src = tmp_path / "hostile.py"
+    src.write_text(HOSTILE_FILE.format(marker=marker))
+    with pytest.raises(rewards.RewardError, match=fragment):
+        rewards.build(f"{src}:{attr}", **args)
+    assert not marker.exists()
+    assert rewards.build(f"{src}:ok")(completions=["a"]) == [1.0]  # the file's own function is fine
+
+
+MARKED_FILE = '''
+from rewards import reward_class, text
+
+
+@reward_class
+class Contains:
+    def __init__(self, word="a"):
+        self.word = word
+
+    def __call__(self, completions, **kwargs):
+        return [float(self.word in text(c)) for c in completions]
+'''
+
+
+def test_a_marked_class_in_a_user_file_takes_recipe_args(tmp_path):
+    src = tmp_path / "mine.py"
+    src.write_text(MARKED_FILE)
+    reward = rewards.build(f"{src}:Contains", word="b")
+    assert reward(completions=["abc", "xyz"]) == [1.0, 0.0]
+
+
+def test_a_package_may_re_export_a_function_from_its_submodule():
+    # `rewards.toy:CharFraction` is registered (so marked); a function re-exported by a package counts
+    # as the package's own (TRL's `trl.rewards:accuracy_reward` is defined in trl.rewards.accuracy_rewards).
+    assert rewards.build("rewards.toy:CharFraction", char="b")(completions=["bb"]) == [1.0]
+    assert rewards.resolve("trl.rewards:accuracy_reward").name == "accuracy_reward"
+
+
+def test_a_function_must_name_completions(tmp_path):
+    # **kwargs alone would let any library function that takes keywords (torch.load, setuptools.setup)
+    # be named as a reward and called with TRL's arguments.
+    src = tmp_path / "kw.py"
+    src.write_text("def only_kwargs(**kwargs):\n    return []\n")
+    with pytest.raises(rewards.RewardError, match="completions"):
+        rewards.build(f"{src}:only_kwargs")
+
+
+def test_a_stdlib_file_given_by_path_is_refused_unread(tmp_path):
+    import sysconfig
+    from pathlib import Path
+
+    path = Path(sysconfig.get_paths()["stdlib"]) / "antigravity.py"  # executing it opens a web browser
+    with pytest.raises(rewards.RewardError, match="standard library"):
+        rewards.build(f"{path}:geohash")
+
+
+def test_check_refuses_the_issue_exploit_and_runs_nothing(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    data = recipe_dict()
+    data["rewards"] = [{"name": "subprocess:Popen", "args": {"args": f"touch {marker}", "shell": True}}]
+    path = write_recipe(tmp_path, data)
+    assert main(["--recipe", str(path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "subprocess:Popen" in err and "standard library" in err and "Traceback" not in err
+    assert not marker.exists()

@@ -265,7 +265,7 @@ class Guarded:
         return clean
 
 
-_BUILTIN_MODULES = ("rewards.toy", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition")
+_BUILTIN_MODULES = ("rewards.toy", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition", "rewards.code")
 _loaded = False
 
 

@@ -1,0 +1,194 @@
+"""Run untrusted Python against assert tests in a local sandbox: one process tree per candidate, hard limits.
+
+No cloud service: each candidate gets a fresh `python -I -S rewards/_sandbox_child.py` (see that file
+for the three processes inside and why). What holds, and where:
+
+    always            wall time (the parent kills the process group; the supervisor inside kills too),
+                      CPU time (RLIMIT_CPU), address space (RLIMIT_AS), file size (RLIMIT_FSIZE), open
+                      files, no core dumps, output size (stdout+stderr read up to `output_kb`, then the
+                      job is killed), an environment holding only PATH/LANG/HOME/TMPDIR (-I ignores
+                      PYTHON* variables), no stdin, the site-packages of this venv not on its path
+    as root           the code runs as `nobody` (so RLIMIT_NPROC is enforced -- the kernel does not apply
+                      it to root -- and it cannot signal, read or write root's processes and files)
+    where the kernel  new network namespace (no interface but a down loopback: no socket reaches
+    allows namespaces anything), new pid namespace (it sees and can signal only its own processes; when
+                      the job ends the kernel kills all of them, even ones that left the process group),
+                      new mount namespace with every mount read-only, a private size-capped tmpfs on
+                      /tmp as the working directory, and a /proc of its own (no other process's
+                      environment to read). Not root: the same inside a user namespace, capabilities
+                      dropped before the code runs.
+
+Measured on the development machine (Linux 6.18, root, 2 cores; tests/test_rewards_code.py): every
+layer above holds, both as root and started by `nobody` (user namespace). Where `unshare` is refused
+(a container's default seccomp profile, a kernel with unprivileged user namespaces off), `isolation()`
+says which layers are missing and the rlimits, the uid drop and the killing still hold; the network is
+then reachable and a process that calls `setsid` and sleeps can outlive its job (it burns no CPU; its
+address space and files stay capped).
+
+Per-test results travel on a pipe of their own as `<nonce> test <i> <0|1>` lines; stdout, stderr and
+the exit status are never read as results, and the nonce is never printed. The code runs in the
+harness's own interpreter, so a candidate that deliberately walks the harness's stack frames can find
+the nonce: this stops accidental and trivial forgery (printing "PASS", exiting 0), not a determined
+adversary -- nor can any assert-based check stop an object whose `__eq__` always says True.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+CHILD = str(Path(__file__).resolve().with_name("_sandbox_child.py"))
+STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-candidate limits. `time_s` is per test (and for running the code itself, setup included)."""
+
+    time_s: float = 2.0       # wall time per test; a test over it fails, the others still run
+    memory_mb: int = 512      # address space (RLIMIT_AS): a MemoryError past it
+    processes: int = 16       # RLIMIT_NPROC: os.fork fails past it
+    file_mb: int = 16         # largest file (RLIMIT_FSIZE), and the size of the private /tmp
+    output_kb: int = 64       # stdout + stderr; past it the candidate is killed (unreported tests fail)
+
+    def wall_s(self, n_tests: int) -> float:
+        """The whole candidate's wall (and CPU) budget: setup, code and every test, plus a little slack."""
+        return self.time_s * (n_tests + 2) + 0.5
+
+
+@dataclass
+class Outcome:
+    """What one candidate did: `passed[i]` for test i, the isolation that held, how it ended."""
+
+    passed: list[bool]
+    loaded: bool = False           # the code (and setup) ran without raising
+    isolation: frozenset = frozenset()  # "net", "pid", "mountns", "readonly", "tmpfs", "proc", "uid=65534" | "nocaps", ...
+    ended: str = "done"            # "done" | "timeout" | "output" (too much printed) | "no-report" (died early)
+    output: bytes = b""            # the start of stdout + stderr, for debugging
+
+    @property
+    def fraction(self) -> float:
+        return sum(self.passed) / len(self.passed) if self.passed else 0.0
+
+
+def _sandbox_ids() -> tuple[int, int]:
+    """The uid/gid candidates run as when we are root: nobody's (65534 where there is no such user)."""
+    try:
+        entry = pwd.getpwnam("nobody")
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return 65534, 65534
+
+
+def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits()) -> Outcome:
+    """Run `code`, then each test, in a fresh sandbox; never raises for anything the code does.
+
+    >>> run("def add(a, b): return a + b", ["assert add(1, 2) == 3", "assert add(1, 1) == 3"]).passed
+    [True, False]
+    """
+    nonce = secrets.token_hex(16)
+    uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
+    job = {"nonce": nonce, "code": code, "tests": list(tests), "setup": setup or "", "uid": uid, "gid": gid,
+           "wall_s": limits.wall_s(len(tests)), **asdict(limits)}
+    outcome = Outcome(passed=[False] * len(tests))
+    results_r, results_w = os.pipe()
+    output_r, output_w = os.pipe()
+    # The job goes in on an unlinked file, not a pipe: no writer to block, nothing left on disk.
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(json.dumps(job).encode())
+        stdin.seek(0)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", CHILD, str(results_w)],
+                stdin=stdin, stdout=output_w, stderr=output_w, pass_fds=(results_w,),
+                env=ENV, cwd="/", start_new_session=True,  # its own process group, killed whole at the end
+            )
+        finally:
+            os.close(results_w)
+            os.close(output_w)
+    try:
+        _collect(proc, results_r, output_r, nonce, limits, outcome)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader only as long as we let it
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        os.close(results_r)
+        os.close(output_r)
+    return outcome
+
+
+def _collect(proc, results_r: int, output_r: int, nonce: str, limits: Limits, outcome: Outcome) -> None:
+    """Read report lines and (bounded) output until the results pipe closes or a deadline passes."""
+    prefix = nonce.encode() + b" "
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S  # moved to the candidate's own budget once it reports
+    pending, output_seen, started = b"", 0, False
+    outcome.ended = "no-report"
+    with selectors.DefaultSelector() as sel:
+        sel.register(results_r, selectors.EVENT_READ)
+        sel.register(output_r, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                outcome.ended = "timeout"
+                return
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, 65536)
+                if key.fd == output_r:
+                    if not chunk:
+                        sel.unregister(output_r)
+                        continue
+                    if output_seen < 4096:
+                        outcome.output += chunk[: 4096 - output_seen]
+                    output_seen += len(chunk)
+                    if output_seen > limits.output_kb * 1024:
+                        outcome.ended = "output"
+                        return
+                    continue
+                if not chunk:  # every holder of the results pipe is gone: the job is over
+                    if started and outcome.ended == "no-report":
+                        outcome.ended = "done"
+                    return
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if not line.startswith(prefix):
+                        continue  # cannot happen unless something forged a line; never trust it
+                    kind, _, value = line[len(prefix):].decode("ascii", "replace").partition(" ")
+                    if kind == "iso" and not started:
+                        started = True
+                        outcome.isolation = frozenset(value.split(","))
+                        deadline = time.monotonic() + limits.wall_s(len(outcome.passed)) + 1.0
+                    elif kind == "load":
+                        outcome.loaded = value == "1"
+                    elif kind == "test":
+                        i, _, ok = value.partition(" ")
+                        if i.isdigit() and int(i) < len(outcome.passed):
+                            outcome.passed[int(i)] = ok == "1"
+
+
+def run_many(jobs: list[tuple[str, list[str], str]], limits: Limits = Limits(), workers: int = 4) -> list[Outcome]:
+    """`run` over (code, tests, setup) jobs, `workers` sandboxes at a time, results in job order."""
+    if not jobs:
+        return []
+    if workers <= 1 or len(jobs) == 1:
+        return [run(code, tests, setup, limits) for code, tests, setup in jobs]
+    with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        return list(pool.map(lambda job: run(*job, limits=limits), jobs))
+
+
+def isolation(limits: Limits = Limits()) -> frozenset:
+    """The layers that hold on this machine, found by running a trivial job (see the module docstring)."""
+    return run("pass", [], limits=limits).isolation

@@ -1,0 +1,214 @@
+"""The sandbox's inside: started by `rewards._sandbox` as `python -I -S _sandbox_child.py RESULT_FD`.
+
+Standard library only, and nothing of grpokit's: this file is the whole of what the untrusted code's
+process has loaded before the code runs. Three processes, so that the one running the candidate is
+never the one that cleans up after it:
+
+    bootstrap   reads the job from stdin, enters new namespaces (network, pid, mount, ipc, uts; plus a
+                user namespace when not root), forks the supervisor and waits for it
+    supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), makes every
+                mount read-only, mounts a private size-capped tmpfs on /tmp (the working directory) and
+                a fresh /proc, forks the runner, kills it at the deadline. When pid 1 of a namespace
+                exits the kernel kills everything left in it, so a runner that forked, `setsid`-ed or
+                slept cannot outlive the job.
+    runner      sets rlimits (CPU, address space, processes, file size, open files, no core), drops to
+                an unprivileged uid (as root) or drops every capability (in a user namespace), then
+                runs the code and each test, one report line per test on RESULT_FD.
+
+Report lines are `<nonce> <kind> <value>`; the nonce comes with the job and is never printed, so a
+candidate that writes "test 0 1" to every descriptor it can find forges nothing. What each step could
+not do on this machine is reported (`iso ...`) rather than fatal: the parent decides and documents.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE = 1024, 2048, 4096, 16384, 1 << 18
+MS_RELATIME, MS_STRICTATIME = 1 << 21, 1 << 24
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+# A bind remount must repeat these flags of the mount it changes (in a user namespace they are locked).
+_KEEP = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+         "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _Timeout(BaseException):
+    """Raised by the per-test timer; a BaseException so the candidate's `except Exception` cannot eat it."""
+
+
+def _unshare() -> list:
+    """Enter the namespaces this machine allows; returns the names of those entered."""
+    base = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS
+    root = os.geteuid() == 0
+    uid, gid = os.geteuid(), os.getegid()
+    # Not root: a user namespace grants the capabilities the others need (where the kernel allows it).
+    if _libc.unshare(base if root else base | CLONE_NEWUSER) != 0:
+        return []
+    if not root:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    return ["net", "pid", "ipc", "uts", "mountns"] + ([] if root else ["userns"])
+
+
+def _mount(source, target, fstype, flags, data=None) -> bool:
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    return _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
+
+
+def _read_only_world(tmpfs_mb: int, uid: int, gid: int, new_proc: bool) -> list:
+    """Every mount read-only, a private tmpfs on /tmp, a /proc showing only this namespace."""
+    done = []
+    if not _mount(None, "/", None, MS_REC | MS_PRIVATE):  # nothing below may reach the host's mounts
+        return done
+    ok = True
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split() for line in f]
+    for fields in mounts:
+        target = fields[4].replace("\\040", " ")
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for opt in fields[5].split(","):
+            flags |= _KEEP.get(opt, 0)
+        if "ro" not in fields[5].split(",") and not _mount(None, target, None, flags):
+            ok = False
+    if ok:
+        done.append("readonly")
+    if _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0700"):
+        os.chown("/tmp", uid, gid)
+        done.append("tmpfs")
+    if new_proc and _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC):
+        done.append("proc")
+    return done
+
+
+def _limit(job: dict) -> None:
+    """Hard limits; only lowering is allowed afterwards, and the runner no longer has the right to raise them."""
+    cpu = int(job["wall_s"]) + 1
+    for which, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU at the soft limit, SIGKILL at the hard
+                         (resource.RLIMIT_AS, (job["memory_mb"] << 20,) * 2),
+                         (resource.RLIMIT_NPROC, (job["processes"],) * 2),
+                         (resource.RLIMIT_FSIZE, (job["file_mb"] << 20,) * 2),
+                         (resource.RLIMIT_NOFILE, (64, 64)),
+                         (resource.RLIMIT_CORE, (0, 0))):
+        resource.setrlimit(which, value)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # too big a file is an OSError in the code, not a kill
+
+
+def _drop_privileges(uid: int, gid: int, userns: bool) -> str:
+    """Root: become `uid` (loses every capability; RLIMIT_NPROC now applies). A user namespace: clear capabilities."""
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binary can give anything back
+    if os.geteuid() == 0 and not userns:
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            return f"uid={uid}"
+        except OSError:
+            pass
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words, all zero
+    return "nocaps" if _libc.capset(header, data) == 0 else "caps-kept"
+
+
+def _close_fds(keep: int) -> None:
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 1 << 16)
+
+
+def _run_tests(job: dict, report) -> None:
+    """Execute the code, then each test in the code's namespace, reporting each before the next starts."""
+
+    def on_alarm(signum, frame):
+        raise _Timeout()
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+
+    def timed(source: str, filename: str) -> bool:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, job["time_s"])
+            try:
+                exec(compile(source, filename, "exec"), namespace)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            return True
+        except BaseException:  # noqa: BLE001 - assert failing, code crashing, sys.exit, timeout: all "did not pass"
+            return False
+
+    loaded = timed(job["setup"], "<setup>") and timed(job["code"], "<completion>")
+    report("load", int(loaded))
+    for i, test in enumerate(job["tests"]):
+        report("test", f"{i} {int(loaded and timed(test, f'<test {i}>'))}")
+
+
+def _supervise(job: dict, out: int, report, layers: list) -> int:
+    """Pid 1 of the namespace: prepare the filesystem, run the runner, kill it at the deadline."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    uid, gid = job["uid"], job["gid"]
+    if "mountns" in layers:
+        layers += _read_only_world(job["file_mb"], uid, gid, new_proc="pid" in layers)
+    os.chdir("/tmp" if "tmpfs" in layers else "/")
+    runner = os.fork()
+    if runner == 0:
+        try:
+            _close_fds(out)
+            _limit(job)
+            report("iso", ",".join(layers + [_drop_privileges(uid, gid, "userns" in layers)]))
+            _run_tests(job, report)
+        finally:
+            os._exit(0)
+    os.close(out)
+
+    def on_deadline(signum, frame):
+        raise _Timeout()
+
+    signal.signal(signal.SIGALRM, on_deadline)
+    signal.setitimer(signal.ITIMER_REAL, job["wall_s"])
+    try:
+        while os.waitpid(-1, 0)[0] != runner:  # pid 1 reaps every orphan of the namespace too
+            pass
+    except ChildProcessError:
+        pass
+    except _Timeout:
+        # As pid 1, returning is enough: the kernel kills the namespace. Without a pid namespace: the
+        # process group (the runner and whatever it forked without leaving the group).
+        if "pid" not in layers:
+            os.killpg(0, signal.SIGKILL)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return 0
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.buffer.read())
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    out, nonce = int(sys.argv[1]), job.pop("nonce")
+
+    def report(kind: str, value) -> None:
+        try:
+            os.write(out, f"{nonce} {kind} {value}\n".encode())
+        except OSError:  # the code closed or replaced the descriptor: its later tests just go unreported
+            pass
+
+    layers = _unshare()
+    supervisor = os.fork()
+    if supervisor == 0:
+        try:
+            os._exit(_supervise(job, out, report, layers))
+        except BaseException:  # noqa: BLE001 - any failure here ends the job; the parent scores what it got
+            os._exit(70)
+    os.close(out)
+    os.waitpid(supervisor, 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -82,6 +82,10 @@ def serve(read_fd: int, write_fd: int) -> None:
             parsed_gold = parse_gold(gold)
         except Exception:  # noqa: BLE001 - any failure means "cannot be parsed"
             parsed_gold = []
+        # Only a number, an expression or a set counts: a parse that is nothing but the input string
+        # would be compared as text, and the answer scored against prose nobody can check.
+        if not any(not isinstance(p, str) for p in parsed_gold):
+            parsed_gold = []
         outbox.send(("gold", bool(parsed_gold)))
         if not parsed_gold:
             continue

@@ -195,6 +195,45 @@ def numbers_equal(gold: Number, pred: Number) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------------
+# Which golds can be checked at all
+
+
+_UNIT_AFTER_NUMBER = re.compile(r"(?<=\d)\s*\\(?:text|mbox|mathrm|textrm)\s*\{[^{}]*\}")
+_TEXT_WRAPPER = re.compile(r"\\(?:text|mbox|mathrm|textrm|textbf|mathbf|textit|mathit|operatorname)\s*\{([^{}]*)\}")
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+_LETTER_RUN = re.compile(r"[^\W\d_]+")
+# Bare names math-verify reads as functions or constants, not as a product of letters.
+_MATH_NAMES = frozenset(
+    "sin cos tan cot sec csc arcsin arccos arctan arccot sinh cosh tanh coth log ln lg exp sqrt pi inf infty "
+    "oo max min gcd lcm mod det dim ker deg arg lim".split()
+)
+# Two-letter English words that would otherwise pass for a product of two variables (a yes/no gold "no").
+_SHORT_WORDS = frozenset("no is or of to an in it at be by on as if so we he up do go me my us am".split())
+
+
+def checkable_gold(gold: str) -> bool:
+    """False when the gold is prose rather than a number, an expression or a set, so no answer can be checked.
+
+    math-verify reads a bare word as a product of one-letter symbols, so a gold "forty two" equals the
+    answer "two forty", and "yes" equals "sey". A gold counts as prose when, with LaTeX commands and a
+    unit after a number (`5\\text{ cm}`) set aside, it holds a run of three or more letters that is not a
+    function name (`sin`, `log`, ...), or a two-letter English word (`no`). One-letter variables, products
+    like `2xy`, and a multiple-choice `\\text{(C)}` stay checkable.
+
+    >>> [checkable_gold(g) for g in ["x+1", r"\\pi", r"\\{1,2\\}", "forty two", "Answer is 42", r"\\text{(C)}"]]
+    [True, True, True, False, False, True]
+    """
+    scan = _UNIT_AFTER_NUMBER.sub(" ", gold)
+    scan = _TEXT_WRAPPER.sub(lambda m: f" {m.group(1)} ", scan)
+    scan = _COMMAND.sub(" ", scan)
+    for run in _LETTER_RUN.findall(scan):
+        word = run.lower()
+        if (len(word) >= 3 and word not in _MATH_NAMES) or (len(word) == 2 and word in _SHORT_WORDS):
+            return False
+    return True
+
+
+# ----------------------------------------------------------------------------------------------------
 # The reward
 
 
@@ -219,14 +258,16 @@ def _math_verify_input(answer: str, boxed: bool) -> tuple[str, ...]:
 
 @register("accuracy")
 class Accuracy:
-    """1.0 when the completion's final answer equals the gold answer, else 0.0; None when the gold cannot be parsed.
+    """1.0 when the completion's final answer equals the gold answer, else 0.0; None when the gold cannot be checked.
 
     r = 1[ verify(gold, extract(completion)) ]
 
     The answer is the last `\\boxed{...}`, else the last `<answer>...</answer>`, else GSM8K's `#### N`;
     with `allow_last_number=True`, else the last number in the text (off by default: a model learns to
     end every completion with a list of guesses). The gold comes from the dataset column `gold_column`;
-    a GSM8K solution ending in `#### 42` counts as `42`. Plain numbers on both sides (thousands
+    a GSM8K solution ending in `#### 42` counts as `42`. A gold that is not a number, an expression or a
+    set (prose such as "forty two", which math-verify would read as a product of letters; see
+    `checkable_gold`) gives None, as does one math-verify cannot parse: TRL skips None. Plain numbers on both sides (thousands
     separators, `$`, `%`, trailing zeros, `-0`, `1/2` vs `0.5`, `1.5e3`) are compared exactly, in
     microseconds; everything else goes to math-verify (`verify(parse(gold), parse(answer))`, gold first)
     in a pool of `workers` processes, and a check that takes over `timeout` seconds (e.g.
@@ -273,12 +314,13 @@ class Accuracy:
         slow: list[tuple[int, tuple, tuple | None]] = []  # (index, gold, prediction) for math-verify
         for i, (completion, gold_value) in enumerate(zip(completions, golds)):
             gold = gold_answer(gold_value)
-            out.append(None if gold is None else 0.0)
-            if gold is None:
+            gold_number = None if gold is None else parse_number(gold)
+            if gold is None or (gold_number is None and not checkable_gold(gold)):
+                out.append(None)
                 continue
+            out.append(0.0)
             found = _extract(text(completion), self.allow_last_number)
             pred, boxed = found if found is not None and len(found[0]) <= MAX_ANSWER_CHARS else (None, False)
-            gold_number = parse_number(gold)
             if gold_number is not None:
                 if pred is None:
                     continue

@@ -217,3 +217,46 @@ EQUAL = [
 @pytest.mark.parametrize("gold, pred, expected", EQUAL)
 def test_numbers_equal(gold, pred, expected):
     assert numbers_equal(parse_number(gold), parse_number(pred)) is expected
+
+
+# A gold that is not a number, an expression or a set cannot be checked: None, never a score (issue 15).
+# math-verify reads a bare word as a product of one-letter symbols, so "forty two" equals "two forty".
+# (completion, gold, expected)
+GOLD_CHECKABLE = [
+    (r"\boxed{42}", "Answer is forty two.", None),  # prose gold (TRL's accuracy_reward gives None)
+    (r"\boxed{two forty}", "forty two", None),  # letter-only words: not f*o*r*t*y*t*w*o
+    (r"\boxed{forty two}", "forty two", None),  # ... not even when the completion copies it
+    (r"\boxed{sey}", "yes", None),  # a yes/no gold
+    (r"\boxed{on}", "no", None),  # ... two letters
+    (r"\boxed{Sunday}", r"\text{Sunday}", None),  # a word inside \text
+    (r"\boxed{42}", "四十二", None),  # prose in another script
+    (r"\boxed{x->y}", "x->y", None),  # math-verify keeps it only as a string: compared as text, not math
+    (r"\boxed{@@}", "@@", None),  # ... likewise
+    (r"\boxed{\pi}", r"\pi", 1.0),  # a LaTeX constant is symbolic
+    (r"\boxed{3.14}", r"\pi", 0.0),  # ... and can be wrong
+    (r"\boxed{1+x}", "x+1", 1.0),  # an expression in one-letter variables
+    (r"\boxed{x-1}", "x+1", 0.0),
+    (r"\boxed{\{2,1\}}", r"\{1,2\}", 1.0),  # a set
+    (r"\boxed{(0, \infty)}", r"(0,\infty)", 1.0),  # an open interval
+    (r"\boxed{[0, \infty)}", r"(0,\infty)", 0.0),
+    (r"\boxed{\sin x}", r"\sin x", 1.0),  # a function name is not prose
+    (r"\boxed{2xy}", "2xy", 1.0),  # a product of variables
+    (r"\boxed{C}", r"\text{(C)}", 1.0),  # a multiple-choice letter
+    (r"\boxed{5}", r"5\text{ cm}", 1.0),  # a unit after a number
+    (r"\boxed{10}", r"10\text{ inches}", 1.0),  # ... even a long one
+]
+
+
+def test_accuracy_gold_must_be_checkable():
+    got = Accuracy()(completions=[c for c, _, _ in GOLD_CHECKABLE], answer=[g for _, g, _ in GOLD_CHECKABLE])
+    wrong = [(c, g, e, r) for (c, g, e), r in zip(GOLD_CHECKABLE, got) if r != e]
+    assert not wrong, wrong
+
+
+def test_cosine_scaled_abstains_on_a_prose_gold():
+    from rewards.length import CosineScaled
+
+    # Seen: the wrong-answer length penalty (-0.75) on a sample nobody can check.
+    got = CosineScaled(max_length=8)(completions=[r"\boxed{42}", r"\boxed{42}"], completion_ids=[[0] * 4, [0] * 4],
+                                     answer=["forty two", "42"])
+    assert got[0] is None and got[1] > 0

@@ -50,6 +50,7 @@ from pathlib import Path
 
 CHILD = str(Path(__file__).resolve().with_name("_sandbox_child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it
+STOP_TIMEOUT_S = 5.0  # for a stopped job's processes to be gone (milliseconds, unless the box is swamped)
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
 
 
@@ -121,14 +122,26 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
     try:
         _collect(proc, results_r, output_r, nonce, limits, outcome)
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader only as long as we let it
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        _end(proc, stop=outcome.ended != "done")
         os.close(results_r)
         os.close(output_r)
     return outcome
+
+
+def _end(proc: subprocess.Popen, stop: bool) -> None:
+    """Leave nothing running: the bootstrap exits only once its pid namespace is empty (see the child);
+    then the process group, for what a machine without pid namespaces leaves behind."""
+    try:
+        if stop:
+            proc.terminate()
+        proc.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader only as long as we let it
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _collect(proc, results_r: int, output_r: int, nonce: str, limits: Limits, outcome: Outcome) -> None:

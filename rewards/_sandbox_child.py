@@ -5,7 +5,8 @@ process has loaded before the code runs. Three processes, so that the one runnin
 never the one that cleans up after it:
 
     bootstrap   reads the job from stdin, enters new namespaces (network, pid, mount, ipc, uts; plus a
-                user namespace when not root), forks the supervisor and waits for it
+                user namespace when not root), forks the supervisor and waits for it; on SIGTERM it
+                kills the supervisor and still waits, so its exit means the job's processes are gone
     supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), makes every
                 mount read-only, mounts a private size-capped tmpfs on /tmp (the working directory) and
                 a fresh /proc, forks the runner, kills it at the deadline. When pid 1 of a namespace
@@ -152,7 +153,7 @@ def _run_tests(job: dict, report) -> None:
 def _supervise(job: dict, out: int, report, layers: list) -> int:
     """Pid 1 of the namespace: prepare the filesystem, run the runner, kill it at the deadline."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    uid, gid = job["uid"], job["gid"]
+    uid, gid = (0, 0) if "userns" in layers else (job["uid"], job["gid"])  # our own ids, as the namespace maps them
     if "mountns" in layers:
         layers += _read_only_world(job["file_mb"], uid, gid, new_proc="pid" in layers)
     os.chdir("/tmp" if "tmpfs" in layers else "/")
@@ -163,7 +164,16 @@ def _supervise(job: dict, out: int, report, layers: list) -> int:
             _limit(job)
             report("iso", ",".join(layers + [_drop_privileges(uid, gid, "userns" in layers)]))
             _run_tests(job, report)
+        except BaseException:  # noqa: BLE001 - only the sandbox's own setup can get here
+            import traceback
+
+            traceback.print_exc()
         finally:
+            for stream in (sys.stdout, sys.stderr):  # what the code printed, for the parent's debugging copy
+                try:
+                    stream.flush()
+                except BaseException:  # noqa: BLE001 - a closed or replaced stream
+                    pass
             os._exit(0)
     os.close(out)
 
@@ -205,8 +215,15 @@ def main() -> None:
         try:
             os._exit(_supervise(job, out, report, layers))
         except BaseException:  # noqa: BLE001 - any failure here ends the job; the parent scores what it got
+            import traceback
+
+            traceback.print_exc()  # into the output the parent keeps the start of
             os._exit(70)
     os.close(out)
+    # Asked to stop (SIGTERM from the parent): kill the supervisor and wait for it. A pid namespace's
+    # pid 1 is reaped only after every process in the namespace is gone, so when this process exits
+    # the whole job has, and the parent can rely on that.
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(supervisor, signal.SIGKILL))
     os.waitpid(supervisor, 0)
 
 

@@ -1,0 +1,243 @@
+"""code_tests: the local code verifier -- extraction, scoring, and a hostile corpus it must survive."""
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+import rewards
+from rewards import code as code_reward
+from rewards._sandbox import Limits, isolation, run, run_many
+from rewards.code import CodeTests, extract_code
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE20 = [json.loads(line) for line in (ROOT / "grpokit/assets/code20.jsonl").read_text().splitlines()]
+FAST = Limits(time_s=0.3, memory_mb=256, processes=16, file_mb=4, output_kb=16)  # tight: the whole file stays quick
+LAYERS = isolation(FAST)
+
+
+# (completion, expected code)
+EXTRACT = [
+    ("```python\nx = 1\n```", "x = 1\n"),  # one fenced block
+    ("a\n```python\nx = 1\n```\nb\n```py\nx = 2\n```\nc", "x = 2\n"),  # the last block wins
+    ("```\nx = 3\n```", "x = 3\n"),  # no language tag
+    ("```python\nx = 1\n```\nthen\n```python\nx = 2", "x = 2"),  # a last block cut off by the token limit
+    ("def f():\n    return 1", "def f():\n    return 1"),  # no fence: the whole text
+    ("", ""),  # nothing
+]
+
+
+@pytest.mark.parametrize("completion, expected", EXTRACT)
+def test_extract_code(completion, expected):
+    assert extract_code(completion) == expected
+
+
+def test_reference_solutions_score_one_and_broken_ones_less():
+    reward = CodeTests(timeout=FAST.time_s)
+    tests = [row["tests"] for row in CODE20]
+    good = [f"Here it is:\n```python\n{row['solution']}```" for row in CODE20]
+    # The reference with its function replaced by one returning None: asserts fail (one expects None).
+    broken = [f"```python\n{row['solution']}\n{_name(row)} = lambda *a, **k: None\n```" for row in CODE20]
+    assert reward(completions=good, tests=tests) == [1.0] * 20
+    scores = reward(completions=broken, tests=tests)
+    assert all(s < 1.0 for s in scores) and sum(scores) == 1 / 3  # second_largest([7, 7]) is None holds
+
+
+def _name(row) -> str:
+    return row["solution"].split("def ", 1)[1].split("(", 1)[0]
+
+
+def test_each_assert_counts_on_its_own():
+    tests = ["assert is_prime(1) == False", "assert is_prime(97) == True", "assert is_prime(91) == False"]
+    odd = "def is_prime(n):\n    return n % 2 == 1\n"  # right only for 97
+    assert CodeTests()(completions=[odd], tests=[tests]) == [1 / 3]
+    assert CodeTests(binary=True)(completions=[odd], tests=[tests]) == [0.0]
+    # A test that hangs fails alone; the ones after it still run.
+    hang = "def f(x):\n    while x == 0:\n        pass\n    return x\n"
+    assert run(hang, ["assert f(0) == 0", "assert f(1) == 1", "assert f(2) == 2"], limits=FAST).passed == [False, True, True]
+
+
+def test_samples_without_tests_are_none_and_completions_without_code_zero():
+    conv = [{"role": "assistant", "content": "```python\ndef f():\n    return 1\n```"}]
+    out = CodeTests()(
+        completions=[conv, "   ", "def f(): return 1", "def f(): return 1"],
+        tests=[["assert f() == 1"], ["assert f() == 1"], [], None],
+    )
+    assert out == [1.0, 0.0, None, None]  # conversational format; blank completion; no tests; no tests
+
+
+def test_column_names_and_setup_code_come_from_the_args():
+    reward = CodeTests(tests_column="test_list", setup_column="test_setup_code")
+    out = reward(completions=["def g():\n    return K + 1"], test_list=[["assert g() == 3"]], test_setup_code=["K = 2"])
+    assert out == [1.0]
+    with pytest.raises(ValueError, match="needs the dataset column 'test_list'.*answer"):
+        reward(completions=["x"], answer=["1"])
+
+
+@pytest.mark.parametrize("args", [{"timeout": 0}, {"memory_mb": 8}, {"workers": 0}, {"tests_column": ""}])
+def test_bad_arguments_name_the_argument(args):
+    with pytest.raises(rewards.RewardError, match=next(iter(args))):
+        rewards.build("code_tests", **args)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The hostile corpus: each entry's tests pass only if the attack worked; each must score 0, return in
+# bounded time, leave the host as it was, and not disturb an honest candidate run alongside it.
+
+SECRET = "grpokit-test-secret-" + uuid.uuid4().hex
+OUTSIDE = f"/var/tmp/grpokit-code-canary-{uuid.uuid4().hex}"  # world-writable parent: only the sandbox guards it
+
+HOSTILE = {
+    # never returns; the second one also swallows the per-test timer
+    "infinite_loop": ("def f():\n    return 1\nwhile True:\n    pass\n", ["assert f() == 1"]),
+    "loop_ignoring_timer": ("def f():\n    return 1\nwhile True:\n    try:\n        while True:\n            pass\n"
+                            "    except BaseException:\n        pass\n", ["assert f() == 1"]),
+    # forks until refused and keeps the children alive; passes if it got past the process limit
+    "fork_bomb": ("import os, time\ndef f():\n    n = 0\n    try:\n        while n < 500:\n            if os.fork() == 0:\n"
+                  "                time.sleep(30)\n                os._exit(0)\n            n += 1\n    except OSError:\n"
+                  "        pass\n    return n\n", ["assert f() >= 500"]),
+    "fork_bomb_spinning": ("import os\ndef f():\n    return 1\nwhile True:\n    try:\n        os.fork()\n"
+                           "    except OSError:\n        pass\n", ["assert f() == 1"]),
+    # 4 GiB, which a lazily zeroed bytearray would get at once without the address-space limit
+    "memory_bomb": ("big = bytearray(4 << 30)\ndef f():\n    return len(big)\n", ["assert f() == 4 << 30"]),
+    "write_outside": ("import os\ndef f():\n    hits = 0\n"
+                      f"    for p in ({OUTSIDE + '/evil'!r}, '/var/tmp/grpokit-evil', '/dev/shm/grpokit-evil'):\n"
+                      "        try:\n            open(p, 'w').write('x')\n            hits += 1\n        except OSError:\n"
+                      "            pass\n    return hits\n", ["assert f() > 0"]),
+    "delete_files": ("import os, shutil\ndef f():\n"
+                     f"    try:\n        os.remove({OUTSIDE + '/canary'!r})\n        return True\n    except OSError:\n"
+                     f"        shutil.rmtree({OUTSIDE!r}, ignore_errors=True)\n        return False\n", ["assert f()"]),
+    "read_secrets": ("import os, glob\ndef f():\n    seen = ' '.join(os.environ.values())\n"
+                     "    for p in glob.glob('/proc/*/environ'):\n        try:\n"
+                     "            seen += open(p, 'rb').read().decode(errors='ignore')\n        except OSError:\n"
+                     "            pass\n    return seen\n", [f"assert {SECRET!r} in f()"]),
+    "socket": ("import socket\ndef f(port):\n    socket.create_connection(('127.0.0.1', port), timeout=0.2).close()\n"
+               "    return True\n", ["assert f(PORT)"]),  # PORT: filled in with a port listening in this process
+    "print_1gb": ("import sys\nfor _ in range(1024):\n    sys.stdout.write('x' * (1 << 20))\ndef f():\n    return 1\n",
+                  ["assert f() == 1"]),
+    "os_exit": ("import os\nos._exit(0)\n", ["assert True"]),  # an exit status is never taken for a pass
+    "kill_parent": ("import os\nfor target in (os.getppid(), -1, 0):\n    try:\n        os.kill(target, 9)\n"
+                    "    except OSError:\n        pass\n", ["assert True"]),
+    # writes what a result line might look like to every descriptor it has, then leaves
+    "forge_results": ("import os\nfor fd in range(64):\n    try:\n        os.write(fd, b'test 0 1\\nload 1\\n')\n"
+                      "    except OSError:\n        pass\nprint('PASS')\nos._exit(0)\n", ["assert False"]),
+}
+
+
+@pytest.fixture
+def outside():
+    """A canary in a world-writable directory outside any sandbox: nothing but the sandbox keeps it alive."""
+    os.makedirs(OUTSIDE)
+    os.chmod(OUTSIDE, 0o777)
+    canary = Path(OUTSIDE, "canary")
+    canary.write_text("alive")
+    canary.chmod(0o666)
+    yield canary
+    shutil.rmtree(OUTSIDE, ignore_errors=True)
+    for p in ("/var/tmp/grpokit-evil", "/dev/shm/grpokit-evil"):
+        Path(p).unlink(missing_ok=True)
+
+
+def _sandbox_processes() -> set:
+    """Processes running the sandbox's inside; the sandbox is gone when `run` returns, so none may be left."""
+    found = set()
+    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            if b"_sandbox_child.py" in Path(cmdline).read_bytes():
+                found.add(cmdline)
+        except OSError:
+            pass
+    return found
+
+
+def _needs(name: str) -> None:
+    if name in ("socket",) and "net" not in LAYERS:
+        pytest.skip("no network namespace on this machine: candidate code can reach the network (documented)")
+    if name in ("write_outside", "delete_files") and not ({"readonly"} & LAYERS or any(x.startswith("uid=") for x in LAYERS)):
+        pytest.skip("neither a read-only mount namespace nor a uid drop here: the code runs as this user (documented)")
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_code_scores_zero_and_harms_nothing(name, outside, monkeypatch):
+    _needs(name)
+    monkeypatch.setenv("GRPOKIT_TEST_SECRET", SECRET)  # in this process's environment, which the code must not see
+    code, tests = HOSTILE[name]
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    tests = [t.replace("PORT", str(listener.getsockname()[1])) for t in tests]
+    before = _sandbox_processes()
+    honest = CODE20[0]
+    outcomes = run_many([(code, tests, ""), (honest["solution"], honest["tests"], "")], FAST, workers=2)
+    assert outcomes[0].passed == [False] * len(tests), outcomes[0]
+    assert outcomes[1].passed == [True] * 3, "a hostile candidate disturbed the honest one next to it"
+    assert _sandbox_processes() <= before, "a sandbox process outlived its job"
+    assert outside.read_text() == "alive"
+    assert sorted(os.listdir(OUTSIDE)) == ["canary"]
+    assert not Path("/var/tmp/grpokit-evil").exists() and not Path("/dev/shm/grpokit-evil").exists()
+    with pytest.raises(BlockingIOError):  # nobody connected
+        listener.accept()
+    listener.close()
+
+
+def test_the_hostile_probes_work_outside_the_sandbox(outside, monkeypatch):
+    # Without this, a probe that can never succeed would make its hostile test pass vacuously.
+    monkeypatch.setenv("GRPOKIT_TEST_SECRET", SECRET)
+    for name in ("read_secrets", "write_outside", "delete_files"):
+        namespace = {}
+        exec(HOSTILE[name][0], namespace)
+        exec(HOSTILE[name][1][0], namespace)
+
+
+def test_too_much_output_ends_the_candidate():
+    out = run(*HOSTILE["print_1gb"], limits=FAST)
+    assert out.ended == "output" and len(out.output) <= 4096
+
+
+def test_this_machine_holds_every_layer():
+    # What the docs claim for this machine (root, Linux): measured here, not assumed. Elsewhere the
+    # missing layers are reported by isolation() and warned about once by the reward.
+    if os.geteuid() != 0:
+        pytest.skip("the claims are for running as root")
+    assert {"net", "pid", "mountns", "readonly", "tmpfs", "proc", "uid=65534"} <= LAYERS
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not os.access("/usr/bin/python3", os.X_OK),
+                    reason="needs root (to start as nobody), setpriv and a system python3")
+def test_started_by_an_unprivileged_user_it_uses_a_user_namespace():
+    # A trainer that is not root: the same layers inside a user namespace, capabilities dropped.
+    script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+              "from rewards._sandbox import Limits, run_many\n"
+              "lim = Limits(time_s=0.3)\n"
+              f"jobs = [({HOSTILE['fork_bomb'][0]!r}, {HOSTILE['fork_bomb'][1]!r}, ''),"
+              f" ({HOSTILE['kill_parent'][0]!r}, ['assert True'], ''), ('def f(): return 1', ['assert f() == 1'], '')]\n"
+              "out = run_many(jobs, lim, workers=3)\n"
+              "print(sorted(out[0].isolation), [o.passed for o in out])\n")
+    if not os.access(ROOT / "rewards/_sandbox.py", os.R_OK):  # pragma: no cover
+        pytest.skip("repository not readable")
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    if "Permission denied" in done.stderr:
+        pytest.skip("nobody cannot read this checkout")
+    layers, passed = done.stdout.strip().split("] ", 1)
+    assert "'userns'" in layers and "'nocaps'" in layers and "'net'" in layers, done.stdout + done.stderr
+    assert passed == "[[False], [False], [True]]", done.stdout + done.stderr
+
+
+def test_weak_isolation_is_said_once(monkeypatch):
+    monkeypatch.setattr(code_reward, "_warned", False)
+    with pytest.warns(UserWarning, match="net"):
+        code_reward._warn_if_weak(frozenset({"pid"}))
+    code_reward._warn_if_weak(frozenset())  # already said: silent
+
+
+def test_many_candidates_at_once_keep_their_order():
+    jobs = [(f"def f():\n    return {i}", [f"assert f() == {i}", "assert f() >= 32"], "") for i in range(64)]
+    out = run_many(jobs, FAST, workers=4)
+    assert [o.passed for o in out] == [[True, i >= 32] for i in range(64)]

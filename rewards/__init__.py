@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass
+from math import isfinite  # not `import math`: the submodule rewards.math takes that name in this namespace
 from typing import Any, Callable
 
 from grpokit.errors import nearest
@@ -84,20 +85,70 @@ def entry(name: str) -> Entry:
     return _REGISTRY[name]
 
 
+_MAX_DEPTH = 32  # nested content blocks deeper than this hold no text worth reading (and must not recurse forever)
+
+
 def text(completion) -> str:
-    """The text of a completion in either format: a string, or a list of chat messages (last one's content)."""
+    """The text of a completion, in every shape TRL can pass; never raises.
+
+    * a string is its own text; None, and an empty conversation `[]`, have none ("")
+    * a conversation (a list of message dicts) has the text of its last message: with tools, the
+      completion is the whole exchange and the final answer is the last turn
+    * a message's `content` may be a string, None (a tool-call-only turn: ""), a number (its digits), one
+      content block, or a list of blocks; a block is a string or a dict whose `text` is read the same way
+      (None, a number, a list); blocks without text (images) add nothing
+    * bytes decode as UTF-8; any other object has no text ("")
+
+    >>> text("4"), text([{"role": "assistant", "content": [{"type": "text", "text": "4"}, {"type": "image"}]}])
+    ('4', '4')
+    >>> text([]), text([{"role": "assistant", "content": None}])
+    ('', '')
+    """
     if isinstance(completion, str):
         return completion
-    if isinstance(completion, list) and completion:
-        last = completion[-1]
-        if isinstance(last, dict):
-            content = last.get("content", "")
-            if isinstance(content, list):  # content blocks
-                return "".join(b.get("text", "") for b in content if isinstance(b, dict))
-            return content if isinstance(content, str) else str(content)
+    if isinstance(completion, list):
+        if not completion or not isinstance(completion[-1], dict):
+            return ""  # a list of plain strings or Nones is not a conversation
+        return _content_text(completion[-1].get("content"), 0)
     if isinstance(completion, dict):
-        return str(completion.get("content", ""))
-    return "" if completion is None else str(completion)
+        return _content_text(completion.get("content"), 0)
+    return _content_text(completion, 0)
+
+
+def _content_text(content, depth: int) -> str:
+    if isinstance(content, str):
+        return content
+    if depth > _MAX_DEPTH or content is None:
+        return ""
+    if isinstance(content, (bytes, bytearray)):
+        return content.decode("utf-8", errors="replace")
+    if isinstance(content, (int, float)):  # bool included: YAML-ish data may carry one
+        return str(content)
+    if isinstance(content, dict):
+        return _content_text(content.get("text"), depth + 1)
+    if isinstance(content, (list, tuple)):
+        return "".join(_content_text(block, depth + 1) for block in content)
+    return ""
+
+
+def _shown(completion) -> str:
+    """A completion as an error message quotes it: its text, cut to 200 characters."""
+    return repr(text(completion)[:200])
+
+
+def _shown_error(err: BaseException) -> str:
+    try:
+        return f"{type(err).__name__}: {err}"
+    except Exception:  # noqa: BLE001 - an exception whose str() raises still gets named
+        return f"{type(err).__name__} (its message cannot be printed)"
+
+
+def _shown_value(value) -> str:
+    try:
+        shown = repr(value)
+    except Exception:  # noqa: BLE001 - the message must be written whatever the reward returned
+        shown = f"<{type(value).__name__} that cannot be printed>"
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def is_integer(value) -> bool:
@@ -223,8 +274,8 @@ class Guarded:
         return self._check(out, completions, kwargs)
 
     def _step(self, kwargs) -> str:
-        state = kwargs.get("trainer_state")
-        return f" at step {state.global_step}" if state is not None and hasattr(state, "global_step") else ""
+        step = getattr(kwargs.get("trainer_state"), "global_step", None)
+        return f" at step {step}" if is_integer(step) else ""
 
     def _explain(self, err: Exception, completions, kwargs) -> "RewardFailure":
         n = len(completions)
@@ -235,9 +286,9 @@ class Guarded:
             except Exception as single:  # noqa: BLE001
                 return RewardFailure(
                     f"reward {self.__name__!r} raised{self._step(kwargs)} on sample {i}: "
-                    f"{type(single).__name__}: {single}; completion: {text(completions[i])[:200]!r}"
+                    f"{_shown_error(single)}; completion: {_shown(completions[i])}"
                 )
-        return RewardFailure(f"reward {self.__name__!r} raised{self._step(kwargs)} on a batch of {n}: {type(err).__name__}: {err}")
+        return RewardFailure(f"reward {self.__name__!r} raised{self._step(kwargs)} on a batch of {n}: {_shown_error(err)}")
 
     def _check(self, out, completions, kwargs):
         n = len(completions)
@@ -250,18 +301,21 @@ class Guarded:
                 clean.append(None)
                 continue
             try:
-                value = float(value)
-            except (TypeError, ValueError):
+                number = float(value)
+            except Exception:  # noqa: BLE001 - whatever float() raises on, the answer is "not a number"
                 raise RewardFailure(
-                    f"reward {self.__name__!r} returned {value!r} for sample {i}{self._step(kwargs)}; "
-                    f"expected a float or None; completion: {text(completions[i])[:200]!r}"
+                    f"reward {self.__name__!r} returned {_shown_value(value)} for sample {i}{self._step(kwargs)}; "
+                    f"expected a float or None; completion: {_shown(completions[i])}"
                 ) from None
-            if value != value:  # NaN poisons the group mean: refuse it, None is the way to abstain
+            if not isfinite(number):
+                # NaN poisons the group mean, +-inf makes the advantages NaN or the loss 0: refuse both;
+                # None is the way to abstain.
                 raise RewardFailure(
-                    f"reward {self.__name__!r} returned NaN for sample {i}{self._step(kwargs)}; "
-                    f"return None to abstain; completion: {text(completions[i])[:200]!r}"
+                    f"reward {self.__name__!r} returned {'NaN' if number != number else number} for sample {i}"
+                    f"{self._step(kwargs)}; rewards must be finite, return None to abstain; "
+                    f"completion: {_shown(completions[i])}"
                 )
-            clean.append(value)
+            clean.append(number)
         return clean
 
 

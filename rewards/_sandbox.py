@@ -34,7 +34,7 @@ adversary -- nor can any assert-based check stop an object whose `__eq__` always
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
 import pwd
 import secrets
@@ -108,7 +108,7 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
     output_r, output_w = os.pipe()
     # The job goes in on an unlinked file, not a pipe: no writer to block, nothing left on disk.
     with tempfile.TemporaryFile() as stdin:
-        stdin.write(json.dumps(job).encode())
+        stdin.write(marshal.dumps(job))
         stdin.seek(0)
         try:
             proc = subprocess.Popen(

@@ -241,3 +241,19 @@ def test_many_candidates_at_once_keep_their_order():
     jobs = [(f"def f():\n    return {i}", [f"assert f() == {i}", "assert f() >= 32"], "") for i in range(64)]
     out = run_many(jobs, FAST, workers=4)
     assert [o.passed for o in out] == [[True, i >= 32] for i in range(64)]
+
+
+@pytest.mark.slow
+def test_a_recipe_column_reaches_the_reward_in_real_steps(tmp_path):
+    # Data preparation keeps every column (it only adds `prompt`), and TRL hands the columns to rewards:
+    # code_tests raises if `tests` does not arrive, which would stop this run.
+    from helpers import with_trainer, write_recipe
+
+    from grpokit import config, training
+
+    data = with_trainer(tmp_path, max_steps=1)
+    data["dataset"] = {"path": str(ROOT / "grpokit/assets/code20.jsonl"), "prompt_column": "prompt"}
+    data["rewards"] = [{"name": "code_tests", "args": {"timeout": 0.5}}]
+    trainer = training.train(config.validate(config.load(write_recipe(tmp_path, data))))
+    logged = [h for h in trainer.state.log_history if "rewards/code_tests/mean" in h]
+    assert len(logged) == 1 and 0.0 <= logged[0]["rewards/code_tests/mean"] <= 1.0

@@ -336,3 +336,46 @@ class Accuracy:
             for (i, _, _), verdict in zip(slow, verdicts):
                 out[i] = verdict
         return out
+
+
+def _tags(name: str, value) -> tuple[str, ...]:
+    tags = (value,) if isinstance(value, str) else value
+    if not isinstance(tags, (list, tuple)) or not tags or not all(isinstance(t, str) and t.strip() for t in tags):
+        raise ValueError(f"{name} must be a non-empty list of non-empty tag strings, got {value!r}")
+    return tuple(tags)
+
+
+@register("reasoning_accuracy")
+class ReasoningAccuracy:
+    """`accuracy` of the text after the reasoning closes: 0.0 with no closing tag, or an answer only inside it.
+
+    r = accuracy(gold, text after the last of `close_tags`),  r = 0 when no closing tag is present
+
+    The policy is paid only for an answer it committed to after reasoning, not for a guess inside the
+    reasoning (TRL's `reasoning_accuracy_reward`). A reasoning block reopened after the last closing tag
+    (`</think> <think> \\boxed{4}`, never closed) counts as no answer: for a closing tag `</name>` the
+    opening tag is `<name>`. The gold, its column and the checking are `accuracy`'s (None when the gold
+    cannot be checked). The opening tag itself is not required, so a chat template that opens
+    `<think>` in the prompt (Qwen3, DeepSeek-R1 distills) works unchanged.
+
+    >>> ReasoningAccuracy()(completions=["<think>\\\\boxed{2}</think> \\\\boxed{4}", "<think>so \\\\boxed{4}"], answer=["4", "4"])
+    [1.0, 0.0]
+    """
+
+    def __init__(self, close_tags: list[str] | str = ("</think>",), gold_column: str = "answer",
+                 allow_last_number: bool = False, timeout: float = 1.0, workers: int = 2):
+        self.close_tags = _tags("reasoning_accuracy: close_tags", close_tags)
+        self.open_tags = tuple("<" + t[2:] for t in self.close_tags if t.startswith("</"))
+        self.accuracy = Accuracy(gold_column, allow_last_number, timeout, workers)
+
+    def after_reasoning(self, s: str) -> str:
+        """The text after the last closing tag; "" when there is none or the reasoning is reopened after it."""
+        end, tag = max((s.rfind(t), t) for t in self.close_tags)
+        if end < 0:
+            return ""
+        rest = s[end + len(tag):]
+        return "" if any(t in rest for t in self.open_tags) else rest
+
+    def __call__(self, completions, **kwargs) -> list[float | None]:
+        answers = [self.after_reasoning(text(c)) for c in completions]
+        return self.accuracy(completions=answers, **kwargs)

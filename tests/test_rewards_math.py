@@ -260,3 +260,42 @@ def test_cosine_scaled_abstains_on_a_prose_gold():
     got = CosineScaled(max_length=8)(completions=[r"\boxed{42}", r"\boxed{42}"], completion_ids=[[0] * 4, [0] * 4],
                                      answer=["forty two", "42"])
     assert got[0] is None and got[1] > 0
+
+
+# reasoning_accuracy: the answer counts only after the reasoning is closed (issue 15, item 2).
+# (completion, gold, expected) with default tags
+REASONING = [
+    (r"<think>2+2</think> \boxed{4}", "4", 1.0),  # answer after the reasoning
+    (r"<think>2+2</think> \boxed{5}", "4", 0.0),  # wrong answer after it
+    (r"<think>so \boxed{4}</think> I am not sure", "4", 0.0),  # answer only inside the reasoning
+    (r"<think>so \boxed{4}", "4", 0.0),  # reasoning never closed
+    (r"\boxed{4}", "4", 0.0),  # no reasoning block at all: nothing committed after one
+    (r"<think>a</think> b </think> \boxed{4}", "4", 1.0),  # the last closing tag counts
+    (r"<think>\boxed{5}</think> \boxed{4}", "4", 1.0),  # a guess inside, the committed answer outside
+    (r"<think>r</think> <think>\boxed{4}", "4", 0.0),  # reasoning reopened and never closed
+    (r"<think>r</think> \boxed{4}", "forty two", None),  # a gold nobody can check: None as in accuracy
+    (r"2+2 is</think> <answer>4</answer>", "4", 1.0),  # opening tag in the prompt (Qwen3, R1 distills)
+]
+
+
+def test_reasoning_accuracy():
+    from rewards.math import ReasoningAccuracy
+
+    got = ReasoningAccuracy()(completions=[conv(c) for c, _, _ in REASONING], answer=[g for _, g, _ in REASONING])
+    wrong = [(c, g, e, r) for (c, g, e), r in zip(REASONING, got) if r != e]
+    assert not wrong, wrong
+
+
+def test_reasoning_accuracy_tags_are_configurable():
+    from rewards.math import ReasoningAccuracy
+
+    reward = ReasoningAccuracy(close_tags=["</reasoning>", "</think>"], gold_column="solution")
+    got = reward(completions=[r"<reasoning>x</reasoning> \boxed{3}", r"<think>x</think> \boxed{3}",
+                              r"<reasoning>\boxed{3}"], solution=["3", "3", "3"])
+    assert got == [1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("args", [{"close_tags": []}, {"close_tags": [""]}, {"close_tags": 3}, {"timeout": -1}])
+def test_reasoning_accuracy_bad_args(args):
+    with pytest.raises(rewards.RewardError):
+        rewards.build("reasoning_accuracy", **args)

@@ -343,6 +343,7 @@ def describe() -> list[dict]:
             if key in e.from_recipe and p.default is None:
                 args.append(f"{key}=<{e.from_recipe[key]}>")
             else:
-                args.append(key if p.default is p.empty else f"{key}={p.default!r}")
+                default = list(p.default) if isinstance(p.default, tuple) else p.default  # as YAML writes it
+                args.append(key if p.default is p.empty else f"{key}={default!r}")
         rows.append({"name": name, "args": args, "summary": e.summary})
     return rows

@@ -122,3 +122,54 @@ class CosineScaled:
                 t = min(n, self.max_length) / self.max_length
                 out.append(lo + (hi - lo) * (1.0 + math.cos(math.pi * t)) / 2.0)
         return out
+
+
+def _group_key(prompt) -> str:
+    """A hashable key for a prompt, plain or conversational (a list of message dicts)."""
+    return prompt if isinstance(prompt, str) else repr(prompt)
+
+
+@register("len_reward")
+class LenReward:
+    """Kimi 1.5's length reward: within each prompt's group, shorter than average earns, longer loses.
+
+    From Kimi Team 2025, "Kimi k1.5: Scaling Reinforcement Learning with LLMs", section 2.3.3. For the
+    completions of one prompt, with L = len(completion_ids) and min, max over that group:
+
+        lambda = 0.5 - (L - min) / (max - min)
+        r = lambda            for a correct answer
+        r = min(0, lambda)    for a wrong one        (r = 0 for all when max = min)
+
+    so among right answers the shortest gets +0.5 and the longest -0.5, and a wrong answer is never
+    paid for being short. Correctness is `accuracy` (`gold_column`, `allow_last_number`, `timeout`);
+    None when the gold cannot be checked. Groups are the completions with the same prompt in the call.
+    Unlike open-r1's `len_reward`, which takes min and max over the whole batch (several prompts), each
+    prompt gets its own range (a long problem's completions would otherwise set the scale for a short
+    one's), and lengths are tokens, which is what the trainer's budget is in, not characters.
+
+    >>> LenReward()(prompts=["q"] * 3, completions=["\\\\boxed{1}"] * 3, completion_ids=[[0] * 10, [0] * 20, [0] * 30],
+    ...             answer=["1", "1", "2"])
+    [0.5, 0.0, -0.5]
+    """
+
+    def __init__(self, gold_column: str = "answer", allow_last_number: bool = False, timeout: float = 1.0):
+        self.accuracy = Accuracy(gold_column=gold_column, allow_last_number=allow_last_number, timeout=timeout)
+
+    def __call__(self, completions, prompts=None, completion_ids=None, **kwargs) -> list[float | None]:
+        lengths = _token_counts("len_reward", completions, completion_ids)
+        correct = self.accuracy(completions=completions, completion_ids=completion_ids, **kwargs)
+        if prompts is None or len(prompts) != len(completions):
+            raise ValueError(f"len_reward groups completions by prompt and needs `prompts`, one per completion "
+                             f"(TRL's GRPOTrainer passes them); got {'none' if prompts is None else len(prompts)}")
+        groups: dict[str, list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            groups.setdefault(_group_key(prompt), []).append(i)
+        out: list[float | None] = [None] * len(completions)
+        for members in groups.values():
+            lo, hi = min(lengths[i] for i in members), max(lengths[i] for i in members)
+            for i in members:
+                if correct[i] is None:
+                    continue
+                lam = 0.0 if hi == lo else 0.5 - (lengths[i] - lo) / (hi - lo)
+                out[i] = lam if correct[i] == 1.0 else min(0.0, lam)
+        return out

@@ -16,6 +16,10 @@ BUILTINS = {
     "overlong_penalty": {"max_length": 8, "buffer": 4},
     "cosine_scaled": {"max_length": 8},
     "repetition_penalty": {"ngram_size": 2},
+    "reasoning_accuracy": {},
+    "tag_count": {},
+    "reasoning_steps": {},
+    "len_reward": {},
 }
 MODULES = ["rewards", "rewards._user", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition"]
 

@@ -107,3 +107,42 @@ def test_cosine_exceed_penalty():
 def test_cosine_bad_args(args, message):
     with pytest.raises(ValueError, match=message):
         CosineScaled(**args)
+
+
+# len_reward (Kimi 1.5): per prompt group, lambda = 0.5 - (L - min) / (max - min); correct gets lambda,
+# wrong gets min(0, lambda); all lengths equal gives 0.
+def test_len_reward_within_each_prompts_group():
+    from rewards.length import LenReward
+
+    completions = [r"\boxed{4}", r"\boxed{4}", r"\boxed{5}", r"\boxed{5}",  # prompt A: lengths 10, 20, 10, 30
+                   r"\boxed{7}", r"\boxed{8}"]  # prompt B: lengths 5, 5 (all equal)
+    got = LenReward()(prompts=["A", "A", "A", "A", "B", "B"], completions=completions,
+                      completion_ids=[[0] * n for n in (10, 20, 10, 30, 5, 5)], answer=["4"] * 4 + ["7", "7"])
+    # A: min 10, max 30. L=10: 0.5 (right), L=20: 0.0 (right), L=10 wrong: min(0, 0.5) = 0, L=30 wrong: -0.5
+    assert got == [0.5, 0.0, 0.0, -0.5, 0.0, 0.0]
+
+
+def test_len_reward_groups_by_prompt_not_by_batch():
+    from rewards.length import LenReward
+
+    # open-r1 takes min and max over the whole batch; a long prompt's completions would then punish a
+    # short prompt's. Two prompts, each with its own range.
+    got = LenReward()(prompts=["A", "A", "B", "B"], completions=[r"\boxed{1}"] * 4,
+                      completion_ids=[[0] * n for n in (1, 2, 100, 200)], answer=["1"] * 4)
+    assert got == [0.5, -0.5, 0.5, -0.5]
+
+
+def test_len_reward_conversational_prompts_and_unknown_gold():
+    from rewards.length import LenReward
+
+    prompt = [{"role": "user", "content": "q"}]
+    got = LenReward()(prompts=[prompt, prompt], completions=[conv(r"\boxed{1}"), conv(r"\boxed{2}")],
+                      completion_ids=[[0] * 3, [0] * 9], answer=["forty two", "forty two"])
+    assert got == [None, None]  # the gold cannot be checked: no correctness, no length shaping
+
+
+def test_len_reward_needs_token_ids():
+    from rewards.length import LenReward
+
+    with pytest.raises(ValueError, match="completion_ids"):
+        LenReward()(prompts=["A"], completions=["x"], answer=["1"])

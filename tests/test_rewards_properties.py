@@ -10,7 +10,7 @@ import threading
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rewards.format import ThinkFormat
+from rewards.format import ReasoningSteps, TagCount, ThinkFormat
 from rewards.length import CosineScaled, OverlongPenalty
 from rewards.math import Accuracy
 from rewards.repetition import RepetitionPenalty
@@ -35,6 +35,8 @@ OTHERS = [
     (OverlongPenalty(max_length=64, buffer=16, penalty_factor=1.0), lambda v: -1.0 <= v <= 0.0),
     (RepetitionPenalty(ngram_size=3), lambda v: -1.0 <= v <= 0.0),
     (RepetitionPenalty(ngram_size=2, unit="tokens"), lambda v: -1.0 <= v <= 0.0),
+    (TagCount(), lambda v: 0.0 <= v <= 1.0),
+    (ReasoningSteps(), lambda v: 0.0 <= v <= 1.0),
 ]
 
 

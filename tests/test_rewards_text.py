@@ -97,7 +97,7 @@ def test_text_is_total(completion):
 
 # The text rewards, built as a recipe would (accuracy is covered by its own property test).
 TEXT_REWARDS = [("think_format", {}), ("think_format", {"answer_tag": True}), ("repetition_penalty", {}),
-                ("char_fraction", {})]
+                ("char_fraction", {}), ("tag_count", {}), ("reasoning_steps", {})]
 
 
 @settings(max_examples=200, deadline=None, database=None)

@@ -131,11 +131,37 @@ WHY = {
 }
 
 
+def code_throughput(n: int, batch: int = 64) -> None:
+    """code_tests candidates per second: code20's reference solutions and broken copies (half pass, half
+    fail every assert), 3 asserts each, scored `batch` at a time (64 = 8 prompts x 8 completions)."""
+    import json
+    import os
+
+    from rewards._sandbox import isolation
+    from rewards.code import CodeTests
+
+    rows = [json.loads(line) for line in (Path(__file__).resolve().parent.parent / "grpokit/assets/code20.jsonl").open()]
+    completions, tests = [], []
+    for i in range(n):
+        row = rows[i % len(rows)]
+        broken = "" if i % 2 == 0 else "\nimport builtins\nbuiltins.__dict__.clear()\n"  # every assert then raises
+        completions.append(f"```python\n{row['solution']}{broken}```")
+        tests.append(row["tests"])
+    reward = CodeTests()
+    start = time.perf_counter()
+    scores = [s for k in range(0, n, batch) for s in reward(completions=completions[k : k + batch], tests=tests[k : k + batch])]
+    took = time.perf_counter() - start
+    print(f"\ncode_tests: {n} candidates x 3 asserts, {batch} per call, workers={reward.workers}, {os.cpu_count()} cores")
+    print(f"  {n / took:.1f} candidates/s ({took:.2f} s; {took / n * 1000:.1f} ms each); passed {sum(scores):.0f} of {n}")
+    print(f"  sandbox layers: {', '.join(sorted(isolation()))}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--n", type=int, default=10_000, help="GSM8K-style samples (default 10,000)")
     parser.add_argument("--n-latex", type=int, default=1_000, help="LaTeX-answer samples that need math-verify")
     parser.add_argument("--batch", type=int, default=256, help="completions per accuracy call")
+    parser.add_argument("--code", type=int, default=256, help="code_tests candidates for the throughput figure (0: skip)")
     args = parser.parse_args()
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
@@ -143,6 +169,8 @@ def main() -> None:
     run("GSM8K-style, plain numeric answers", [gsm8k_sample(rng) for _ in range(args.n)], args.batch)
     if args.n_latex:
         run("LaTeX radicals (every one goes to math-verify)", [latex_sample(rng) for _ in range(args.n_latex)], args.batch)
+    if args.code:
+        code_throughput(args.code)
 
 
 if __name__ == "__main__":

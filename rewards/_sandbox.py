@@ -54,6 +54,11 @@ STOP_TIMEOUT_S = 5.0  # for a stopped job's processes to be gone (milliseconds, 
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
 
 
+class SandboxError(RuntimeError):
+    """The sandbox itself could not start (not anything the candidate did: its code runs only after the
+    sandbox reports ready). Raised rather than scored 0, so a broken setup cannot pass for a bad policy."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """Per-candidate limits. `time_s` is per test (and for running the code itself, setup included)."""
@@ -125,6 +130,9 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
         _end(proc, stop=outcome.ended != "done")
         os.close(results_r)
         os.close(output_r)
+    if not outcome.isolation:
+        raise SandboxError(f"the code sandbox did not start ({outcome.ended}, exit code {proc.returncode}); "
+                           f"its output: {outcome.output.decode(errors='replace')[-2000:]!r}")
     return outcome
 
 

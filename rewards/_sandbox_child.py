@@ -50,6 +50,8 @@ def _unshare() -> list:
     base = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS
     root = os.geteuid() == 0
     uid, gid = os.geteuid(), os.getegid()
+    if not hasattr(_libc, "unshare"):  # not Linux: the rlimits and the uid drop are all there is
+        return []
     # Not root: a user namespace grants the capabilities the others need (where the kernel allows it).
     if _libc.unshare(base if root else base | CLONE_NEWUSER) != 0:
         return []
@@ -116,7 +118,9 @@ def _drop_privileges(uid: int, gid: int, userns: bool) -> str:
             pass
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words, all zero
-    return "nocaps" if _libc.capset(header, data) == 0 else "caps-kept"
+    tag = "nocaps" if _libc.capset(header, data) == 0 else "caps-kept"
+    # Real root (setuid refused) stays exempt from RLIMIT_NPROC whatever its capabilities: say so.
+    return tag if userns or os.getuid() != 0 else f"uid=0,{tag}"
 
 
 def _close_fds(keep: int) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 import rewards
 from rewards import code as code_reward
-from rewards._sandbox import Limits, isolation, run, run_many
+from rewards._sandbox import Limits, SandboxError, isolation, run, run_many
 from rewards.code import CodeTests, extract_code
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,3 +257,11 @@ def test_a_recipe_column_reaches_the_reward_in_real_steps(tmp_path):
     trainer = training.train(config.validate(config.load(write_recipe(tmp_path, data))))
     logged = [h for h in trainer.state.log_history if "rewards/code_tests/mean" in h]
     assert len(logged) == 1 and 0.0 <= logged[0]["rewards/code_tests/mean"] <= 1.0
+
+
+def test_a_sandbox_that_cannot_start_is_an_error_not_a_zero(tmp_path, monkeypatch):
+    broken = tmp_path / "child.py"
+    broken.write_text("raise SystemExit('no namespaces, no nothing')\n")
+    monkeypatch.setattr("rewards._sandbox.CHILD", str(broken))
+    with pytest.raises(SandboxError, match="did not start.*no namespaces, no nothing"):
+        run("def f(): return 1", ["assert f() == 1"], limits=FAST)

@@ -68,6 +68,7 @@ class Limits:
     processes: int = 16       # RLIMIT_NPROC: os.fork fails past it
     file_mb: int = 16         # largest file (RLIMIT_FSIZE), and the size of the private /tmp
     output_kb: int = 64       # stdout + stderr; past it the candidate is killed (unreported tests fail)
+    namespaces: bool = True   # False skips them: what a machine refusing `unshare` gets (to test that case)
 
     def wall_s(self, n_tests: int) -> float:
         """The whole candidate's wall (and CPU) budget: setup, code and every test, plus a little slack."""
@@ -81,7 +82,8 @@ class Outcome:
     passed: list[bool]
     loaded: bool = False           # the code (and setup) ran without raising
     isolation: frozenset = frozenset()  # "net", "pid", "mountns", "readonly", "tmpfs", "proc", "uid=65534" | "nocaps", ...
-    ended: str = "done"            # "done" | "timeout" | "output" (too much printed) | "no-report" (died early)
+    ended: str = "done"            # "done" | "cut-short" (died or killed before its last test) | "timeout" |
+                                   # "output" (too much printed) | "no-report" (the sandbox never started)
     output: bytes = b""            # the start of stdout + stderr, for debugging
 
     @property
@@ -156,7 +158,7 @@ def _collect(proc, results_r: int, output_r: int, nonce: str, limits: Limits, ou
     """Read report lines and (bounded) output until the results pipe closes or a deadline passes."""
     prefix = nonce.encode() + b" "
     deadline = time.monotonic() + STARTUP_TIMEOUT_S  # moved to the candidate's own budget once it reports
-    pending, output_seen, started = b"", 0, False
+    pending, output_seen, started, reported = b"", 0, False, 0
     outcome.ended = "no-report"
     with selectors.DefaultSelector() as sel:
         sel.register(results_r, selectors.EVENT_READ)
@@ -180,8 +182,8 @@ def _collect(proc, results_r: int, output_r: int, nonce: str, limits: Limits, ou
                         return
                     continue
                 if not chunk:  # every holder of the results pipe is gone: the job is over
-                    if started and outcome.ended == "no-report":
-                        outcome.ended = "done"
+                    if started:
+                        outcome.ended = "done" if reported == len(outcome.passed) else "cut-short"
                     return
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
@@ -198,6 +200,7 @@ def _collect(proc, results_r: int, output_r: int, nonce: str, limits: Limits, ou
                         i, _, ok = value.partition(" ")
                         if i.isdigit() and int(i) < len(outcome.passed):
                             outcome.passed[int(i)] = ok == "1"
+                            reported += 1
 
 
 def run_many(jobs: list[tuple[str, list[str], str]], limits: Limits = Limits(), workers: int = 4) -> list[Outcome]:

@@ -9,6 +9,7 @@ read-only view of the filesystem where the kernel allows it), a few at a time.
 from __future__ import annotations
 
 import re
+import sys
 import warnings
 
 from rewards import is_integer, is_number, register, text
@@ -121,11 +122,21 @@ class CodeTests:
 def _warn_if_weak(layers: frozenset) -> None:
     global _warned
     missing = _EXPECTED - layers
-    if missing and not _warned:
-        _warned = True
+    if _warned or not (missing or "stdlib-unreadable" in layers):
+        return
+    _warned = True
+    if missing:
         warnings.warn(
             f"code_tests: this machine refused sandbox layer(s) {', '.join(sorted(missing))} (namespaces: "
             "a container's seccomp profile or user namespaces turned off); limits on time, memory, processes, "
-            "files and output still hold, but candidate code can reach the network. See rewards/_sandbox.py.",
+            "files and output still hold, but candidate code can reach the network and write to world-writable "
+            "folders. See rewards/_sandbox.py.",
+            stacklevel=3,
+        )
+    if "stdlib-unreadable" in layers:
+        warnings.warn(
+            "code_tests: candidates run as an unprivileged user who cannot read this python's standard library "
+            f"({sys.base_prefix}), and without a mount namespace it cannot be exposed to them: `import math` fails "
+            "in every candidate. Install python where others can read it (e.g. /usr or /opt).",
             stacklevel=3,
         )

@@ -189,10 +189,12 @@ def test_hostile_code_scores_zero_and_harms_nothing(name, outside, monkeypatch):
 def test_the_hostile_probes_work_outside_the_sandbox(outside, monkeypatch):
     # Without this, a probe that can never succeed would make its hostile test pass vacuously.
     monkeypatch.setenv("GRPOKIT_TEST_SECRET", SECRET)
-    for name in ("read_secrets", "write_outside", "delete_files"):
-        namespace = {}
+    listener = socket.create_server(("127.0.0.1", 0))
+    for name in ("read_secrets", "write_outside", "delete_files", "socket"):
+        namespace = {"PORT": listener.getsockname()[1]}
         exec(HOSTILE[name][0], namespace)
         exec(HOSTILE[name][1][0], namespace)
+    listener.close()
 
 
 def test_too_much_output_ends_the_candidate():
@@ -235,6 +237,18 @@ def test_weak_isolation_is_said_once(monkeypatch):
     with pytest.warns(UserWarning, match="net"):
         code_reward._warn_if_weak(frozenset({"pid"}))
     code_reward._warn_if_weak(frozenset())  # already said: silent
+    monkeypatch.setattr(code_reward, "_warned", False)
+    with pytest.warns(UserWarning, match="import math"):
+        code_reward._warn_if_weak(frozenset({"net", "pid", "readonly", "tmpfs", "stdlib-unreadable"}))
+
+
+def test_candidates_import_the_standard_library():
+    # As root the code runs as nobody, who may not be able to read this python's files where they are
+    # (here: pyenv under root's 0700 home); the sandbox binds them in read-only. Imports loaded before
+    # the drop (collections) must find their submodules (collections.abc) too.
+    modules = "math, re, heapq, bisect, itertools, functools, collections.abc, string, fractions, socket, glob"
+    out = run(f"import {modules}\ndef f():\n    return math.isqrt(17) + len(string.digits)", ["assert f() == 14"], limits=FAST)
+    assert out.passed == [True], out.output
 
 
 def test_many_candidates_at_once_keep_their_order():

@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: demo test check setup
+.PHONY: demo test test-fast check setup
 
 setup: $(VENV)/.installed
 
@@ -31,3 +31,7 @@ check: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The edit loop: everything but the real-training tests (marked slow); CI runs `make test`, all of them.
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"

@@ -1,11 +1,11 @@
-"""Measure the peak GPU memory of real GRPO steps next to what `grpokit.memory` plans for them.
+"""Measure the peak GPU memory of real GRPO steps next to what `grpokit.planning.memory` plans for them.
 
     python bench/gpu_memory.py                          # every case, under a 16 GiB cap; ~8 min on an H200
     python bench/gpu_memory.py --cases 3b-lora,7b-qlora --out $OUT
     python bench/gpu_memory.py --dry-run                # CPU, tiny config: checks the logic, measures nothing
 
 For each case: a random-weight model of a shipped architecture (the shipped config.json, bf16 on the GPU;
-4-bit NF4 loaded through `from_pretrained` with the same BitsAndBytesConfig as `grpokit.run.load_model`),
+4-bit NF4 loaded through `from_pretrained` with the same BitsAndBytesConfig as `grpokit.models.load_model`),
 the process capped at 16 GiB with `torch.cuda.set_per_process_memory_fraction`, and `--steps` real
 optimizer steps of TRL's `GRPOTrainer` with completions forced to full length (`min_new_tokens` =
 `max_completion_length`). `max_memory_allocated` / `max_memory_reserved` are read separately for the
@@ -44,8 +44,9 @@ from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere: grpokit is the repo's
-from grpokit import architecture, memory, run  # noqa: E402
-from grpokit.sections import LORA_DEFAULTS  # noqa: E402
+from grpokit.config.sections import LORA_DEFAULTS  # noqa: E402
+from grpokit.models import quantization_config  # noqa: E402
+from grpokit.planning import architecture, memory  # noqa: E402
 
 GIB = memory.GIB
 LORA = {k: v for k, v in LORA_DEFAULTS.items() if k != "task_type"}  # a recipe's `lora:` with grpokit's defaults
@@ -167,7 +168,7 @@ def build_model(config: dict, case: Case, workdir: Path):
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
-            quant = run.quantization_config(case.quantization, dtype)  # exactly what a grpokit run loads
+            quant = quantization_config(case.quantization, dtype)  # exactly what a grpokit run loads
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, quantization_config=quant, device_map={"": 0})
         else:  # the dry run exercises the same save/load path without bitsandbytes
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
@@ -282,7 +283,7 @@ def versions() -> dict:
 def write(results: dict, out: Path, stem: str):
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    lines = [f"# GPU memory of GRPO steps vs grpokit.memory's plan ({results['date']})", "",
+    lines = [f"# GPU memory of GRPO steps vs grpokit.planning.memory's plan ({results['date']})", "",
              f"{results['note']}", "", "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()), "",
              "| case | settings | status | plan gen / train (GiB) | measured alloc gen / train (GiB) | peak error | "
              "reserved + context vs plan total (GiB) |", "|---|---|---|---|---|---|---|"]
@@ -350,7 +351,7 @@ def main(argv=None) -> int:
     stem = f"gpu_memory-{date.today().isoformat()}" + ("-dry-run" if a.dry_run else "")
     note = ("DRY RUN on CPU with a tiny config: logic check only, no memory measured." if a.dry_run else
             f"Measured with random weights under a {a.cap_gib:g} GiB cap (set_per_process_memory_fraction); "
-            "completions forced to max_completion_length; plan = grpokit.memory for the same settings.")
+            "completions forced to max_completion_length; plan = grpokit.planning.memory for the same settings.")
     results = {"date": date.today().isoformat(), "versions": versions(), "cap_gib": a.cap_gib, "steps": a.steps,
                "note": note, "cases": []}
     meter, t0 = Meter(a.cap_gib), time.time()

@@ -1,7 +1,7 @@
 """Per-step overhead of grpokit over calling TRL directly with the same config (target: <= 2 %).
 
 Both sides train the same tiny model on the same data with the same GRPOConfig; the grpokit side is
-built by `grpokit.run.make_trainer` from the smoke recipe (its only per-step addition is the reward
+built by `grpokit.training.make_trainer` from the smoke recipe (its only per-step addition is the reward
 guard), the TRL side by hand. Runs alternate to share the machine's noise; the median of the per-step
 times of each side is reported. Prints figures; not a test.
 
@@ -50,25 +50,25 @@ def main() -> None:
     import trl
     from trl import GRPOTrainer
 
-    from grpokit import recipe as recipe_io
-    from grpokit import run as runner
-    from grpokit.sections import validate
+    from grpokit import training
+    from grpokit.config import load, validate
+    from grpokit.models import load_model
 
     def prepared(out):
-        recipe = validate(recipe_io.load(ROOT / "recipes" / "smoke.yaml", [
+        recipe = validate(load(ROOT / "recipes" / "smoke.yaml", [
             f"trainer.output_dir={out}", f"trainer.max_steps={opts.steps}", "trainer.save_strategy=no",
             "trainer.disable_tqdm=true", "trainer.logging_steps=1000"]))
-        return runner.prepare(recipe, log=lambda m: None), recipe
+        return training.prepare(recipe, log=lambda m: None), recipe
 
     def grpokit_trainer(out):
         prep, recipe = prepared(out)
-        return runner.make_trainer(prep, runner.load_model(prep.model_path, recipe))
+        return training.make_trainer(prep, load_model(prep.model_path, recipe))
 
     def trl_trainer(out):
         # The same objects grpokit hands TRL, minus grpokit: the raw reward function, no guard.
         prep, recipe = prepared(out)
         raw_rewards = [f.fn for f in prep.reward_funcs]
-        return GRPOTrainer(model=runner.load_model(prep.model_path, recipe), reward_funcs=raw_rewards, args=prep.args,
+        return GRPOTrainer(model=load_model(prep.model_path, recipe), reward_funcs=raw_rewards, args=prep.args,
                            train_dataset=prep.dataset, processing_class=prep.tokenizer, peft_config=prep.lora)
 
     sides = {"trl": [], "grpokit": []}

@@ -16,8 +16,6 @@ from pathlib import Path
 from grpokit.errors import EXIT_USAGE, RecipeError
 
 DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "smoke.yaml"
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 EPILOG = """\
 overrides:
@@ -104,19 +102,19 @@ def list_rewards() -> int:
 
 def plot(run_dir: Path) -> int:
     """Curves and report.md for an existing run directory (its recipe.yaml supplies the explain summary)."""
-    from grpokit import recipe as recipe_io
-    from grpokit import run as runner
+    from grpokit import training
+    from grpokit.config import load, validate
+    from grpokit.config.trainer_args import grpo_args
     from grpokit.errors import Problem
-    from grpokit.plots import plot_run
-    from grpokit.report import write_report
+    from grpokit.reporting.plots import plot_run
+    from grpokit.reporting.report import write_report
+    from grpokit.rundir import RECIPE_FILE
 
     try:
-        saved = run_dir / "recipe.yaml"
+        saved = run_dir / RECIPE_FILE
         if saved.is_file():
-            from grpokit.sections import validate
-
-            recipe = validate(recipe_io.load(saved))
-            paths = runner.finish_run(run_dir, recipe, runner.grpo_args(recipe))
+            recipe = validate(load(saved))
+            paths = training.finish_run(run_dir, recipe, grpo_args(recipe))
         else:
             paths = plot_run(run_dir)
             paths.append(write_report(run_dir, recipe_name=run_dir.name, plots=list(paths)))
@@ -128,77 +126,22 @@ def plot(run_dir: Path) -> int:
 
 
 def run(args) -> int:
+    """Read and validate the recipe; then --check's report, or training."""
     if args.check:
         # --check never touches the network: a hub model or dataset is checked from the local cache, or
         # reported as not checked. Set before the Hugging Face libraries are imported (they read it then).
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    from grpokit import recipe as recipe_io
-    from grpokit import run as runner
-    from grpokit.sections import validate
+    from grpokit.config import load, validate
+    from grpokit.dist import say
 
-    loaded = recipe_io.load(args.recipe, args.overrides)
-    runner.say(f"recipe: {loaded.path}" + (f" (+ {len(args.overrides)} override(s))" if args.overrides else ""))
+    loaded = load(args.recipe, args.overrides)
+    say(f"recipe: {loaded.path}" + (f" (+ {len(args.overrides)} override(s))" if args.overrides else ""))
     recipe = validate(loaded, num_processes=args.num_processes)
     if args.check:
-        return check(recipe, args)
-    from rewards import RewardFailure
+        from grpokit.check import check
 
-    try:
-        runner.train(recipe, resume=args.resume, overwrite=args.overwrite)
-    except (RewardFailure, KeyboardInterrupt) as err:  # Ctrl-C too: say where the run can go on from
-        output_dir = Path(recipe.trainer["output_dir"])
-        last = runner.latest_checkpoint(output_dir)
-        print(f"run stopped: {str(err) or 'interrupted'}", file=sys.stderr)
-        print(f"last checkpoint: {last} (continue with --resume)" if last else "no checkpoint was saved yet", file=sys.stderr)
-        code = EXIT_FAILED if isinstance(err, RewardFailure) else EXIT_INTERRUPTED
-    else:
-        code = 0
-    runner.end_distributed(code)  # under a distributed launcher the process ends here
-    return code
+        return check(recipe, gpu_memory_gb=args.gpu_memory)
+    from grpokit import training
 
-
-def check(recipe, args) -> int:
-    from grpokit import memory
-    from grpokit.architecture import ConfigNotFound
-    from grpokit import recipe as recipe_io
-    from grpokit import run as runner
-
-    prep = runner.prepare(recipe, log=lambda m: None)
-    print(f"# {recipe.name}: resolved recipe ({recipe.path})")
-    print(recipe_io.dump(recipe.as_dict()).rstrip())
-    prompt_length, prompt_how = recipe.dataset.get("max_prompt_tokens"), "dataset.max_prompt_tokens, the longest a prompt may be"
-    if prep.dataset is not None:
-        print(f"\n# first formatted rows ({len(prep.dataset)} prompts)")
-        for row in prep.dataset.select(range(min(2, len(prep.dataset)))):
-            print(f"- {row}")
-        measured = longest_prompt(prep)
-        if measured is not None:
-            prompt_length, prompt_how = measured, "the longest formatted prompt of the dataset"
-    print("\n# what this recipe computes (the seed chapter's terms, from the resolved GRPOConfig)")
-    print("\n".join(runner.explain_table(recipe, prep.args)))
-    print()
-    try:
-        plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
-                               gpu_memory_gb=args.gpu_memory)
-        print("\n".join(plan.render()))
-        if prompt_length is None:
-            print("  note: prompt length not measured (dataset not reachable) and not bounded: assumed 256 tokens")
-        else:
-            print(f"  note: prompt length = {prompt_how}, {prompt_length} tokens")
-    except (ConfigNotFound, ValueError) as err:
-        print(f"Memory plan: not available -- {err}")
-    for note in prep.notes:
-        print(f"\nnote: {note}")
-    print("\ncheck passed: no weights loaded, nothing trained.")
-    return 0
-
-
-def longest_prompt(prep, sample: int = 2000) -> int | None:
-    """Tokens of the longest formatted prompt (over at most `sample` rows), as the trainer will feed it."""
-    if prep.tokenizer is None:
-        return None
-    from grpokit.data import prompt_tokens
-
-    rows = prep.dataset.select(range(min(sample, len(prep.dataset))))
-    return max(prompt_tokens(prep.tokenizer, p) for p in rows["prompt"])
+    return training.run(recipe, resume=args.resume, overwrite=args.overwrite)

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 from grpokit.errors import Problem, RecipeError
+from grpokit.rundir import RECIPE_FILE
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -30,18 +31,18 @@ def _fail(message: str, value, path: str = "--merge") -> RecipeError:
 def find_recipe(run_dir: Path) -> Path | None:
     """The run's resolved recipe: in RUN_DIR, or its parent when RUN_DIR is a checkpoint."""
     for folder in (run_dir, run_dir.parent):
-        if (folder / "recipe.yaml").is_file():
-            return folder / "recipe.yaml"
+        if (folder / RECIPE_FILE).is_file():
+            return folder / RECIPE_FILE
     return None
 
 
 def base_model(run_dir: Path) -> tuple[str, dict]:
     """(what from_pretrained gets for the base, the recipe's model section or {}) for a run with an adapter."""
-    from grpokit import recipe as recipe_io
     from grpokit import tiny
+    from grpokit.config.loader import read_yaml
 
     recipe_path = find_recipe(run_dir)
-    data = recipe_io.read_yaml(recipe_path) if recipe_path is not None else None
+    data = read_yaml(recipe_path) if recipe_path is not None else None
     model = data.get("model") if isinstance(data, dict) else None
     model = model if isinstance(model, dict) else {}
     name = model.get("name_or_path")

@@ -1,4 +1,4 @@
-"""DAPO dynamic sampling (grpokit/sampling.py): real GRPO runs of the tiny model through the subclass.
+"""DAPO dynamic sampling (grpokit/dynamic_sampling.py): real GRPO runs of the tiny model through the subclass.
 
 Rewards are chosen so the outcome is known: prompts of kind "flat" always score 1.0 (zero spread), prompts of
 kind "live" score a hash of the completion text (distinct completions differ, so live groups have spread).
@@ -17,11 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpokit import sampling as ds
-from grpokit.sampling import DynamicSamplingGRPOTrainer, check_trl_internals, TrlInternalsError
-from grpokit.run import end_distributed
+from grpokit import dynamic_sampling as ds
+from grpokit.config.sections import SAMPLING
+from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
+from grpokit import trl_compat
+from grpokit.trl_compat import TrlInternalsError, check_trl_internals
+from grpokit.dist import end_distributed
 from rewards import text
 
+DEFAULTS = {key: field.default for key, field in SAMPLING.items()}  # the recipe's `sampling:` section
 WORDS = ["apple", "banana", "cherry", "date", "egg", "fig", "grape", "ham"]
 ON = {"dynamic": True, "max_rounds": 4, "metric": "reward"}
 
@@ -142,7 +146,7 @@ def test_trl_internals_fail_loudly_on_changed_source(monkeypatch):
 
 
 def test_trl_internals_fail_loudly_on_missing_attribute():
-    present = {a: None for a in ds._ATTRIBUTES if a != "_metrics"}
+    present = {a: None for a in trl_compat.TRAINER_ATTRIBUTES if a != "_metrics"}
     with pytest.raises(TrlInternalsError, match=r"trainer attribute `_metrics` is missing"):
         check_trl_internals(types.SimpleNamespace(**present))
 
@@ -153,7 +157,7 @@ def test_init_refuses_changed_internals_only_when_dynamic(tmp_path, tiny_model_d
     monkeypatch.setattr(trl, "__version__", "1.17.0")
     with pytest.raises(TrlInternalsError, match=r"pip install trl==1.16.0"):
         make_trainer(tmp_path, tiny_model_dir, [hashed], ON)
-    with caplog.at_level(logging.WARNING, logger="grpokit.sampling"):
+    with caplog.at_level(logging.WARNING, logger="grpokit.dynamic_sampling"):
         make_trainer(tmp_path, tiny_model_dir, [hashed], {"dynamic": False})  # nothing relies on them: warn only
     assert "trl version is 1.17.0" in caplog.text
 
@@ -164,13 +168,13 @@ def test_init_refuses_changed_internals_only_when_dynamic(tmp_path, tiny_model_d
 @pytest.mark.parametrize(
     "given, names, expect",
     [
-        (None, None, ds.DEFAULTS),  # absent section: off, defaults
-        ({"dynamic": True, "metric": "hashed"}, ["hashed"], {**ds.DEFAULTS, "dynamic": True, "metric": "hashed"}),
-        ({"dynamc": True}, None, r"sampling.dynamc is not a known key.*did you mean 'dynamic'"),  # typo
-        ({"max_rounds": 0}, None, r"max_rounds must be an integer >= 1 \(got 0\)"),
-        ({"max_rounds": True}, None, r"max_rounds must be an integer"),  # a bool is not a count
-        ({"dynamic": "yes"}, None, r"sampling.dynamic must be true or false"),
-        ({"metric": "hashd"}, ["hashed"], r"metric 'hashd' is not 'reward'.*allowed: reward, hashed.*'hashed'"),
+        (None, None, DEFAULTS),  # absent section: off, defaults
+        ({"dynamic": True, "metric": "hashed"}, ["hashed"], {**DEFAULTS, "dynamic": True, "metric": "hashed"}),
+        ({"dynamc": True}, None, r"sampling.dynamc: is not a known key.*did you mean 'dynamic'"),  # typo
+        ({"max_rounds": 0}, None, r"sampling.max_rounds: is out of range \(got 0\); allowed: >= 1"),
+        ({"max_rounds": True}, None, r"sampling.max_rounds: has the wrong type \(got True\); allowed: integer"),  # a bool is not a count
+        ({"dynamic": "yes"}, None, r"sampling.dynamic: has the wrong type \(got 'yes'\); allowed: true/false"),
+        ({"metric": "hashd"}, ["hashed"], r"sampling.metric: names no reward of this recipe \(got 'hashd'\); allowed: reward, hashed; did you mean 'hashed'"),
     ],
 )
 def test_sampling_settings(given, names, expect):
@@ -216,6 +220,7 @@ def test_group_spread_mask(values, keep):
 # -- real runs on the tiny model -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_off_is_exactly_grpotrainer(tmp_path, tiny_model_dir):
     from trl import GRPOTrainer
 
@@ -228,6 +233,7 @@ def test_off_is_exactly_grpotrainer(tmp_path, tiny_model_dir):
     assert logs[0] == logs[1]
 
 
+@pytest.mark.slow
 def test_degenerate_groups_never_reach_the_loss(tmp_path, tiny_model_dir):
     trainer = make_trainer(tmp_path, tiny_model_dir, [hashed], {**ON, "max_rounds": 8}, max_steps=4)
     seen = spy_loss(trainer)
@@ -241,11 +247,12 @@ def test_degenerate_groups_never_reach_the_loss(tmp_path, tiny_model_dir):
     assert sum(h["sampling/frac_groups_dropped"] for h in logs) > 0
 
 
+@pytest.mark.slow
 def test_all_degenerate_completes_with_warning(tmp_path, tiny_model_dir, caplog):
     trainer = make_trainer(tmp_path, tiny_model_dir, [constant], {**ON, "max_rounds": 2}, max_steps=2,
                            loss_type="dapo", beta=0.1)
     seen = spy_loss(trainer)
-    with caplog.at_level(logging.WARNING, logger="grpokit.sampling"):
+    with caplog.at_level(logging.WARNING, logger="grpokit.dynamic_sampling"):
         trainer.train()
     assert "ran out of generation rounds" in caplog.text and "sampling.max_rounds=2" in caplog.text
     for batch in seen:  # full shape, but nothing in it counts: no advantage, no tokens, no KL
@@ -258,6 +265,7 @@ def test_all_degenerate_completes_with_warning(tmp_path, tiny_model_dir, caplog)
     assert all(h["loss"] == 0 for h in trainer.state.log_history if "loss" in h)
 
 
+@pytest.mark.slow
 def test_short_batch_fill_does_not_dilute_kept_tokens(tmp_path, tiny_model_dir):
     # One round only: flat groups drawn in it must be filled, live ones kept.
     trainer = make_trainer(tmp_path, tiny_model_dir, [hashed], {**ON, "max_rounds": 1}, max_steps=3, loss_type="dapo")
@@ -275,6 +283,7 @@ def test_short_batch_fill_does_not_dilute_kept_tokens(tmp_path, tiny_model_dir):
         assert batch["num_items_in_batch"] == batch["completion_mask"][live].sum()
 
 
+@pytest.mark.slow
 def test_kept_advantages_are_eq_8_1_by_hand(tmp_path, tiny_model_dir):
     trainer = make_trainer(tmp_path, tiny_model_dir, [hashed], {**ON, "max_rounds": 8}, max_steps=3)
     batches, original = [], trainer._generate_and_score_completions
@@ -293,6 +302,7 @@ def test_kept_advantages_are_eq_8_1_by_hand(tmp_path, tiny_model_dir):
     assert checked == 3 * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "cfg",
     [
@@ -320,11 +330,12 @@ def test_steps_per_generation_and_accumulation(tmp_path, tiny_model_dir, cfg):
         assert all(b["old_per_token_logps"].shape == b["completion_ids"].shape for b in seen)
 
 
+@pytest.mark.slow
 def test_metric_can_be_one_named_reward(tmp_path, tiny_model_dir, caplog):
     # The total (hashed + constant) varies on live prompts, but selection by 'constant' finds no spread anywhere.
     trainer = make_trainer(tmp_path, tiny_model_dir, [hashed, constant], {**ON, "metric": "constant", "max_rounds": 2},
                            max_steps=1)
-    with caplog.at_level(logging.WARNING, logger="grpokit.sampling"):
+    with caplog.at_level(logging.WARNING, logger="grpokit.dynamic_sampling"):
         trainer.train()
     (log,) = step_logs(trainer)
     assert log["sampling/frac_groups_dropped"] == 1 and log["sampling/filled_short"] == 1
@@ -332,7 +343,7 @@ def test_metric_can_be_one_named_reward(tmp_path, tiny_model_dir, caplog):
 
 
 def test_unknown_metric_is_a_clear_error(tmp_path, tiny_model_dir):
-    with pytest.raises(ValueError, match=r"sampling.metric 'hashd'.*allowed: reward, hashed"):
+    with pytest.raises(ValueError, match=r"sampling.metric: names no reward.*'hashd'.*allowed: reward, hashed"):
         make_trainer(tmp_path, tiny_model_dir, [hashed], {**ON, "metric": "hashd"})
 
 
@@ -341,6 +352,7 @@ def test_streaming_dataset_is_a_clear_error(tmp_path, tiny_model_dir):
         make_trainer(tmp_path, tiny_model_dir, [hashed], ON, streaming=True)
 
 
+@pytest.mark.slow
 def test_resume_from_checkpoint_draws_the_same_prompts(tmp_path, tiny_model_dir):
     straight = make_trainer(tmp_path / "a", tiny_model_dir, [hashed], ON, max_steps=4)
     straight.train()
@@ -353,6 +365,7 @@ def test_resume_from_checkpoint_draws_the_same_prompts(tmp_path, tiny_model_dir)
     assert after == [[h[k] for k in keys] for h in step_logs(straight)[2:]]
 
 
+@pytest.mark.slow
 def test_learns_with_dynamic_sampling(tmp_path, tiny_model_dir):
     from rewards.toy import CharFraction
 

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from grpokit.explain import explain, render
+from grpokit.reporting.explain import explain, render
 
 ALGORITHMS = {
     "grpo": dict(loss_type="grpo", scale_rewards="group", beta=0.04, epsilon=0.2),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from helpers import ROOT
 
-from grpokit import recipe as recipe_io
-from grpokit import run as runner
-from grpokit.sections import validate
+from grpokit.config import load
+from grpokit import training
+from grpokit.config import validate
 
 pytestmark = pytest.mark.gpu
 
@@ -15,9 +15,9 @@ pytestmark = pytest.mark.gpu
 def test_auto_dtype_on_gpu_is_half_precision_and_trains(tmp_path):
     import torch
 
-    recipe = validate(recipe_io.load(ROOT / "recipes" / "smoke.yaml", [f"trainer.output_dir={tmp_path}", "trainer.max_steps=2",
+    recipe = validate(load(ROOT / "recipes" / "smoke.yaml", [f"trainer.output_dir={tmp_path}", "trainer.max_steps=2",
                                                                          "trainer.save_strategy=no", "trainer.disable_tqdm=true"]))
-    trainer = runner.train(recipe)
+    trainer = training.train(recipe)
     expected = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     assert trainer.model.get_base_model().dtype == expected
     assert trainer.args.bf16 == (expected == torch.bfloat16) and trainer.args.fp16 == (expected == torch.float16)
@@ -25,9 +25,9 @@ def test_auto_dtype_on_gpu_is_half_precision_and_trains(tmp_path):
 
 
 def test_qlora_4bit_on_gpu(tmp_path):
-    recipe = validate(recipe_io.load(ROOT / "recipes" / "smoke.yaml", ["model.quantization=4bit", f"trainer.output_dir={tmp_path}",
+    recipe = validate(load(ROOT / "recipes" / "smoke.yaml", ["model.quantization=4bit", f"trainer.output_dir={tmp_path}",
                                                                          "trainer.max_steps=2", "trainer.save_strategy=no",
                                                                          "trainer.disable_tqdm=true"]))
-    trainer = runner.train(recipe)
+    trainer = training.train(recipe)
     assert "Linear4bit" in {type(m).__name__ for m in trainer.model.get_base_model().modules()}
     assert next(trainer.model.parameters()).is_cuda

@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
-from grpokit import memory
-from grpokit.architecture import ConfigNotFound, load_model_config, lora_param_count, param_counts, shipped_models
-from grpokit.memory import GIB, plan
+from grpokit.planning import memory
+from grpokit.planning.architecture import ConfigNotFound, load_model_config, lora_param_count, param_counts, shipped_models
+from grpokit.planning.memory import GIB, plan
 
 SHIPPED = shipped_models()
 LORA = {"r": 16, "target_modules": "all-linear"}
@@ -256,7 +256,7 @@ def test_bench_cases_are_planned_to_fit_and_compared_per_phase():
         assert out["phases"]["training"]["error"] == pytest.approx(out["phases"]["training"]["plan_gib"] / 8 - 1)
 
 
-@pytest.mark.parametrize("module", ["grpokit.architecture", "grpokit.memory"])
+@pytest.mark.parametrize("module", ["grpokit.planning.architecture", "grpokit.planning.memory"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

@@ -36,6 +36,7 @@ def logits(model, ids):
         return model(input_ids=ids).logits
 
 
+@pytest.mark.slow
 def test_merged_logits_equal_the_adapter_models(adapter_run):
     from transformers import AutoModelForCausalLM
 
@@ -53,6 +54,7 @@ def test_merged_logits_equal_the_adapter_models(adapter_run):
     torch.testing.assert_close(logits(merged, ids), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_merge_out_and_overwrite(adapter_run, tmp_path, capsys):
     run, _ = adapter_run
     out = tmp_path / "merged"
@@ -85,6 +87,7 @@ def test_missing_run_dir_exits_2(tmp_path, capsys):
     assert "run directory does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe_in_parent", [True, False], ids=["checkpoint-recipe-in-parent", "no-recipe-adapter-config-base"])
 def test_merge_finds_the_base(adapter_run, tmp_path, recipe_in_parent):
     """A checkpoint takes its base from the run's recipe.yaml one level up; a bare adapter from its own config."""

@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from grpokit.plots import PANELS, collect_panels, find_trainer_state, plot_run
-from grpokit.report import completions_from_disk, completions_from_logs, pick_completions, write_report
+from grpokit.reporting.plots import PANELS, collect_panels, find_trainer_state, plot_run
+from grpokit.reporting.report import completions_from_disk, completions_from_logs, pick_completions, write_report
 
 STEPS = 10
 
@@ -69,6 +69,7 @@ def assert_png(path, min_width=600, min_height=400):
     assert min_width <= width <= 4000 and min_height <= height <= 4000, (width, height)
 
 
+@pytest.mark.slow
 def test_plot_run_writes_a_png_grid(run):
     run_dir, _ = run
     paths = plot_run(run_dir)
@@ -76,6 +77,7 @@ def test_plot_run_writes_a_png_grid(run):
     assert_png(paths[0])
 
 
+@pytest.mark.slow
 def test_every_panel_is_filled_from_a_real_run(run):
     run_dir, _ = run
     history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
@@ -86,6 +88,7 @@ def test_every_panel_is_filled_from_a_real_run(run):
     assert steps == list(range(1, STEPS + 1))
 
 
+@pytest.mark.slow
 def test_kl_panel_only_when_kl_is_logged(run):
     # A beta = 0 run logs no `kl` key at all (TRL skips it); strip it from the real history to get one.
     run_dir, _ = run
@@ -96,6 +99,7 @@ def test_kl_panel_only_when_kl_is_logged(run):
     assert "KL to reference (k3)" not in titles and "Entropy" in titles
 
 
+@pytest.mark.slow
 def test_checkpoint_dirs_are_found(run, tmp_path):
     run_dir, _ = run
     checkpoints = sorted(run_dir.glob("checkpoint-*"))
@@ -121,6 +125,7 @@ def test_missing_trainer_state_is_a_clear_error(tmp_path):
         plot_run(tmp_path)
 
 
+@pytest.mark.slow
 def test_report_with_completions_from_the_trainer(run):
     run_dir, completions = run
     assert len(completions) == 8 and set(completions[0]["rewards"]) == {"frac_a"}
@@ -144,6 +149,7 @@ def test_report_with_completions_from_the_trainer(run):
     assert worst["rewards"]["frac_a"] == min(c["rewards"]["frac_a"] for c in completions)
 
 
+@pytest.mark.slow
 def test_report_reads_trls_log_completions_parquet(run):
     run_dir, completions = run
     rows = completions_from_disk(run_dir, ["frac_a"])
@@ -157,6 +163,7 @@ def test_report_reads_trls_log_completions_parquet(run):
     assert "Say " in text and "'role'" not in text  # parquet's message arrays rendered as text
 
 
+@pytest.mark.slow
 def test_report_without_completions_says_how_to_get_them(run, tmp_path):
     run_dir, _ = run
     shutil.copy(run_dir / "trainer_state.json", tmp_path)

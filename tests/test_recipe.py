@@ -8,20 +8,20 @@ import sys
 import pytest
 from helpers import ROOT, recipe_dict, with_trainer, write_recipe
 
-from grpokit import recipe as recipe_io
+from grpokit.config import load
 from grpokit.errors import RecipeError
-from grpokit.sections import validate
+from grpokit.config import validate
 
 
 def problems_of(path, overrides=(), num_processes=None) -> list[str]:
     """The formatted problem lines of a recipe that must fail."""
     with pytest.raises(RecipeError) as info:
-        validate(recipe_io.load(path, overrides), num_processes=num_processes)
+        validate(load(path, overrides), num_processes=num_processes)
     return [p.format() for p in info.value.problems]
 
 
 def test_valid_recipe_fills_defaults(tmp_path):
-    r = validate(recipe_io.load(write_recipe(tmp_path, recipe_dict())))
+    r = validate(load(write_recipe(tmp_path, recipe_dict())))
     assert r.model["quantization"] == "none"
     assert r.dataset["split"] == "train"
     assert r.sampling == {"dynamic": False, "max_rounds": 4, "metric": "reward"}
@@ -57,7 +57,7 @@ def test_trainer_problem_messages(tmp_path, trainer, fragments):
 
 def test_numeric_text_is_a_number(tmp_path):
     """PyYAML reads 1e-5 (no dot) as a string; a float field takes it as the number it means."""
-    r = validate(recipe_io.load(write_recipe(tmp_path, with_trainer(tmp_path, learning_rate="1e-5"))))
+    r = validate(load(write_recipe(tmp_path, with_trainer(tmp_path, learning_rate="1e-5"))))
     assert r.trainer["learning_rate"] == 1e-5
 
 
@@ -126,7 +126,7 @@ def test_base_merge_child_wins_and_origins(tmp_path):
     lines = problems_of(tmp_path / "child.yaml")
     assert lines == [f"{tmp_path / 'child.yaml'}: trainer.epsilon_hihg: is not a GRPOConfig field; allowed: the field names of trl.GRPOConfig; did you mean 'epsilon_high'?"]
     write_recipe(tmp_path, {"base": "base.yaml", "trainer": {"beta": 0.0}}, "child.yaml")
-    loaded = recipe_io.load(tmp_path / "child.yaml")
+    loaded = load(tmp_path / "child.yaml")
     assert loaded.data["trainer"]["beta"] == 0.0  # child wins
     assert loaded.data["trainer"]["num_generations"] == 4  # base fills the rest
     assert loaded.origin("trainer.num_generations") == str(tmp_path / "base.yaml")
@@ -136,7 +136,7 @@ def test_base_merge_child_wins_and_origins(tmp_path):
 def test_empty_section_changes_nothing_but_null_lora_means_full_finetune(tmp_path):
     write_recipe(tmp_path, recipe_dict(), "base.yaml")
     write_recipe(tmp_path, "base: base.yaml\ntrainer:\n  # nothing changed yet\nlora:\n", "child.yaml")
-    r = validate(recipe_io.load(tmp_path / "child.yaml"))
+    r = validate(load(tmp_path / "child.yaml"))
     assert r.trainer["num_generations"] == 4  # the base's trainer section survives an empty one
     assert r.lora is None  # an explicit null lora turns LoRA off
 
@@ -148,7 +148,7 @@ def test_base_paths_are_relative_to_the_base(tmp_path):
     (tmp_path / "data.jsonl").write_text('{"prompt": "hi", "answer": "a"}\n')
     write_recipe(tmp_path / "sub", base, "base.yaml")
     write_recipe(tmp_path, {"base": "sub/base.yaml"}, "child.yaml")
-    assert recipe_io.load(tmp_path / "child.yaml").data["dataset"]["path"] == str(tmp_path / "data.jsonl")
+    assert load(tmp_path / "child.yaml").data["dataset"]["path"] == str(tmp_path / "data.jsonl")
 
 
 def test_base_cycle(tmp_path):
@@ -159,7 +159,7 @@ def test_base_cycle(tmp_path):
 
 def test_overrides_are_validated_like_file_keys(tmp_path):
     path = write_recipe(tmp_path, with_trainer(tmp_path))
-    r = validate(recipe_io.load(path, ["trainer.max_steps=5", "trainer.beta=0.04", "lora.target_modules=[q_proj, v_proj]", "rewards.0.weight=2"]))
+    r = validate(load(path, ["trainer.max_steps=5", "trainer.beta=0.04", "lora.target_modules=[q_proj, v_proj]", "rewards.0.weight=2"]))
     assert (r.trainer["max_steps"], r.trainer["beta"]) == (5, 0.04)
     assert r.lora["target_modules"] == ["q_proj", "v_proj"]
     assert r.rewards[0]["weight"] == 2.0
@@ -171,7 +171,7 @@ def test_overrides_are_validated_like_file_keys(tmp_path):
 
 def test_num_processes_enters_the_batch_check(tmp_path):
     path = write_recipe(tmp_path, with_trainer(tmp_path, per_device_train_batch_size=2, num_generations=4))
-    validate(recipe_io.load(path), num_processes=2)  # 2 x 2 = 4: whole groups
+    validate(load(path), num_processes=2)  # 2 x 2 = 4: whole groups
     lines = problems_of(path, num_processes=3)
     assert "2 x 3 process(es)" in lines[0]
 

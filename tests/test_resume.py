@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, with_trainer, write_recipe
 
-from grpokit import run as runner
+from grpokit import training
+from grpokit.rundir import latest_checkpoint
 from grpokit.cli import main
 
 # A reward that records the global step at which it is called (the trainer passes its state): the
@@ -66,7 +67,7 @@ def test_a_killed_run_resumes_from_its_checkpoint(tmp_path, capsys):
     proc = subprocess.run([sys.executable, "launch.py", "--recipe", str(path)], cwd=ROOT, text=True,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
     assert proc.returncode == -9, f"the run was not killed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
-    resumed_from = runner.latest_checkpoint(out)
+    resumed_from = latest_checkpoint(out)
     assert Path(resumed_from).name == "checkpoint-2" and global_step(Path(resumed_from)) == 2
 
     (tmp_path / "kill").unlink()
@@ -150,7 +151,7 @@ def test_ctrl_c_names_the_checkpoint_to_resume(tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "train", interrupted)
+    monkeypatch.setattr(training, "train", interrupted)
     assert main(["--recipe", str(path), "--resume"]) == 130
     err = capsys.readouterr().err
     assert "run stopped: interrupted" in err and f"last checkpoint: {tmp_path / 'run' / 'checkpoint-3'} (continue with --resume)" in err

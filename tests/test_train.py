@@ -10,17 +10,17 @@ import pytest
 import yaml
 from helpers import ROOT, recipe_dict, with_trainer, write_recipe
 
-from grpokit import recipe as recipe_io
-from grpokit import run as runner
+from grpokit import config
+from grpokit import training
 from grpokit.cli import main
 from grpokit.errors import RecipeError
-from grpokit.sections import validate
+from grpokit.config import validate
 
 pytestmark = pytest.mark.slow
 
 
 def load(path, overrides=()):
-    return validate(recipe_io.load(path, overrides))
+    return validate(config.load(path, overrides))
 
 
 def rewards_logged(output_dir) -> list[float]:
@@ -33,7 +33,7 @@ def test_smoke_recipe_learns_with_lora_and_8bit_adam(tmp_path):
     out = tmp_path / "smoke"
     recipe = load(ROOT / "recipes" / "smoke.yaml", [f"trainer.output_dir={out}", "trainer.disable_tqdm=true"])
     assert recipe.trainer["optim"] == "adamw_bnb_8bit" and recipe.lora is not None
-    runner.train(recipe)
+    training.train(recipe)
     rewards = rewards_logged(out)
     assert len(rewards) == recipe.trainer["max_steps"]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
@@ -65,7 +65,7 @@ def test_beta_runs_the_reference_path(tmp_path, lora, capsys):
         data.pop("lora")
         data["trainer"]["learning_rate"] = 1e-3
     recipe = load(write_recipe(tmp_path, data))
-    trainer = runner.train(recipe)
+    trainer = training.train(recipe)
     assert (trainer.ref_model is None) == lora  # LoRA: the base with the adapter disabled is the reference
     kls = [h["kl"] for h in trainer.state.log_history if "kl" in h]
     assert len(kls) == 2 and all(k >= 0 for k in kls)  # k3 is never negative
@@ -77,9 +77,9 @@ def test_beta_runs_the_reference_path(tmp_path, lora, capsys):
 
 def test_output_dir_is_never_silently_replaced(tmp_path, capsys):
     path = write_recipe(tmp_path, with_trainer(tmp_path, max_steps=1))
-    runner.train(load(path))
+    training.train(load(path))
     with pytest.raises(RecipeError) as info:
-        runner.train(load(path))
+        training.train(load(path))
     assert "already holds a run" in str(info.value) and "--overwrite" in str(info.value)
     assert main(["--recipe", str(path), "--overwrite", "trainer.disable_tqdm=true"]) == 0
 
@@ -122,7 +122,7 @@ def test_dynamic_sampling_through_the_recipe(tmp_path):
     recipe = load(ROOT / "recipes" / "smoke.yaml", [f"trainer.output_dir={tmp_path / 'run'}", "trainer.max_steps=4",
                                                     "trainer.save_strategy=no", "trainer.disable_tqdm=true",
                                                     "sampling.dynamic=true", "sampling.max_rounds=3"])
-    trainer = runner.train(recipe)
+    trainer = training.train(recipe)
     assert type(trainer).__name__ == "DynamicSamplingGRPOTrainer"
     logs = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logs) == 4 and all("sampling/rounds" in h for h in logs)
@@ -135,7 +135,7 @@ def test_quantized_base_trains_with_lora(tmp_path, quantization, layer):
     """The QLoRA path the 7B recipes use (bitsandbytes 0.50 quantizes on CPU too): real steps, quantized layers."""
     recipe = load(ROOT / "recipes" / "smoke.yaml", [f"model.quantization={quantization}", f"trainer.output_dir={tmp_path / 'run'}",
                                                     "trainer.max_steps=2", "trainer.save_strategy=no", "trainer.disable_tqdm=true"])
-    trainer = runner.train(recipe)
+    trainer = training.train(recipe)
     layers = {type(m).__name__ for m in trainer.model.get_base_model().modules()}
     assert layer in layers  # the base really is quantized, under the LoRA adapter
     assert trainer.state.global_step == 2 and (tmp_path / "run" / "adapter_model.safetensors").exists()

@@ -1,6 +1,6 @@
 """Training curves from a finished (or running) GRPO run's `trainer_state.json`.
 
-    from grpokit.plots import plot_run
+    from grpokit.reporting.plots import plot_run
     plot_run("runs/smoke")        # -> [Path("runs/smoke/plots/training.png")]
 
 TRL's `GRPOTrainer` logs one dict per logging step into `trainer_state.json["log_history"]` (keys such as
@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpokit.run import STATE_FILE, latest_checkpoint
+from grpokit.rundir import STATE_FILE, latest_checkpoint
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ the peak is the larger of them, never their sum:
 
 Assumptions, each checked against the TRL 1.16 / transformers 5 / PEFT / bitsandbytes sources:
 - bf16 weights and activations (dtype `auto` plans as bfloat16, what a GPU run uses). 4-bit is NF4 with
-  double quantisation (as `grpokit.run.load_model` asks): 0.5 B/param + ~0.016 B/param of quant state for
+  double quantisation (as `grpokit.models.load_model` asks): 0.5 B/param + ~0.016 B/param of quant state for
   the decoder's linear layers; embeddings, lm_head, norms and biases stay 16-bit. 8-bit (LLM.int8) is
   1 B/param + one fp32 scale per output row.
 - LoRA adapters are fp32 on a bf16 base (PEFT's `autocast_adapter_dtype`), bf16 under QLoRA (TRL casts them).
@@ -45,12 +45,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from grpokit.architecture import ALL_LINEAR, _dims, _lora_targets, linear_shapes, load_model_config, lora_tensors, param_counts
+from grpokit.trl_compat import LOGPROB_TILE
+from grpokit.planning.architecture import ALL_LINEAR, dims, lora_targets, linear_shapes, load_model_config, lora_tensors, param_counts
 
 GIB = 1024**3
 CONTEXT_BYTES = int(0.5 * GIB)  # CUDA context + cuBLAS/cuDNN handles: 0.3-0.6 GiB depending on card and driver
 FRAGMENTATION = 0.10  # reserved-but-unused share of the caching allocator at peak
-LOGPROB_TILE = (4096, 32768)  # trl.kernels.chunked_logprob: TOKEN_CHUNK_SIZE x _CHUNKED_LOGPROB_CHUNK_SIZE
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit codes + 8-bit absmax per 64 + fp32 absmax per 256 absmax
 BNB_8BIT_STATE = 1 + 4 / 256  # one byte per value + an fp32 block scale per 256 values
@@ -234,13 +234,13 @@ def weight_bytes(config: dict, dtype: str, quantization: str = "none") -> tuple[
         return (linear * NF4_BYTES + (total - linear) * b,
                 f"{_count(linear)} linear params x {NF4_BYTES:.3f} B (NF4, double quant) + {_count(total - linear)} x {b} B")
     if quantization == "8bit":
-        return (linear + _dims(config)["L"] * sum(o for _, o, _ in shapes.values()) * 4 + (total - linear) * b,
+        return (linear + dims(config)["L"] * sum(o for _, o, _ in shapes.values()) * 4 + (total - linear) * b,
                 f"{_count(linear)} linear params x 1 B (int8) + row scales + {_count(total - linear)} x {b} B")
     return total * b, f"{_count(total)} params x {b} B ({dtype})"
 
 
 def _compute(config: dict, s: Settings) -> list[Phase]:
-    d, counts, shapes = _dims(config), param_counts(config), linear_shapes(config)
+    d, counts, shapes = dims(config), param_counts(config), linear_shapes(config)
     H, I, L, V, q, kv = d["H"], d["I"], d["L"], d["V"], d["q"], d["kv"]
     b, total = DTYPE_BYTES[s.dtype], counts["total"]
     B, C, P, G = s.per_device_train_batch_size, s.max_completion_length, s.prompt_length, s.gen_batch
@@ -280,7 +280,7 @@ def _compute(config: dict, s: Settings) -> list[Phase]:
         cast = pb != b  # fp32 adapters under bf16 autocast save a bf16 copy of each adapted input
         dropout = float(s.lora.get("lora_dropout", 0) or 0) > 0
         per_feature = (b if (cast or dropout) else 0) + (1 if dropout else 0)
-        for name, (i, _) in _lora_targets(config, s.lora.get("target_modules", "all-linear")).items():
+        for name, (i, _) in lora_targets(config, s.lora.get("target_modules", "all-linear")).items():
             if name in ALL_LINEAR:
                 lora_extra += i * per_feature + s.lora.get("r", 8) * b
     A = 2 * (4 + b) * H + 5 * b * q + 4 * b * I + lora_extra

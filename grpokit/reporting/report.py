@@ -1,6 +1,6 @@
 """A short `report.md` for a GRPO run: what ran, how it ended, its curves, and a few completions.
 
-    from grpokit.report import write_report, completions_from_logs
+    from grpokit.reporting.report import write_report, completions_from_logs
     write_report("runs/smoke", recipe_name="smoke", explain_lines=lines,
                  completions=completions_from_logs(trainer._logs))
 
@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from grpokit.plots import load_log_history, plot_run, reward_names, series
+from grpokit.reporting.plots import load_log_history, plot_run, reward_names, series
 
 REPORT_FILE = "report.md"
 COMPLETIONS_DIR = "completions"  # where TRL 1.16 writes log_completions parquet files

@@ -94,9 +94,9 @@ def kl(args, lora, model) -> str:
 
 
 def _copy_cost(model) -> str:
-    """' (5.75 GiB of weights)' from memory.py, or '' when the architecture is not reachable offline."""
-    from grpokit import memory
-    from grpokit.architecture import ConfigNotFound, load_model_config
+    """' (5.75 GiB of weights)' from the memory planner, or '' when the architecture is not reachable offline."""
+    from grpokit.planning import memory
+    from grpokit.planning.architecture import ConfigNotFound, load_model_config
 
     if not model or not model.get("name_or_path"):
         return ""
@@ -179,3 +179,8 @@ def render(rows: list[tuple[str, str]]) -> list[str]:
     """Lines of a two-column table."""
     width = max(len(term) for term, _ in rows)
     return [f"  {term:<{width}}  {text}" for term, text in rows]
+
+
+def explain_table(recipe, args) -> list[str]:
+    """What a validated recipe computes, from its real `GRPOConfig` `args`, as table lines (--check and report.md)."""
+    return render(explain(args, rewards=recipe.rewards, sampling=recipe.sampling, lora=recipe.lora, model=recipe.model))

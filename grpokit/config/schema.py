@@ -11,7 +11,7 @@ import enum
 import re
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from grpokit.errors import Problems, nearest
@@ -22,26 +22,21 @@ _FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 @dataclass(frozen=True)
 class Field:
-    """One key of a section we define: its type, default, and allowed values."""
+    """What a recipe key may hold: its type, default, and allowed values or range.
 
-    type: Any
+    For the sections we define, all of it (`Field(str, "auto", choices=...)`); for `GRPOConfig` / `LoraConfig`
+    fields only the constraints their loose annotations leave out (`Field(min=0.0)`): the type and default
+    come from the dataclass itself.
+    """
+
+    type: Any = Any
     default: Any = REQUIRED
     doc: str = ""
     choices: tuple | None = None
     min: float | None = None  # inclusive
     max: float | None = None  # inclusive
     gt: float | None = None  # exclusive lower bound
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """Extra constraints on a dataclass field whose annotation is too loose (TRL's `loss_type: str`)."""
-
-    choices: tuple | None = None
-    min: float | None = None
-    max: float | None = None
-    gt: float | None = None
-    lt: float | None = None
+    lt: float | None = None  # exclusive upper bound
     also: tuple = ()  # extra accepted literal values, e.g. scale_rewards also takes True/False
 
 
@@ -130,12 +125,12 @@ def enum_choices(annotation) -> tuple | None:
     return None
 
 
-def check_bounds(value, bounds, path: str, problems: Problems, file=None) -> None:
-    """Choices and numeric ranges; `bounds` is a `Field` or `Bounds`."""
+def check_bounds(value, bounds: Field, path: str, problems: Problems, file=None) -> None:
+    """Choices and numeric ranges."""
     if value is None:
         return
-    if bounds.choices is not None and value not in bounds.choices and value not in getattr(bounds, "also", ()):
-        shown = list(bounds.choices) + list(getattr(bounds, "also", ()))
+    if bounds.choices is not None and value not in bounds.choices and value not in bounds.also:
+        shown = list(bounds.choices) + list(bounds.also)
         problems.add(
             path,
             "is not an allowed value",
@@ -147,8 +142,7 @@ def check_bounds(value, bounds, path: str, problems: Problems, file=None) -> Non
         return
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
-    lo, hi, gt = bounds.min, bounds.max, bounds.gt
-    lt = getattr(bounds, "lt", None)
+    lo, hi, gt, lt = bounds.min, bounds.max, bounds.gt, bounds.lt
     if (lo is not None and value < lo) or (gt is not None and value <= gt) or (hi is not None and value > hi) or (
         lt is not None and value >= lt
     ):
@@ -210,7 +204,7 @@ def dataclass_hints(cls) -> dict[str, Any]:
     return {f.name: hints.get(f.name, f.type) for f in dataclasses.fields(cls) if f.init}
 
 
-def validate_dataclass_keys(data, cls, path: str, problems: Problems, bounds: dict[str, Bounds], origin=None,
+def validate_dataclass_keys(data, cls, path: str, problems: Problems, bounds: dict[str, Field], origin=None,
                             refuse: dict[str, str] | None = None) -> dict:
     """Check a mapping's keys and values against a dataclass's own fields and annotations (+ `bounds`)."""
     origin = origin or (lambda p: None)
@@ -235,7 +229,7 @@ def validate_dataclass_keys(data, cls, path: str, problems: Problems, bounds: di
                 file=origin(key_path),
             )
             continue
-        b = bounds.get(key, Bounds())
+        b = bounds.get(key, Field())
         if value in b.also and not isinstance(value, (list, dict)):
             out[key] = value
             continue
@@ -247,6 +241,6 @@ def validate_dataclass_keys(data, cls, path: str, problems: Problems, bounds: di
             allowed = ", ".join(map(str, choices)) if choices else describe(hints[key])
             problems.add(key_path, "has the wrong type", value, allowed, file=origin(key_path))
             continue
-        check_bounds(coerced, Bounds(choices, b.min, b.max, b.gt, b.lt, b.also), key_path, problems, origin(key_path))
+        check_bounds(coerced, replace(b, choices=choices), key_path, problems, origin(key_path))
         out[key] = coerced
     return out

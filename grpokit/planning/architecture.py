@@ -4,7 +4,7 @@
     >>> source.startswith("shipped config"), param_counts(config)["total"]
     (True, 494032768)
 
-`grpokit.memory` plans a step's GPU memory from these counts; the tests check them against the real
+`grpokit.planning.memory` plans a step's GPU memory from these counts; the tests check them against the real
 architecture built on the meta device.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-CONFIG_DIR = Path(__file__).parent / "assets" / "model_configs"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "assets" / "model_configs"
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 SUPPORTED_TYPES = ("qwen2", "llama", "mistral", "qwen3")
 
@@ -54,7 +54,7 @@ def load_model_config(name_or_path: str) -> tuple[dict, str]:
         "fetch it once (`hf download <id> config.json`) to plan its memory"
     )
 
-def _dims(config: dict) -> dict:
+def dims(config: dict) -> dict:
     kind = config.get("model_type")
     if kind not in SUPPORTED_TYPES:
         raise ValueError(f"cannot plan architecture model_type={kind!r}; planned: {', '.join(SUPPORTED_TYPES)}")
@@ -66,7 +66,7 @@ def _dims(config: dict) -> dict:
 
 def linear_shapes(config: dict) -> dict[str, tuple[int, int, bool]]:
     """One decoder layer's linear layers: name -> (in_features, out_features, has_bias)."""
-    d = _dims(config)
+    d = dims(config)
     H, I, q, kv = d["H"], d["I"], d["q"], d["kv"]
     attn_bias = d["kind"] == "qwen2" or bool(config.get("attention_bias", False))  # Qwen2 hard-codes q/k/v bias
     o_bias = d["kind"] != "qwen2" and bool(config.get("attention_bias", False))
@@ -81,7 +81,7 @@ def param_counts(config: dict) -> dict[str, int]:
     >>> param_counts(load_model_config("Qwen/Qwen2.5-3B-Instruct")[0])["total"]
     3085938688
     """
-    d = _dims(config)
+    d = dims(config)
     shapes = linear_shapes(config)
     attn = sum(i * o + (o if b else 0) for n, (i, o, b) in shapes.items() if n in ALL_LINEAR[:4])
     mlp = sum(i * o + (o if b else 0) for n, (i, o, b) in shapes.items() if n in ALL_LINEAR[4:])
@@ -93,9 +93,9 @@ def param_counts(config: dict) -> dict[str, int]:
     counts["total"] = counts["embedding"] + counts["layers"] + counts["final_norm"] + counts["lm_head"]
     return counts
 
-def _lora_targets(config: dict, target_modules) -> dict[str, tuple[int, int]]:
+def lora_targets(config: dict, target_modules) -> dict[str, tuple[int, int]]:
     """Targeted module name -> (in, out); 'all-linear' is every decoder linear (PEFT leaves lm_head out)."""
-    d = _dims(config)
+    d = dims(config)
     known = {n: (i, o) for n, (i, o, _) in linear_shapes(config).items()}
     known |= {"lm_head": (d["H"], d["V"]), "embed_tokens": (d["V"], d["H"])}
     names = ALL_LINEAR if target_modules in ("all-linear", None) else (
@@ -108,9 +108,9 @@ def _lora_targets(config: dict, target_modules) -> dict[str, tuple[int, int]]:
 
 def lora_tensors(config: dict, r: int, target_modules="all-linear", use_dora: bool = False) -> list[int]:
     """Sizes of every trainable LoRA tensor (A: r x in, B: out x r, per layer; + DoRA magnitudes)."""
-    L = _dims(config)["L"]
+    L = dims(config)["L"]
     sizes = []
-    for name, (i, o) in _lora_targets(config, target_modules).items():
+    for name, (i, o) in lora_targets(config, target_modules).items():
         per = [r * i, o * r] + ([o] if use_dora else [])
         sizes += per * (1 if name in ("lm_head", "embed_tokens") else L)
     return sizes

@@ -35,27 +35,21 @@ are averaged over rounds. The completions table (`log_completions`) shows the la
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections import defaultdict
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-import trl
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from grpokit.errors import nearest
-from grpokit.sections import SAMPLING
+from grpokit.config.sections import TOTAL_REWARD
+from grpokit.config.validate import batch_level_knobs, check_group_layout, sampling_settings
+from grpokit.trl_compat import TrlInternalsError, check_trl_internals
 
 logger = logging.getLogger(__name__)
 
-TRL_VERSION = "1.16.0"
-TOTAL_REWARD = "reward"  # `metric` value for the weighted sum of all rewards
-DEFAULTS = {key: field.default for key, field in SAMPLING.items()}  # the recipe's `sampling:` section
-# Advantage knobs under which a sample's advantage depends on its own group only, as mixing rounds needs.
-PER_GROUP = {"scale_rewards": ("group", "none"), "multi_objective_aggregation": ("sum_then_normalize",)}
 # A group is kept when the std of its metric exceeds this. Above float32 noise (rewards computed two ways
 # that should tie can differ by ~1e-8), far below any real reward difference.
 STD_EPS = 1e-6
@@ -76,136 +70,6 @@ _RIGHT_PADDED = {
 _PADS = {**_LEFT_PADDED, **_RIGHT_PADDED}
 _PER_ROW = {"advantages"}
 _RECOMPUTED = {"num_items_in_batch"}
-
-# What this module relies on in TRL: signatures of the methods it overrides or whose behaviour it assumes,
-# text that must still be in their source, and instance attributes it reads.
-_SIGNATURES = {
-    "_generate_and_score_completions": ("self", "inputs"),
-    "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
-    "_generate": ("self", "prompts"),
-    "_prepare_inputs": ("self", "generation_batch"),
-    "_compute_loss": ("self", "model", "inputs"),
-    "_remove_unused_columns": ("self", "dataset", "description"),
-}
-_SOURCE_MARKERS = {
-    "_generate_and_score_completions": (
-        "= self._generate(prompts)",
-        "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)",
-        '"num_items_in_batch": num_items_in_batch',
-        "process_slice = slice(",
-    ),
-    "_calculate_rewards": ("rewards_per_func = gather(rewards_per_func)",),
-    "_compute_loss": ('"tool_mask" not in inputs', 'inputs["num_items_in_batch"]'),
-    "_prepare_inputs": ("split_tensor_dict(generation_batch, self.args.steps_per_generation)",),
-}
-_ATTRIBUTES = (
-    "_metrics", "_step", "_tokenizer", "_is_vlm", "accelerator", "eos_token_ids", "num_generations",
-    "reward_func_names", "reward_weights", "scale_rewards", "multi_objective_aggregation", "state",
-)
-
-
-class TrlInternalsError(RuntimeError):
-    """The installed TRL is not the one dynamic sampling was written against."""
-
-
-def check_trl_internals(trainer=None) -> None:
-    """Raise `TrlInternalsError` listing every TRL internal this module relies on that has changed.
-
-    Checks the version pin, the signatures and key source lines of the methods overridden or relied on,
-    and (given a trainer) the instance attributes read.
-
-    >>> check_trl_internals()  # passes silently on trl 1.16.0
-    """
-    problems = []
-    if trl.__version__ != TRL_VERSION:
-        problems.append(f"trl version is {trl.__version__}, expected {TRL_VERSION}")
-    for name, expected in _SIGNATURES.items():
-        method = getattr(GRPOTrainer, name, None)
-        if not callable(method):
-            problems.append(f"GRPOTrainer.{name} is missing")
-            continue
-        params = tuple(inspect.signature(method).parameters)
-        if params != expected:
-            problems.append(f"GRPOTrainer.{name}{params} has changed; expected parameters {expected}")
-            continue
-        try:
-            source = inspect.getsource(method)
-        except (OSError, TypeError):
-            source = None
-        for marker in _SOURCE_MARKERS.get(name, ()):
-            if source is None or marker not in source:
-                problems.append(f"GRPOTrainer.{name} no longer contains `{marker}`")
-    if trainer is not None:
-        problems += [f"trainer attribute `{a}` is missing" for a in _ATTRIBUTES if not hasattr(trainer, a)]
-    if problems:
-        raise TrlInternalsError(
-            f"grpokit's dynamic sampling is written against TRL {TRL_VERSION} internals, and these differ:\n  - "
-            + "\n  - ".join(problems)
-            + f"\nInstall the pinned version (pip install trl=={TRL_VERSION}) or set sampling.dynamic: false."
-        )
-
-
-def sampling_settings(sampling: dict | None, reward_func_names=None) -> dict:
-    """Check a `sampling:` mapping and fill defaults; `metric` is checked when the reward names are given.
-
-    >>> sampling_settings({"dynamic": True}, ["char_fraction"])
-    {'dynamic': True, 'max_rounds': 4, 'metric': 'reward'}
-    """
-    settings = dict(DEFAULTS)
-    problems = []
-    for key, value in (sampling or {}).items():
-        if key not in DEFAULTS:
-            hint = nearest(key, DEFAULTS)
-            problems.append(f"sampling.{key} is not a known key; allowed: {', '.join(DEFAULTS)}"
-                            + (f"; did you mean '{hint}'?" if hint else ""))
-        elif key == "dynamic" and not isinstance(value, bool):
-            problems.append(f"sampling.dynamic must be true or false (got {value!r})")
-        elif key == "max_rounds" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            problems.append(f"sampling.max_rounds must be an integer >= 1 (got {value!r})")
-        elif key == "metric" and not isinstance(value, str):
-            problems.append(f"sampling.metric must be a string (got {value!r})")
-        else:
-            settings[key] = value
-    if reward_func_names is not None and isinstance(settings["metric"], str):
-        allowed = [TOTAL_REWARD] + [n for n in reward_func_names if n != TOTAL_REWARD]
-        if settings["metric"] not in allowed:
-            hint = nearest(settings["metric"], allowed)
-            problems.append(
-                f"sampling.metric {settings['metric']!r} is not '{TOTAL_REWARD}' (the weighted total) or the name "
-                f"of one of this trainer's reward functions; allowed: {', '.join(allowed)}"
-                + (f"; did you mean '{hint}'?" if hint else "")
-            )
-    if problems:
-        raise ValueError("\n".join(problems))
-    return settings
-
-
-def batch_level_knobs(scale_rewards, multi_objective_aggregation) -> dict:
-    """The advantage knobs (name -> value) that make advantages depend on the whole batch: dynamic sampling
-    builds a batch from several generation rounds, whose statistics must not mix.
-
-    >>> batch_level_knobs(True, "sum_then_normalize"), batch_level_knobs("batch", "sum_then_normalize")
-    ({}, {'scale_rewards': 'batch'})
-    """
-    given = {"scale_rewards": {True: "group", False: "none"}.get(scale_rewards, scale_rewards),  # TRL's bool forms
-             "multi_objective_aggregation": multi_objective_aggregation}
-    return {knob: value for knob, value in given.items() if value not in PER_GROUP[knob]}
-
-
-def check_group_layout(per_device_train_batch_size: int, steps_per_generation: int, num_generations: int) -> None:
-    """Each process's generation batch must hold whole prompt groups, or a group would straddle two ranks.
-
-    >>> check_group_layout(8, 1, 4)
-    """
-    local = per_device_train_batch_size * steps_per_generation
-    if local % num_generations:
-        fix = num_generations // np.gcd(num_generations, steps_per_generation)
-        raise ValueError(
-            f"dynamic sampling needs each process's generation batch, per_device_train_batch_size x "
-            f"steps_per_generation ({per_device_train_batch_size} x {steps_per_generation} = {local}), to be a "
-            f"multiple of num_generations ({num_generations}), so that every prompt group stays on one process; "
-            f"set per_device_train_batch_size to a multiple of {fix}."
-        )
 
 
 def prompt_stream(num_rows: int, seed: int, key: tuple[int, ...]):

@@ -1,7 +1,7 @@
 """Reading a recipe: YAML (safe only), `base` inheritance, `section.key=value` overrides, key origins.
 
 The result of `load()` is a plain mapping plus the file each key came from, so that every problem can
-name the file to edit. Validation of the values lives in `grpokit.sections`.
+name the file to edit. Validation of the values lives in `grpokit.config.validate`.
 """
 
 from __future__ import annotations

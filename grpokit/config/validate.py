@@ -8,110 +8,17 @@ plus the enumerations and ranges those libraries leave unchecked (TRL 1.16 accep
 
 from __future__ import annotations
 
-import os
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpokit.config.loader import Loaded
+from grpokit.config.schema import validate_dataclass_keys, validate_fields
+from grpokit.config.sections import (DATASET, LORA_BOUNDS, LORA_DEFAULTS, MODEL, PER_GROUP, REQUIRED_SECTIONS, REWARD_ENTRY,
+                                     SAMPLING, SECTIONS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
+from grpokit.config.trainer_args import build_grpo_config
+from grpokit.dist import num_processes_from_env
 from grpokit.errors import Problems, nearest
-from grpokit.recipe import Loaded
-from grpokit.schema import Bounds, Field, validate_dataclass_keys, validate_fields
-
-SECTIONS = ("model", "lora", "dataset", "rewards", "trainer", "sampling")
-REQUIRED_SECTIONS = ("model", "dataset", "rewards")
-
-MODEL = {
-    "name_or_path": Field(str, doc="a hub id, a local directory, or builtin:tiny-llama"),
-    "dtype": Field(str, "auto", "weights dtype; auto = bfloat16 on a GPU (float16 where it lacks bfloat16), float32 on CPU",
-                   choices=("auto", "bfloat16", "float16", "float32")),
-    "quantization": Field(str, "none", "none, 8bit, or 4bit (nf4, QLoRA)", choices=("none", "8bit", "4bit")),
-    "attn_implementation": Field(str | None, None, choices=("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")),
-    "trust_remote_code": Field(bool, False),
-    "revision": Field(str | None, None),
-}
-
-DATASET = {
-    "name": Field(str | None, None, "hub dataset id"),
-    "config": Field(str | None, None, "hub dataset config, e.g. main"),
-    "split": Field(str, "train"),
-    "path": Field(str | None, None, "local .jsonl/.json/.parquet/.csv, relative to the recipe"),
-    "prompt_column": Field(str, "prompt"),
-    "template": Field(str | None, None, "text with {column} placeholders; default: the prompt column as is"),
-    "system_prompt": Field(str | None, None),
-    "answer_column": Field(str | None, None, "gold answer column; exposed to rewards as `answer`"),
-    "conversational": Field(str | bool, "auto", "auto: chat format when the tokenizer has a chat template",
-                            choices=("auto", True, False)),
-    "max_prompt_tokens": Field(int | None, None, min=1),
-    "limit": Field(int | None, None, min=1),
-}
-
-SAMPLING = {
-    "dynamic": Field(bool, False, "DAPO dynamic sampling: train only on groups whose metric varies"),
-    "max_rounds": Field(int, 4, "generation rounds per batch before going on with what it has", min=1),
-    "metric": Field(str, "reward", "'reward' (the weighted total) or the name of one reward"),
-}
-
-REWARD_ENTRY = {
-    "name": Field(str, doc="a registered reward, path/to/file.py:function, or package.module:function"),
-    "weight": Field(float, 1.0),
-    "args": Field(dict, {}),
-}
-
-LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-TRAINER_BOUNDS = {
-    "loss_type": Bounds(choices=LOSS_TYPES),
-    "scale_rewards": Bounds(choices=("group", "batch", "none"), also=(True, False)),
-    "importance_sampling_level": Bounds(choices=("token", "sequence")),
-    "multi_objective_aggregation": Bounds(choices=("sum_then_normalize", "normalize_then_sum")),
-    "vllm_mode": Bounds(choices=("server", "colocate")),
-    "vllm_importance_sampling_mode": Bounds(choices=("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")),
-    "beta": Bounds(min=0.0),
-    "epsilon": Bounds(gt=0.0),
-    "epsilon_high": Bounds(gt=0.0),
-    "delta": Bounds(gt=1.0),
-    "num_generations": Bounds(min=2),
-    "num_generations_eval": Bounds(min=1),
-    "max_completion_length": Bounds(min=1),
-    "num_iterations": Bounds(min=1),
-    "generation_batch_size": Bounds(min=1),
-    "steps_per_generation": Bounds(min=1),
-    "per_device_train_batch_size": Bounds(min=1),
-    "per_device_eval_batch_size": Bounds(min=1),
-    "gradient_accumulation_steps": Bounds(min=1),
-    "learning_rate": Bounds(gt=0.0),
-    "weight_decay": Bounds(min=0.0),
-    "max_grad_norm": Bounds(min=0.0),
-    "warmup_steps": Bounds(min=0),
-    "num_train_epochs": Bounds(gt=0.0),
-    "max_steps": Bounds(min=-1),
-    "logging_steps": Bounds(gt=0.0),
-    "save_steps": Bounds(gt=0.0),
-    "save_total_limit": Bounds(min=1),
-    "temperature": Bounds(gt=0.0),
-    "top_p": Bounds(gt=0.0, max=1.0),
-    "top_k": Bounds(min=0),
-    "min_p": Bounds(min=0.0, max=1.0),
-    "repetition_penalty": Bounds(gt=0.0),
-    "top_entropy_quantile": Bounds(min=0.0, max=1.0),
-    "ref_model_mixup_alpha": Bounds(min=0.0, max=1.0),
-    "ref_model_sync_steps": Bounds(min=1),
-    "vllm_gpu_memory_utilization": Bounds(gt=0.0, max=1.0),
-    "entropy_coef": Bounds(min=0.0),
-    "seed": Bounds(min=0),
-}
-TRAINER_REFUSED = {
-    "model_init_kwargs": "is set by grpokit from the model section (dtype, quantization, attn_implementation)",
-    "reward_weights": "is set by grpokit from the rewards list: give each entry a weight",
-    "auto_find_batch_size": "is not supported by GRPO: shrinking the batch on OOM breaks whole prompt groups; "
-    "lower trainer.per_device_train_batch_size instead",
-}
-
-LORA_BOUNDS = {
-    "r": Bounds(min=1),
-    "lora_alpha": Bounds(gt=0),
-    "lora_dropout": Bounds(min=0.0, lt=1.0),
-}
-LORA_DEFAULTS = {"task_type": "CAUSAL_LM", "target_modules": "all-linear", "r": 16, "lora_alpha": 32}
-
 
 @dataclass
 class Recipe:
@@ -146,15 +53,6 @@ def recipe_name(path: Path) -> str:
     if "recipes" in parts:
         return "/".join(parts[len(parts) - parts[::-1].index("recipes") :])
     return path.stem
-
-
-def num_processes_from_env() -> int:
-    """The process count an accelerate/torchrun launch gives this run (1 when run with plain python)."""
-    for var in ("WORLD_SIZE", "ACCELERATE_NUM_PROCESSES"):
-        value = os.environ.get(var)
-        if value and value.isdigit() and int(value) > 0:
-            return int(value)
-    return 1
 
 
 def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
@@ -195,11 +93,8 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
     trainer.setdefault("report_to", "none")
 
     rewards = _validate_rewards(data.get("rewards"), trainer, problems, origin)
-    if sampling.get("metric") not in (None, "reward") and rewards:
-        names = [r["logged_as"] for r in rewards]
-        if sampling["metric"] not in names:
-            problems.add("sampling.metric", "names no reward of this recipe", sampling["metric"],
-                         "reward, " + ", ".join(names), nearest(sampling["metric"], names + ["reward"]), file=origin("sampling.metric"))
+    if rewards:
+        check_sampling_metric(sampling, [r["logged_as"] for r in rewards], problems, origin)
 
     if trainer.get("bf16") is True and trainer.get("fp16") is True:
         problems.add("trainer.fp16", "cannot be true together with trainer.bf16; set one (or neither: model.dtype picks)",
@@ -228,7 +123,7 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
 
 
 def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[dict]:
-    import rewards as registry
+    import rewards
 
     if raw is None:
         return []
@@ -245,13 +140,13 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[di
             continue
         args = dict(entry.get("args") or {})
         try:
-            e = registry.bind(entry["name"], args)
+            e = rewards.bind(entry["name"], args)
             for arg, key_path in e.from_recipe.items():
                 if args.get(arg) is None:
                     section, _, key = key_path.partition(".")
                     args[arg] = _knob(trainer, key) if section == "trainer" else None
-            registry.build(entry["name"], **args)
-        except registry.RewardError as err:
+            rewards.build(entry["name"], **args)
+        except rewards.RewardError as err:
             problems.add(f"{path}.name" if "unknown reward" in str(err) or "user reward" in str(err) else f"{path}.args",
                          str(err), file=origin("rewards"))
             continue
@@ -309,10 +204,62 @@ def _check_batch(trainer: dict, n_proc: int, problems: Problems, origin) -> None
         )
 
 
+def check_sampling_metric(sampling: dict, reward_names: list[str], problems: Problems, origin=lambda p: None) -> None:
+    """`sampling.metric` must be the weighted total or the logged name of one of the rewards."""
+    metric = sampling.get("metric")
+    if isinstance(metric, str) and metric != TOTAL_REWARD and metric not in reward_names:
+        allowed = [TOTAL_REWARD] + [n for n in reward_names if n != TOTAL_REWARD]
+        problems.add("sampling.metric", "names no reward of this recipe", metric, ", ".join(allowed), nearest(metric, allowed),
+                     file=origin("sampling.metric"))
+
+
+def sampling_settings(sampling: dict | None, reward_names: list[str] | None = None) -> dict:
+    """A `sampling:` mapping checked by the same rules as a recipe's, defaults filled; `ValueError` listing every
+    problem. For the dynamic-sampling trainer built directly (not from a recipe); `metric` is checked when the
+    reward names are given.
+
+    >>> sampling_settings({"dynamic": True}, ["char_fraction"])
+    {'dynamic': True, 'max_rounds': 4, 'metric': 'reward'}
+    """
+    problems = Problems()
+    settings = validate_fields(sampling or {}, SAMPLING, "sampling", problems)
+    if reward_names is not None and not problems:
+        check_sampling_metric(settings, list(reward_names), problems)
+    if problems:
+        raise ValueError("\n".join(p.format() for p in problems.items))
+    return settings
+
+
+def batch_level_knobs(scale_rewards, multi_objective_aggregation) -> dict:
+    """The advantage knobs (name -> value) that make advantages depend on the whole batch: dynamic sampling
+    builds a batch from several generation rounds, whose statistics must not mix.
+
+    >>> batch_level_knobs(True, "sum_then_normalize"), batch_level_knobs("batch", "sum_then_normalize")
+    ({}, {'scale_rewards': 'batch'})
+    """
+    given = {"scale_rewards": {True: "group", False: "none"}.get(scale_rewards, scale_rewards),  # TRL's bool forms
+             "multi_objective_aggregation": multi_objective_aggregation}
+    return {knob: value for knob, value in given.items() if value not in PER_GROUP[knob]}
+
+
+def check_group_layout(per_device_train_batch_size: int, steps_per_generation: int, num_generations: int) -> None:
+    """Each process's generation batch must hold whole prompt groups, or a group would straddle two ranks.
+
+    >>> check_group_layout(8, 1, 4)
+    """
+    local = per_device_train_batch_size * steps_per_generation
+    if local % num_generations:
+        fix = num_generations // math.gcd(num_generations, steps_per_generation)
+        raise ValueError(
+            f"dynamic sampling needs each process's generation batch, per_device_train_batch_size x "
+            f"steps_per_generation ({per_device_train_batch_size} x {steps_per_generation} = {local}), to be a "
+            f"multiple of num_generations ({num_generations}), so that every prompt group stays on one process; "
+            f"set per_device_train_batch_size to a multiple of {fix}."
+        )
+
+
 def _check_dynamic_sampling(trainer: dict, problems: Problems, origin) -> None:
     """What the dynamic-sampling trainer would refuse at init, said before any weight loads."""
-    from grpokit.sampling import PER_GROUP, batch_level_knobs, check_group_layout
-
     for knob, value in batch_level_knobs(_knob(trainer, "scale_rewards"), _knob(trainer, "multi_objective_aggregation")).items():
         problems.add(f"trainer.{knob}", "cannot be used with sampling.dynamic: batch-level statistics would mix "
                      "the generation rounds a batch is built from", value, ", ".join(PER_GROUP[knob]), file=origin(f"trainer.{knob}"))
@@ -325,47 +272,3 @@ def _check_dynamic_sampling(trainer: dict, problems: Problems, origin) -> None:
             check_group_layout(per_device, steps, num_gen)
         except ValueError as err:
             problems.add("trainer.per_device_train_batch_size", str(err), per_device, file=origin("trainer.per_device_train_batch_size"))
-
-
-def build_grpo_config(trainer: dict, model: dict, rewards: list[dict], num_processes: int | None = None):
-    """The real `GRPOConfig` for a validated trainer section (no weights involved).
-
-    `num_processes` (for `--check`): the config as each of that many processes will see it, built in this
-    one process: TRL derives and checks the generation batch from its world size, which would be 1 here.
-    """
-    import warnings
-
-    import torch
-    from trl import GRPOConfig
-
-    kwargs = dict(trainer)
-    kwargs["reward_weights"] = [float(r["weight"]) for r in rewards] or None
-    on_gpu = torch.cuda.is_available()
-    if not on_gpu and "LOCAL_RANK" in os.environ and num_processes_from_env() > 1:
-        # N processes launched on a machine without a GPU (torchrun, `accelerate launch --multi_gpu`): without
-        # use_cpu, transformers leaves each process alone (world size 1), so TRL's batch check disagrees with
-        # ours and each process would train its own copy; with it they form one DDP run over gloo.
-        kwargs.setdefault("use_cpu", True)
-    dtype = resolved_dtype(model)
-    if "bf16" not in kwargs and "fp16" not in kwargs:
-        kwargs["bf16"] = on_gpu and dtype == "bfloat16"
-        kwargs["fp16"] = on_gpu and dtype == "float16"
-    cls = GRPOConfig
-    if num_processes is not None:
-        cls = type("GRPOConfigPlanned", (GRPOConfig,), {"world_size": property(lambda self: num_processes)})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return cls(**kwargs)
-
-
-def resolved_dtype(model: dict) -> str:
-    """`auto` means bfloat16 on a GPU (TRL would otherwise load float32), float16 on one without bfloat16
-    (T4, V100: common 16 GB cards), and float32 on CPU."""
-    dtype = model.get("dtype", "auto")
-    if dtype != "auto":
-        return dtype
-    import torch
-
-    if not torch.cuda.is_available():
-        return "float32"
-    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"

@@ -1,0 +1,53 @@
+"""`--check`: validate, build everything that needs no weights, and explain it -- the resolved recipe, the first
+formatted rows, what the recipe computes in GRPO's terms, and its memory plan. Loads no weights, trains nothing.
+"""
+
+from __future__ import annotations
+
+from grpokit.config import Recipe, dump
+from grpokit.planning import memory
+from grpokit.planning.architecture import ConfigNotFound
+from grpokit.reporting.explain import explain_table
+from grpokit.training import prepare
+
+
+def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
+    """Print --check's report for a validated recipe; returns the exit code (0). Problems raise `RecipeError`."""
+    prep = prepare(recipe, log=lambda m: None)
+    print(f"# {recipe.name}: resolved recipe ({recipe.path})")
+    print(dump(recipe.as_dict()).rstrip())
+    prompt_length, prompt_how = recipe.dataset.get("max_prompt_tokens"), "dataset.max_prompt_tokens, the longest a prompt may be"
+    if prep.dataset is not None:
+        print(f"\n# first formatted rows ({len(prep.dataset)} prompts)")
+        for row in prep.dataset.select(range(min(2, len(prep.dataset)))):
+            print(f"- {row}")
+        measured = longest_prompt(prep)
+        if measured is not None:
+            prompt_length, prompt_how = measured, "the longest formatted prompt of the dataset"
+    print("\n# what this recipe computes (the seed chapter's terms, from the resolved GRPOConfig)")
+    print("\n".join(explain_table(recipe, prep.args)))
+    print()
+    try:
+        plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
+                               gpu_memory_gb=gpu_memory_gb)
+        print("\n".join(plan.render()))
+        if prompt_length is None:
+            print("  note: prompt length not measured (dataset not reachable) and not bounded: assumed 256 tokens")
+        else:
+            print(f"  note: prompt length = {prompt_how}, {prompt_length} tokens")
+    except (ConfigNotFound, ValueError) as err:
+        print(f"Memory plan: not available -- {err}")
+    for note in prep.notes:
+        print(f"\nnote: {note}")
+    print("\ncheck passed: no weights loaded, nothing trained.")
+    return 0
+
+
+def longest_prompt(prep, sample: int = 2000) -> int | None:
+    """Tokens of the longest formatted prompt (over at most `sample` rows), as the trainer will feed it."""
+    if prep.tokenizer is None:
+        return None
+    from grpokit.data import prompt_tokens
+
+    rows = prep.dataset.select(range(min(sample, len(prep.dataset))))
+    return max(prompt_tokens(prep.tokenizer, p) for p in rows["prompt"])

@@ -1,0 +1,187 @@
+"""From a validated recipe to a trained run: everything `launch.py` does after validating.
+
+`prepare()` builds all that needs no weights (GRPOConfig, LoRA config, rewards, tokenizer, formatted
+dataset) and is what `--check` runs; `train()` adds the weights and the trainer. Both go through the
+same code, so a recipe that passes `--check` fails at training time only for reasons no check can
+see before the weights load (out of memory, a reward raising on real completions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpokit import rundir, trl_compat
+from grpokit.config import Recipe, dump
+from grpokit.config.trainer_args import grpo_args, resolved_dtype
+from grpokit.dist import end_distributed, is_main_process, say
+from grpokit.errors import Problem, RecipeError
+from grpokit.models import load_model, load_tokenizer, model_source
+
+EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
+
+
+@dataclass
+class Prepared:
+    recipe: Recipe
+    args: Any  # trl.GRPOConfig
+    lora: Any  # peft.LoraConfig | None
+    reward_funcs: list
+    model_path: str | None  # local dir, or hub id; None when not reachable
+    tokenizer: Any = None
+    dataset: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
+    """Everything but the weights. Raises `RecipeError` listing every problem.
+
+    For `--check` (training=False) a hub model or dataset that cannot be reached offline becomes a note;
+    for training it must load (from the cache, or downloaded where the hub is reachable).
+    """
+    import rewards
+    from peft import LoraConfig
+
+    from grpokit import data
+
+    args = grpo_args(recipe, num_processes=None if training else recipe.num_processes)
+    lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None
+    reward_funcs = [rewards.build(r["name"], **r["args"]) for r in recipe.rewards]
+    notes, problems = [], []
+
+    model_path, note = None, None
+    try:
+        model_path, note = model_source(recipe)
+    except RecipeError as err:
+        problems += err.problems
+    if note and not training:
+        notes.append(note)
+
+    tokenizer = None
+    if model_path and (training or not note):
+        log(f"loading tokenizer: {model_path}")
+        try:
+            tokenizer = load_tokenizer(model_path, recipe, offline_only=not training)
+        except Exception as err:  # noqa: BLE001 - a broken model dir is a recipe problem, said plainly
+            problems.append(Problem("model.name_or_path", f"cannot load its tokenizer: {type(err).__name__}: {str(err)[:200]}",
+                                    recipe.model["name_or_path"], file=str(recipe.path)))
+
+    dataset = None
+    try:
+        log("loading dataset")
+        raw = data.load_raw(recipe.dataset, origin=str(recipe.path))
+        conversational = recipe.dataset["conversational"]
+        if conversational == "auto":
+            conversational = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
+        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=str(recipe.path))
+        missing = _reward_columns_missing(recipe, dataset.column_names)
+        problems += missing
+    except data.NotReachable as err:
+        if training:
+            problems.append(Problem("dataset.name", str(err), recipe.dataset["name"], file=str(recipe.path)))
+        else:
+            notes.append(f"{err}: dataset columns not checked")
+    except RecipeError as err:
+        problems += err.problems
+    if problems:
+        raise RecipeError(problems)
+    return Prepared(recipe, args, lora, reward_funcs, model_path, tokenizer, dataset, notes)
+
+
+def _reward_columns_missing(recipe: Recipe, columns: list[str]) -> list[Problem]:
+    """A reward reading a gold column (`gold_column` arg, given or its default) needs that column in the prepared data."""
+    import rewards
+
+    problems = []
+    for i, r in enumerate(recipe.rewards):
+        param = rewards.arg_parameters(rewards.resolve(r["name"]).target).get("gold_column")
+        col = r["args"].get("gold_column", None if param is None or param.default is param.empty else param.default)
+        if isinstance(col, str) and col not in columns:
+            hint = " (set dataset.answer_column to expose a column as `answer`)" if col == "answer" else ""
+            problems.append(Problem(f"rewards[{i}].args.gold_column", f"names no column of the prepared dataset{hint}", col,
+                                    ", ".join(columns), file=str(recipe.path)))
+    return problems
+
+
+def make_trainer(prep: Prepared, model):
+    """The GRPOTrainer (or its dynamic-sampling subclass) exactly as `train()` uses it; tests call this too."""
+    from trl import GRPOTrainer
+
+    kwargs = dict(model=model, reward_funcs=prep.reward_funcs, args=prep.args, train_dataset=prep.dataset,
+                  processing_class=prep.tokenizer, peft_config=prep.lora)
+    if prep.recipe.sampling.get("dynamic"):
+        from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
+
+        return DynamicSamplingGRPOTrainer(sampling=prep.recipe.sampling, **kwargs)
+    return GRPOTrainer(**kwargs)
+
+
+def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False):
+    """Train a validated recipe; returns the trainer. Writes the resolved recipe first, then the run."""
+    output_dir = Path(recipe.trainer["output_dir"])
+    origin = str(recipe.path)
+    rundir.guard_output_dir(output_dir, resume, overwrite, origin)
+    checkpoint = rundir.resolve_resume(resume, output_dir, origin)
+    prep = prepare(recipe, training=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if is_main_process():
+        (output_dir / rundir.RECIPE_FILE).write_text(
+            f"# resolved from {recipe.path} (overrides applied); rerun: python launch.py --recipe {output_dir / rundir.RECIPE_FILE}\n"
+            + dump(recipe.as_dict())
+        )
+    say(f"building model: {recipe.model['name_or_path']} ({resolved_dtype(recipe.model)}, quantization {recipe.model['quantization']}, "
+        + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
+    model = load_model(prep.model_path, recipe)
+    trainer = make_trainer(prep, model)
+    from grpokit import progress
+
+    progress.install(trainer)
+    say(f"training: {prep.args.max_steps if prep.args.max_steps > 0 else prep.args.num_train_epochs} "
+        f"{'steps' if prep.args.max_steps > 0 else 'epochs'} -> {output_dir}" + (f" (resuming {checkpoint})" if checkpoint else ""))
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(str(output_dir))
+    trainer.save_state()
+    if is_main_process():
+        finish_run(output_dir, recipe, prep.args, trainer)
+    return trainer
+
+
+def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None) -> list[Path]:
+    """Curves (PNG) and report.md for a finished run; with a live trainer, its last completions too."""
+    from grpokit.reporting.explain import explain_table
+    from grpokit.reporting.plots import plot_run
+    from grpokit.reporting.report import completions_from_logs, write_report
+
+    plots = plot_run(output_dir)
+    completions = None
+    logs = trl_compat.last_generation_logs(trainer) if trainer is not None else None
+    if logs:
+        completions = completions_from_logs(logs, step=trainer.state.global_step) or None
+    report = write_report(output_dir, recipe_name=recipe.name, explain_lines=[f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}"] + explain_table(recipe, args),
+                          completions=completions, plots=plots)
+    for path in plots + [report]:
+        say(f"wrote {path}")
+    return plots + [report]
+
+
+def run(recipe: Recipe, resume: str | None = None, overwrite: bool = False) -> int:
+    """Train a validated recipe as `launch.py` does; returns the exit code. A failing reward or Ctrl-C ends with
+    a message saying where the run can go on from, not a traceback; under a distributed launcher the process
+    ends here (`dist.end_distributed`)."""
+    import sys
+
+    from rewards import RewardFailure
+
+    try:
+        train(recipe, resume=resume, overwrite=overwrite)
+    except (RewardFailure, KeyboardInterrupt) as err:  # Ctrl-C too: say where the run can go on from
+        last = rundir.latest_checkpoint(Path(recipe.trainer["output_dir"]))
+        print(f"run stopped: {str(err) or 'interrupted'}", file=sys.stderr)
+        print(f"last checkpoint: {last} (continue with --resume)" if last else "no checkpoint was saved yet", file=sys.stderr)
+        code = EXIT_FAILED if isinstance(err, RewardFailure) else EXIT_INTERRUPTED
+    else:
+        code = 0
+    end_distributed(code)
+    return code

@@ -19,11 +19,18 @@ for the three processes inside and why). What holds, and where:
                       dropped before the code runs.
 
 Measured on the development machine (Linux 6.18, root, 2 cores; tests/test_rewards_code.py): every
-layer above holds, both as root and started by `nobody` (user namespace). Where `unshare` is refused
-(a container's default seccomp profile, a kernel with unprivileged user namespaces off), `isolation()`
-says which layers are missing and the rlimits, the uid drop and the killing still hold; the network is
-then reachable and a process that calls `setsid` and sleeps can outlive its job (it burns no CPU; its
-address space and files stay capped).
+layer above holds, both as root and when started by `nobody` (user namespace, capabilities cleared).
+As root the code cannot read a python installed under root's 0700 home (pyenv, some conda setups), so
+the supervisor binds the library folders read-only into the private /tmp ("stdlib-bound").
+
+Where `unshare` is refused (a container's default seccomp profile, unprivileged user namespaces turned
+off), `isolation()` names the layers that hold and `code_tests` warns once. Measured with
+`Limits(namespaces=False)` as root: time, CPU, memory, process count, output, `os._exit`, forged result
+lines and the environment secret still hold; the network is reachable, world-writable folders
+(/var/tmp, /dev/shm) can be written to (measured; so their files can be deleted), a `kill(-1)` can reach
+other candidates running at the same time (same uid), a process that calls `setsid` and sleeps can outlive its job (no CPU; its memory
+and files stay capped), and a python that `nobody` cannot read leaves only preloaded modules importable
+("stdlib-unreadable").
 
 Per-test results travel on a pipe of their own as `<nonce> test <i> <0|1>` lines; stdout, stderr and
 the exit status are never read as results, and the nonce is never printed. The code runs in the

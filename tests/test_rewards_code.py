@@ -290,3 +290,17 @@ def test_a_sandbox_that_cannot_start_is_an_error_not_a_zero(tmp_path, monkeypatc
     monkeypatch.setattr("rewards._sandbox.CHILD", str(broken))
     with pytest.raises(SandboxError, match="did not start.*no namespaces, no nothing"):
         run("def f(): return 1", ["assert f() == 1"], limits=FAST)
+
+
+def test_trl_contract_pickles_ignores_extra_columns_and_documents_itself():
+    import doctest
+    import importlib
+    import pickle
+
+    reward = pickle.loads(pickle.dumps(rewards.build("code_tests", timeout=FAST.time_s)))
+    out = reward(prompts=["q"], completions=[[{"role": "assistant", "content": "x = 1"}]], completion_ids=[[1]],
+                 tests=[["assert x == 1"]], answer=["1"], trainer_state=None, some_other_column=[3])
+    assert out == [1.0]
+    assert ">>>" in rewards.entry("code_tests").doc
+    for module in ("rewards.code", "rewards._sandbox"):
+        assert doctest.testmod(importlib.import_module(module)).failed == 0, module

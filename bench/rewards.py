@@ -1,7 +1,8 @@
 """Benchmark: grpokit's `accuracy` against math-verify `parse` + `verify` per sample (TRL's and open-r1's way).
 
-    python bench/rewards.py            # 10,000 GSM8K-style samples, then 1,000 LaTeX ones
+    python bench/rewards.py            # 10,000 GSM8K-style samples, then 1,000 LaTeX ones, then hard batches
     python bench/rewards.py --n 2000   # quicker
+    python bench/rewards.py --n 0 --n-latex 0   # only the hard batches (power towers that time out)
 
 Prints figures; it is not a test. Everything is synthetic and built here (no download): GSM8K-style
 gold solutions ending in `#### N`, and completions that reason for a few lines and then give an answer
@@ -125,6 +126,34 @@ def run(label: str, samples, batch: int) -> None:
               f"(...{completions[i][-60:]!r}): grpokit {ours[i]}, math-verify {theirs[i]}")
 
 
+def hard_batches(copies: int) -> None:
+    """Batches of answers that make sympy compute a bignum power: every check runs into the time limit.
+
+    Issue 13 measured 64 copies of one tower at 48-54 s (each timeout killed a worker and its replacement
+    re-imported sympy, one after another). Now identical checks run once per call and a replacement is a
+    warm fork; distinct towers still cost one time limit each, `workers` at a time.
+    """
+    import os
+
+    reward = Accuracy()  # timeout 1.0 s, 2 workers: the defaults a recipe gets
+    reward(completions=[r"\boxed{\sqrt{4}}"], answer=["2"])  # start the pool outside the timing
+    print(f"\n== hard answers: accuracy(timeout={reward.timeout} s, workers={reward.workers}), "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+    cases = [
+        (f"{copies} copies of \\boxed{{9^{{9^{{9^{{9}}}}}}}}", [r"\boxed{9^{9^{9^{9}}}}"] * copies),
+        (f"{copies // 8} distinct towers", [rf"\boxed{{{b}^{{{b}^{{{b}^{{{b}}}}}}}}}" for b in range(3, 3 + copies // 8)]),
+    ]
+    for label, completions in cases:
+        start = time.perf_counter()
+        out = reward(completions=completions, answer=["42"] * len(completions))
+        took = time.perf_counter() - start
+        print(f"{label:34s} {took:6.2f} s   verdicts {dict(Counter(out))}")
+    # After the timeouts the pool is whole again, and warm: a plain LaTeX check right after is quick.
+    start = time.perf_counter()
+    reward(completions=[r"\boxed{\sqrt{9}}", r"\boxed{\sqrt{16}}"], answer=["3", "4"])
+    print(f"{'next call (2 easy LaTeX checks)':34s} {time.perf_counter() - start:6.2f} s")
+
+
 WHY = {
     "hashes": "math-verify's LaTeX extraction does not read GSM8K's '#### N' marker, so it finds no answer",
     "answer_tag": "math-verify's LaTeX extraction does not read <answer> tags without $...$ around the number",
@@ -161,14 +190,18 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000, help="GSM8K-style samples (default 10,000)")
     parser.add_argument("--n-latex", type=int, default=1_000, help="LaTeX-answer samples that need math-verify")
     parser.add_argument("--batch", type=int, default=256, help="completions per accuracy call")
+    parser.add_argument("--hard", type=int, default=64, help="copies of a power tower in the hard batch (0: skip)")
     parser.add_argument("--code", type=int, default=256, help="code_tests candidates for the throughput figure (0: skip)")
     args = parser.parse_args()
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
     rng = random.Random(0)
-    run("GSM8K-style, plain numeric answers", [gsm8k_sample(rng) for _ in range(args.n)], args.batch)
+    if args.n:
+        run("GSM8K-style, plain numeric answers", [gsm8k_sample(rng) for _ in range(args.n)], args.batch)
     if args.n_latex:
         run("LaTeX radicals (every one goes to math-verify)", [latex_sample(rng) for _ in range(args.n_latex)], args.batch)
+    if args.hard:
+        hard_batches(args.hard)
     if args.code:
         code_throughput(args.code)
 

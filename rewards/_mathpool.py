@@ -3,23 +3,32 @@
 Why processes: math-verify's own timeout uses `signal.alarm`, which only works on the main thread,
 and some inputs (`9^{9^{9^{9}}}`) make sympy compute a bignum power that holds the GIL, so neither a
 signal nor a timer thread gets to run until it is done, minutes later. A child process can simply be
-killed. The workers are started once and kept, so a verification costs a pipe round trip (~0.1 ms),
-not a process start (~1 s).
+killed. The workers are kept between calls, so a verification costs a pipe round trip (~0.1 ms).
 
-Workers are plain `python -c` subprocesses, not `multiprocessing` children: nothing is forked from a
-parent that may hold torch's threads, and the parent's `__main__` is never re-imported.
+Why a zygote: a killed worker must be replaced, and a fresh Python importing sympy takes 1-2 s of CPU,
+so a batch of hard answers used to cost a re-import per timeout, one after another (64 power towers:
+~50 s). One `python -c` process (the zygote) imports and warms math-verify once, then forks each worker
+on request: a replacement is ready in milliseconds, already warm. Nothing is forked from the trainer's
+process (which may hold torch's threads), and its `__main__` is never re-imported.
 
-Protocol, over two pipes carrying pickled tuples:
-    parent -> worker   (gold, pred | None, cpu_limit_s); gold and pred are tuples of strings to try
+When the pool's process dies, nothing is left running: the zygote reads end-of-file on its control
+socket and kills its workers, and each worker has asked the kernel (Linux `PR_SET_PDEATHSIG`) to be
+killed when the zygote goes, even in the middle of a bignum power. Elsewhere a CPU-time limit per job
+(3 x timeout + 1 s) is the backstop.
+
+Protocol. Pool -> zygote, fixed-size frames on a Unix socket: `spawn` carrying the worker's two pipe
+ends (SCM_RIGHTS), `kill <pid>`. Pool <-> worker, over those pipes, pickled tuples:
+    pool -> worker     (gold, pred | None, cpu_limit_s); gold and pred are tuples of strings to try
                        with math-verify's `parse` in order, the first non-empty parse counting
-    worker -> parent   ("ready", pid) once at start; per job ("gold", ok) then, if ok, ("verdict", ok)
-Seeing ("gold", True) before a job times out tells the parent the gold parsed, so a job that runs out
+    worker -> pool     ("ready", pid) once at start; per job ("gold", ok) then, if ok, ("verdict", ok)
+Seeing ("gold", True) before a job times out tells the pool the gold parsed, so a job that runs out
 of time scores 0.0 rather than None ("the gold cannot be parsed").
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -29,12 +38,14 @@ from collections import deque
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded 2-core box takes seconds, not minutes
-_ROOT = str(Path(__file__).resolve().parent.parent)  # so the worker imports this very `rewards`
+from rewards._mathworker import FRAME as _FRAME
 
-_WORKER_CODE = (
+STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded 2-core box takes seconds, not minutes
+_ROOT = str(Path(__file__).resolve().parent.parent)  # so the zygote imports this very `rewards`
+
+_ZYGOTE_CODE = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from rewards._mathpool import serve; serve(int(sys.argv[2]), int(sys.argv[3]))"
+    "from rewards._mathworker import zygote; zygote(int(sys.argv[2]))"
 )
 
 
@@ -43,93 +54,72 @@ class WorkerStartError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------------------------------
-# Worker side
-
-
-def serve(read_fd: int, write_fd: int) -> None:
-    """The worker's main loop: parse gold and prediction, verify gold first, answer; exit on EOF."""
-    import logging
-    import warnings
-    from functools import lru_cache
-
-    warnings.simplefilter("ignore")
-    # math-verify warns that its own timeout is off: the parent enforces the limit by killing us.
-    logging.getLogger("math_verify").setLevel(logging.CRITICAL)
-    from math_verify import parse, verify
-
-    inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
-
-    def parse_first(candidates: tuple) -> list:
-        for candidate in candidates:
-            parsed = parse(candidate, parsing_timeout=None)
-            if parsed:
-                return parsed
-        return []
-
-    parse_gold = lru_cache(maxsize=4096)(parse_first)  # a gold is checked against each completion of its group
-
-    # Warm up before saying ready: the first parse builds the LaTeX parser (~0.1 s), which must not eat
-    # into the first job's time limit.
-    verify(parse_first(("$\\frac{1}{2}$",)), parse_first(("\\boxed{\\sqrt{x}+0.5}",)), timeout_seconds=None)
-    outbox.send(("ready", os.getpid()))
-    while True:
-        try:
-            gold, pred, cpu_limit_s = inbox.recv()
-        except (EOFError, OSError):  # the parent closed the pipe or died: nothing left to do
-            return
-        _limit_cpu(cpu_limit_s)
-        try:
-            parsed_gold = parse_gold(gold)
-        except Exception:  # noqa: BLE001 - any failure means "cannot be parsed"
-            parsed_gold = []
-        # Only a number, an expression or a set counts: a parse that is nothing but the input string
-        # would be compared as text, and the answer scored against prose nobody can check.
-        if not any(not isinstance(p, str) for p in parsed_gold):
-            parsed_gold = []
-        outbox.send(("gold", bool(parsed_gold)))
-        if not parsed_gold:
-            continue
-        try:
-            ok = pred is not None and bool(verify(parsed_gold, parse_first(pred), timeout_seconds=None))
-        except Exception:  # noqa: BLE001 - a prediction that breaks sympy is a wrong answer
-            ok = False
-        outbox.send(("verdict", ok))
-
-
-def _limit_cpu(seconds: int) -> None:
-    """Make the kernel kill this worker if one job burns `seconds` more CPU: a guard for when the parent
-    died mid-job and cannot kill it (a bignum power would otherwise spin on, orphaned)."""
-    try:
-        import resource
-
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        soft = int(usage.ru_utime + usage.ru_stime) + seconds
-        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        if hard != resource.RLIM_INFINITY:
-            soft = min(soft, hard)
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-    except (ImportError, ValueError, OSError):  # not on this platform: the parent's kill still holds
-        pass
-
-
-# ----------------------------------------------------------------------------------------------------
 # Parent side
 
 
-class _Worker:
+class _Zygote:
+    """The pool's end of the zygote process (see the module docstring)."""
+
     def __init__(self):
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
+        mine, theirs = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _WORKER_CODE, _ROOT, str(to_child_r), str(from_child_w)],
-                pass_fds=(to_child_r, from_child_w),
+                [sys.executable, "-c", _ZYGOTE_CODE, _ROOT, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
             )
         finally:
+            theirs.close()
+        self.control = mine
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def spawn(self, fds: list[int]) -> None:
+        """Ask for a worker on these two pipe ends; raises OSError when the zygote is gone."""
+        frame = b"spawn".ljust(_FRAME)
+        sent = socket.send_fds(self.control, [frame], fds)
+        if sent < _FRAME:
+            self.control.sendall(frame[sent:])
+
+    def kill(self, pid: int) -> None:
+        try:
+            self.control.sendall(f"kill {pid}".encode().ljust(_FRAME))
+        except OSError:  # the zygote is gone, and its workers with it (parent-death signal)
+            pass
+
+    def stop(self) -> None:
+        self.forget()  # end of file: the zygote kills its workers and exits
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:  # still importing sympy, say: it has no workers yet
+            self.proc.kill()
+            self.proc.wait()
+
+    def forget(self) -> None:
+        """Close our end without touching the process (also used in a forked child)."""
+        try:
+            self.control.close()
+        except OSError:
+            pass
+
+
+class _Worker:
+    def __init__(self, zygote: _Zygote):
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        try:
+            zygote.spawn([to_child_r, from_child_w])
+        except OSError:
+            os.close(to_child_w)
+            os.close(from_child_r)
+            raise
+        finally:
             os.close(to_child_r)
             os.close(from_child_w)
+        self.zygote = zygote
+        self.pid: int | None = None  # known once the worker says it is ready
         self.outbox = Connection(to_child_w, readable=False)
         self.inbox = Connection(from_child_r, writable=False)
         self.ready = False
@@ -147,13 +137,11 @@ class _Worker:
         self.deadline = time.monotonic() + timeout
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not take this long
-                pass
+        # Closing our pipe ends first means no late answer can be read; a worker not yet forked finds
+        # them closed when it says "ready", and exits.
         self.forget()
+        if self.pid is not None:
+            self.zygote.kill(self.pid)
 
     def forget(self) -> None:
         """Close our pipe ends without touching the process (used in a forked child)."""
@@ -164,27 +152,34 @@ class _Worker:
                 pass
 
 
-def _stop_all(workers: list) -> None:
+def _stop_workers(workers: list) -> None:
     while workers:
         workers.pop().stop()
+
+
+def _stop_all(workers: list, zygotes: list) -> None:
+    _stop_workers(workers)
+    while zygotes:
+        zygotes.pop().stop()
 
 
 class VerifierPool:
     """`size` math-verify workers; `run(jobs, timeout)` verifies (gold, pred) pairs in parallel.
 
     Each job gets `timeout` seconds of wall time from the moment a worker takes it; a worker that runs
-    over is killed and replaced, and its job scores 0.0 (None if the gold had not parsed yet). A worker
-    that crashes (sympy recursion, a segfault) is treated the same way. Workers start on first use and
-    stop when the pool is collected or the interpreter exits.
+    over is killed and replaced by a warm fork of the zygote, and its job scores 0.0 (None if the gold
+    had not parsed yet). A worker that crashes (sympy recursion, a segfault) is treated the same way.
+    Workers start on first use and stop when the pool is collected or the interpreter exits.
     """
 
     def __init__(self, size: int = 2):
         self.size = size
         self._workers: list[_Worker] = []
+        self._zygotes: list[_Zygote] = []  # the current one; a list so the finalizer sees a replacement
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._failed_starts = 0
-        self._finalizer = weakref.finalize(self, _stop_all, self._workers)  # also runs at exit
+        self._finalizer = weakref.finalize(self, _stop_all, self._workers, self._zygotes)  # also runs at exit
         _POOLS.add(self)
 
     def start(self) -> None:
@@ -196,7 +191,18 @@ class VerifierPool:
         if os.getpid() != self._pid:  # forked: the workers belong to the parent
             self._forget()
         while len(self._workers) < self.size:
-            self._workers.append(_Worker())
+            self._workers.append(self._new_worker())
+
+    def _new_worker(self) -> _Worker:
+        for _ in range(2):  # a zygote that died since it was last used is replaced once
+            if not self._zygotes or not self._zygotes[0].alive():
+                _stop_all([], self._zygotes)
+                self._zygotes.append(_Zygote())
+            try:
+                return _Worker(self._zygotes[0])
+            except OSError:
+                self._zygotes[0].forget()
+        raise WorkerStartError("cannot start the math-verify zygote process; the error is on stderr above")
 
     def run(self, jobs: list[tuple[tuple, tuple | None]], timeout: float) -> list[float | None]:
         results: list[float | None] = [0.0] * len(jobs)
@@ -207,7 +213,7 @@ class VerifierPool:
             try:
                 self._run(jobs, timeout, results)
             except BaseException:  # don't leave a job running whose late answer the next call would misread
-                _stop_all(self._workers)
+                _stop_workers(self._workers)
                 raise
         return results
 
@@ -248,11 +254,11 @@ class VerifierPool:
             if not w.ready:
                 # One start can die for outside reasons (killed, OOM); a broken environment kills them all.
                 self._failed_starts += 1
-                code = w.proc.wait()
+                code = self._zygotes[0].proc.poll() if self._zygotes else None
                 self._replace(w)
                 if self._failed_starts > 2 * self.size:
                     raise WorkerStartError(
-                        f"math-verify worker processes keep exiting during startup (last exit code {code}; the error is "
+                        f"math-verify worker processes keep exiting during startup (zygote exit code {code}; the error is "
                         "on stderr above); check that `python -c 'import math_verify'` works in this environment"
                     ) from None
                 return
@@ -269,7 +275,7 @@ class VerifierPool:
         if kind != "ready" and w.job is None:  # cannot happen with one job in flight; never misfile it
             return
         if kind == "ready":
-            w.ready = True
+            w.ready, w.pid = True, value
             self._failed_starts = 0
         elif kind == "gold":
             w.gold_ok = bool(value)
@@ -282,20 +288,24 @@ class VerifierPool:
 
     def _replace(self, w: _Worker) -> None:
         w.stop()
-        self._workers[self._workers.index(w)] = _Worker()
+        self._workers[self._workers.index(w)] = self._new_worker()
 
     def _forget(self) -> None:
         for w in self._workers:
             w.forget()
+        for z in self._zygotes:
+            z.forget()
         self._workers.clear()
+        self._zygotes.clear()
         self._pid = os.getpid()
 
     def pids(self) -> list[int]:
-        return [w.proc.pid for w in self._workers]
+        """The pids of the workers that have started."""
+        return [w.pid for w in self._workers if w.pid is not None]
 
     def close(self) -> None:
         with self._lock:
-            _stop_all(self._workers)
+            _stop_all(self._workers, self._zygotes)
 
 
 _POOLS: "weakref.WeakSet[VerifierPool]" = weakref.WeakSet()

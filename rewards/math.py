@@ -270,8 +270,8 @@ class Accuracy:
     `checkable_gold`) gives None, as does one math-verify cannot parse: TRL skips None. Plain numbers on both sides (thousands
     separators, `$`, `%`, trailing zeros, `-0`, `1/2` vs `0.5`, `1.5e3`) are compared exactly, in
     microseconds; everything else goes to math-verify (`verify(parse(gold), parse(answer))`, gold first)
-    in a pool of `workers` processes, and a check that takes over `timeout` seconds (e.g.
-    `\\boxed{9^{9^{9^{9}}}}`) is killed and scores 0.0, from any thread. The workers start in the
+    in a pool of `workers` processes, once per distinct (gold, answer) pair in a call, and a check that
+    takes over `timeout` seconds (e.g. `\\boxed{9^{9^{9^{9}}}}`) is killed and scores 0.0, from any thread. The workers start in the
     background on the first call (importing sympy takes a second or two); they are shared by every
     instance in the process and stop at exit.
 
@@ -311,7 +311,9 @@ class Accuracy:
             shared_pool(self.workers).start()
             self._started = True
         out: list[float | None] = []
-        slow: list[tuple[int, tuple, tuple | None]] = []  # (index, gold, prediction) for math-verify
+        # Distinct (gold, prediction) checks for math-verify -> the samples waiting on each: a group
+        # of completions often repeats one answer, and a hard one would otherwise time out once per copy.
+        slow: dict[tuple[tuple, tuple | None], list[int]] = {}
         for i, (completion, gold_value) in enumerate(zip(completions, golds)):
             gold = gold_answer(gold_value)
             gold_number = None if gold is None else parse_number(gold)
@@ -329,12 +331,13 @@ class Accuracy:
                     out[i] = 1.0 if numbers_equal(gold_number, pred_number) else 0.0
                     continue
             # Not both plain numbers (or no answer, and the gold still has to be shown parseable).
-            slow.append((i, _math_verify_input(gold, False),
-                         None if pred is None else _math_verify_input(pred, boxed)))
+            check = (_math_verify_input(gold, False), None if pred is None else _math_verify_input(pred, boxed))
+            slow.setdefault(check, []).append(i)
         if slow:
-            verdicts = shared_pool(self.workers).run([(g, p) for _, g, p in slow], self.timeout)
-            for (i, _, _), verdict in zip(slow, verdicts):
-                out[i] = verdict
+            verdicts = shared_pool(self.workers).run(list(slow), self.timeout)
+            for samples, verdict in zip(slow.values(), verdicts):
+                for i in samples:
+                    out[i] = verdict
         return out
 
 

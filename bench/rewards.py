@@ -165,6 +165,7 @@ def code_throughput(n: int, batch: int = 64) -> None:
     fail every assert), 3 asserts each, scored `batch` at a time (64 = 8 prompts x 8 completions)."""
     import json
     import os
+    import resource
 
     from rewards._sandbox import isolation
     from rewards.code import CodeTests
@@ -177,11 +178,15 @@ def code_throughput(n: int, batch: int = 64) -> None:
         completions.append(f"```python\n{row['solution']}{broken}```")
         tests.append(row["tests"])
     reward = CodeTests()
-    start = time.perf_counter()
+    cpu = lambda: sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)  # noqa: E731
+                      for f in ("ru_utime", "ru_stime"))
+    cpu0, start = cpu(), time.perf_counter()
     scores = [s for k in range(0, n, batch) for s in reward(completions=completions[k : k + batch], tests=tests[k : k + batch])]
-    took = time.perf_counter() - start
+    took, cpu_each = time.perf_counter() - start, (cpu() - cpu0) / n
     print(f"\ncode_tests: {n} candidates x 3 asserts, {batch} per call, workers={reward.workers}, {os.cpu_count()} cores")
     print(f"  {n / took:.1f} candidates/s ({took:.2f} s; {took / n * 1000:.1f} ms each); passed {sum(scores):.0f} of {n}")
+    # CPU per candidate (this process and every sandbox process) does not move with other jobs' load.
+    print(f"  {cpu_each * 1000:.1f} ms CPU per candidate -> at most {os.cpu_count() / cpu_each:.0f} candidates/s on idle cores")
     print(f"  sandbox layers: {', '.join(sorted(isolation()))}")
 
 

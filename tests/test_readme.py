@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 from helpers import ROOT
 
@@ -25,3 +29,19 @@ def test_first_screen_gives_exactly_two_commands():
     commands = [line.split("#")[0].strip() for line in first_block.splitlines() if line.split("#")[0].strip()]
     assert commands == ["make demo", "make test"]
     assert "make test" in (ROOT / ".ci" / "run").read_text()  # CI runs what a newcomer runs
+
+
+def test_first_screen_names_the_next_command_and_it_works():
+    """After the two commands, one line says how every further command runs (.venv's Python) and gives the
+    next one; run as written (issue 14.1: a bare `python launch.py ...` traced back on `import peft`)."""
+    after = README.split("```bash", 1)[1].split("```", 2)[1]
+    line = after.strip().split("\n\n")[0]
+    assert ".venv/bin/activate" in line
+    command = re.search(r"`(\.venv/bin/python launch\.py [^`]*)`", line).group(1)
+    argv = shlex.split(command)
+    python = ROOT / argv[0]
+    if not python.exists():  # tests run from another environment: same command, this interpreter
+        python = Path(sys.executable)
+    done = subprocess.run([str(python), *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "check passed" in done.stdout

@@ -246,16 +246,18 @@ def _supervise(job: dict, out: int, report, layers: list) -> int:
     signal.signal(signal.SIGALRM, on_deadline)
     signal.setitimer(signal.ITIMER_REAL, job["wall_s"])
     try:
-        while os.waitpid(-1, 0)[0] != runner:  # pid 1 reaps every orphan of the namespace too
-            pass
+        try:
+            while os.waitpid(-1, 0)[0] != runner:  # pid 1 reaps every orphan of the namespace too
+                pass
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     except ChildProcessError:
         pass
     except _Timeout:
         # As pid 1, returning is enough: the kernel kills the namespace. Without a pid namespace: the
-        # process group (the runner and whatever it forked without leaving the group).
+        # process group (the runner and whatever it forked without leaving the group; this one too).
         if "pid" not in layers:
             os.killpg(0, signal.SIGKILL)
-    signal.setitimer(signal.ITIMER_REAL, 0)
     return 0
 
 
@@ -287,6 +289,10 @@ def main() -> None:
     # pid 1 is reaped only after every process in the namespace is gone, so when this process exits
     # the whole job has, and the parent can rely on that.
     signal.signal(signal.SIGTERM, lambda *_: os.kill(supervisor, signal.SIGKILL))
+    # Wait without reaping first: until reaped, the supervisor's pid cannot be reused, so a late SIGTERM
+    # can only hit the zombie, never a stranger that got the number.
+    os.waitid(os.P_PID, supervisor, os.WEXITED | os.WNOWAIT)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.waitpid(supervisor, 0)
 
 

@@ -52,6 +52,15 @@ def _as_tests(value) -> list[str] | None:
     return tests or None
 
 
+def _as_code(value) -> str:
+    """A setup column value as code: a string as is, a list of lines (MBPP sanitized's `test_imports`) joined."""
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return "\n".join(str(line) for line in value if line is not None)
+    return str(value)
+
+
 @register("code_tests")
 class CodeTests:
     """Fraction of the sample's assert tests the completion's Python passes, run in a local sandbox; None without tests.
@@ -61,7 +70,8 @@ class CodeTests:
     The code is the completion's last fenced block (or the whole text when it has no fence); a
     completion with no code scores 0.0, a sample whose `tests_column` is empty or None scores None
     (TRL skips it). The tests are Python statements, usually `assert ...`, run one by one after the
-    code (and `setup_column`'s code, when named) in the same namespace; each counts on its own, so one
+    code (and `setup_column`'s code when named: a string, or a list of lines such as MBPP sanitized's
+    `test_imports`) in the same namespace; each counts on its own, so one
     failing or hanging test does not hide the others. `timeout` is seconds per test; `memory_mb` the
     address space; `workers` how many candidates run at once. What the sandbox holds, and where, is
     in rewards/_sandbox.py and the README; on a machine without namespaces the network is reachable
@@ -109,7 +119,7 @@ class CodeTests:
             if not code.strip():
                 scores[i] = 0.0
                 continue
-            jobs.append((code, cases, str(setups[i] or "")))
+            jobs.append((code, cases, _as_code(setups[i])))
             where.append(i)
         outcomes = run_many(jobs, self.limits, self.workers)
         for i, outcome in zip(where, outcomes):

@@ -77,6 +77,11 @@ def test_column_names_and_setup_code_come_from_the_args():
     reward = CodeTests(tests_column="test_list", setup_column="test_setup_code")
     out = reward(completions=["def g():\n    return K + 1"], test_list=[["assert g() == 3"]], test_setup_code=["K = 2"])
     assert out == [1.0]
+    # MBPP sanitized keeps its setup as a list of import lines (`test_imports`).
+    imports = CodeTests(tests_column="test_list", setup_column="test_imports")
+    out = imports(completions=["def g():\n    return floor(2.5)"], test_list=[["assert g() == 2"]],
+                  test_imports=[["import math", "from math import floor"]])
+    assert out == [1.0]
     with pytest.raises(ValueError, match="needs the dataset column 'test_list'.*answer"):
         reward(completions=["x"], answer=["1"])
 

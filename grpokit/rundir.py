@@ -5,6 +5,8 @@ A leaf: imports only grpokit's other leaves (errors, dist).
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 from grpokit.dist import is_main_process, say
@@ -12,6 +14,8 @@ from grpokit.errors import Problem, RecipeError
 
 STATE_FILE = "trainer_state.json"  # what the trainer saves in output_dir and in every checkpoint-N/
 RECIPE_FILE = "recipe.yaml"  # the resolved recipe a run saves beside its results
+EVAL_FILE = "eval.json"  # `--eval RUN_DIR`: the trained run's held-out figures
+BASE_EVAL_FILE = "eval-base.json"  # `--eval` of the base model, written before the run: its "before" figures
 
 
 def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, origin: str) -> None:
@@ -20,27 +24,74 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, orig
     Only the main process judges: another rank could otherwise see the main one's fresh `recipe.yaml` and
     refuse its own run (or remove it under --overwrite); when the main process refuses, the launcher stops them all.
     """
-    if resume or not is_main_process() or not output_dir.exists() or not any(output_dir.iterdir()):
+    # The base model's eval describes the recipe, not a run: it neither blocks a run nor goes with --overwrite.
+    previous = [p for p in output_dir.iterdir() if p.name != BASE_EVAL_FILE] if output_dir.is_dir() else []
+    if resume or not is_main_process() or not previous:
         return
     if overwrite:
         import shutil
 
         say(f"--overwrite: removing the previous run in {output_dir}")
-        shutil.rmtree(output_dir)
+        for p in previous:
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         return
     raise RecipeError([Problem("trainer.output_dir", "already holds a run; pass --resume to continue it, --overwrite to replace it, "
                                "or choose another trainer.output_dir=...", str(output_dir), file=origin)])
 
 
-def latest_checkpoint(output_dir: Path) -> str | None:
-    """The highest-numbered `checkpoint-N/` that holds a `trainer_state.json` (a complete one), if any."""
-    found = [(int(p.name.partition("-")[2]), p) for p in Path(output_dir).glob("checkpoint-*")
-             if p.name.partition("-")[2].isdigit() and (p / STATE_FILE).is_file()]
-    return str(max(found)[1]) if found else None
+def warn(message: str) -> None:
+    """A warning line on stderr, from the main process only."""
+    if is_main_process():
+        print(f"[grpokit] warning: {message}", file=sys.stderr, flush=True)
+
+
+def read_state(path: Path) -> tuple[dict | None, str | None]:
+    """(the parsed trainer_state.json at `path`, None) or (None, why it cannot be used).
+
+    A state counts only when it parses as a JSON object with an integer `global_step`: a 0-byte file (the disk
+    filled as it was opened) or one cut mid-write is damaged, never a checkpoint to resume.
+    """
+    try:
+        state = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, "missing"
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return None, f"damaged ({type(err).__name__}: {err})"
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        return None, "damaged (not a trainer state: no integer global_step)"
+    return state, None
+
+
+def checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
+    """Every `checkpoint-N/` folder in `output_dir`, complete or not, highest N last."""
+    return sorted((int(p.name.partition("-")[2]), p) for p in Path(output_dir).glob("checkpoint-*")
+                  if p.name.partition("-")[2].isdigit() and p.is_dir())
+
+
+def latest_checkpoint(output_dir: Path, quiet: bool = False) -> str | None:
+    """The highest-numbered complete `checkpoint-N/`, if any; a damaged one is skipped with a warning naming it.
+
+    The trainer writes a checkpoint's trainer_state.json last (after weights, optimizer, scheduler and RNG
+    state), so a readable one means the checkpoint is whole; a kill or a full disk mid-save leaves it
+    missing or cut short.
+
+    >>> latest_checkpoint(Path("/nonexistent")) is None
+    True
+    """
+    for _, folder in reversed(checkpoints(output_dir)):
+        state, why = read_state(folder / STATE_FILE)
+        if state is not None:
+            return str(folder)
+        if not quiet:
+            warn(f"skipping {folder}: its {STATE_FILE} is {why}; an earlier checkpoint is used")
+    return None
 
 
 def resolve_resume(resume: str | None, output_dir: Path, origin: str) -> str | None:
-    """The checkpoint directory `--resume` means (None: start afresh); raises `RecipeError` when there is none."""
+    """The checkpoint directory `--resume` ("latest") or `--resume-from PATH` means (None: start afresh).
+
+    Raises `RecipeError` when there is none or the given one is incomplete.
+    """
     if resume is None:
         return None
     if resume == "latest":
@@ -48,6 +99,10 @@ def resolve_resume(resume: str | None, output_dir: Path, origin: str) -> str | N
         if found is None:
             raise RecipeError([Problem("--resume", "no checkpoint to resume in trainer.output_dir", str(output_dir), file=origin)])
         return found
-    if not (Path(resume) / STATE_FILE).exists():
+    state, why = read_state(Path(resume) / STATE_FILE)
+    if state is None and why == "missing":
         raise RecipeError([Problem("--resume", f"is not a checkpoint directory (no {STATE_FILE})", resume, file=origin)])
+    if state is None:
+        raise RecipeError([Problem("--resume", f"is not a complete checkpoint (its {STATE_FILE} is {why}); "
+                                   "resume from an earlier one", resume, file=origin)])
     return resume

@@ -67,19 +67,20 @@ class CodeTests:
 
     r = (tests passed) / (tests),  or 1[all pass] with `binary=True`
 
-    The code is the completion's last fenced block (or the whole text when it has no fence); a
-    completion with no code scores 0.0, a sample whose `tests_column` is empty or None scores None
-    (TRL skips it). The tests are Python statements, usually `assert ...`, run one by one after the
-    code (and `setup_column`'s code when named: a string, or a list of lines such as MBPP sanitized's
-    `test_imports`) in the same namespace; each counts on its own, so one
-    failing or hanging test does not hide the others. `timeout` is seconds per test; `memory_mb` the
-    address space; `workers` how many candidates run at once. What the sandbox holds, and where, is
-    in rewards/_sandbox.py and the README; on a machine without namespaces the network is reachable
-    and this reward warns once.
+    The code is the completion's last fenced block (or the whole text when it has no fence, so prose
+    fails to compile); a completion with no code scores 0.0, a sample whose `tests_column` is empty or
+    None scores None (TRL skips it). The tests are Python statements, usually `assert ...`, run one by
+    one after the code (and `setup_column`'s code when named: a string, or a list of lines such as MBPP
+    sanitized's `test_imports`) in the same namespace; each counts on its own, so one failing or
+    hanging test does not hide the others. `timeout` is seconds per test; `memory_mb` the address
+    space; `workers` how many candidates run at once. What the sandbox holds, and where, is in
+    rewards/_sandbox.py; on a machine that refuses namespaces the code can reach the network, and this
+    reward warns once.
 
-    >>> CodeTests()(completions=["```python\\ndef sq(x):\\n    return x * x\\n```", "no code here"],
-    ...             tests=[["assert sq(3) == 9", "assert sq(-2) == 4", "assert sq(0) == 1"], []])
-    [0.6666666666666666, None]
+    >>> sq = "```python\\ndef sq(x):\\n    return x * x\\n```"
+    >>> CodeTests()(completions=[sq, "I don't know.", sq],
+    ...             tests=[["assert sq(3) == 9", "assert sq(-2) == 4", "assert sq(0) == 1"], ["assert sq(1) == 1"], []])
+    [0.6666666666666666, 0.0, None]
     """
 
     def __init__(self, tests_column: str = "tests", setup_column: str | None = None, binary: bool = False,

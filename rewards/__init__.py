@@ -10,7 +10,9 @@ dataset column arrives as a keyword list; `None` means "does not apply to this s
 
 Register one with `@register` (its registry name is the name TRL logs as `rewards/<name>/mean`) and
 build it with `build(name, **args)`. `name` may also be a user reward: `path/to/file.py:function` or
-`package.module:function`. Every way that can fail raises `RewardError` with a message saying how.
+`package.module:function`, and must then be a function or an `@reward_class` class defined there
+(`rewards._user` states the rule: a recipe reaches no other code). Every way that can fail raises
+`RewardError` with a message saying how.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "is_integer", "is_number", "is_user_reward", "names", "register", "resolve", "reward_class", "text",
     "token_ids", "user_reward_file",
 ]
+
 
 @dataclass(frozen=True)
 class Entry:

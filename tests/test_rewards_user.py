@@ -133,3 +133,15 @@ def test_check_refuses_the_issue_exploit_and_runs_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "subprocess:Popen" in err and "standard library" in err and "Traceback" not in err
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("weight", [".inf", "-.inf", ".nan"])
+def test_reward_weight_must_be_finite(weight, tmp_path, capsys):
+    # A weight of .inf makes every advantage NaN or the loss 0 (issue 13, item 10).
+    data = recipe_dict()
+    data["rewards"] = [{"name": "char_fraction", "weight": 1.0}]
+    text = write_recipe(tmp_path, data).read_text().replace("weight: 1.0", f"weight: {weight}")
+    path = write_recipe(tmp_path, text)
+    assert main(["--recipe", str(path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "rewards[0].weight" in err and "finite" in err and "Traceback" not in err

@@ -78,6 +78,7 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
         if bool(dataset.get("name")) == bool(dataset.get("path")):
             problems.add("dataset", "give exactly one of dataset.name (hub) or dataset.path (local file)",
                          {k: dataset.get(k) for k in ("name", "path")}, file=origin("dataset"))
+        _check_heldout(dataset, problems, origin)
 
     lora = None
     if data.get("lora") is not None:
@@ -99,6 +100,10 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
     if trainer.get("bf16") is True and trainer.get("fp16") is True:
         problems.add("trainer.fp16", "cannot be true together with trainer.bf16; set one (or neither: model.dtype picks)",
                      True, file=origin("trainer.fp16"))
+    if trainer.get("eval_strategy", "no") not in ("no", None) and dataset and not (dataset.get("eval_path") or dataset.get("eval_split")):
+        problems.add("trainer.eval_strategy", "evaluates on held-out data the recipe does not name; set dataset.eval_path "
+                     "(a local file) or dataset.eval_split (a hub split), or leave eval_strategy at 'no'",
+                     trainer["eval_strategy"], file=origin("trainer.eval_strategy"))
     n_proc = num_processes or num_processes_from_env()
     _check_batch(trainer, n_proc, problems, origin)
     if sampling.get("dynamic"):
@@ -122,6 +127,19 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
     return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc)
 
 
+def _check_heldout(dataset: dict, problems: Problems, origin) -> None:
+    """The held-out split is a local file or a split of the hub dataset, never both; a hub split needs a hub dataset."""
+    if dataset.get("eval_path") and dataset.get("eval_split"):
+        problems.add("dataset.eval_split", "give one of dataset.eval_path (local file) or dataset.eval_split (hub split)",
+                     dataset["eval_split"], file=origin("dataset.eval_split"))
+    elif dataset.get("eval_split") and not dataset.get("name"):
+        problems.add("dataset.eval_split", "names a split of a hub dataset (dataset.name); for a local file set dataset.eval_path",
+                     dataset["eval_split"], file=origin("dataset.eval_split"))
+    if dataset.get("eval_limit") and not (dataset.get("eval_path") or dataset.get("eval_split")):
+        problems.add("dataset.eval_limit", "limits held-out data the recipe does not name; set dataset.eval_path or dataset.eval_split",
+                     dataset["eval_limit"], file=origin("dataset.eval_limit"))
+
+
 def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[dict]:
     import rewards
 
@@ -136,6 +154,9 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[di
         if isinstance(item, str):  # shorthand: "- accuracy"
             item = {"name": item}
         entry = validate_fields(item, REWARD_ENTRY, path, problems, lambda p: origin("rewards"))
+        if not math.isfinite(entry.get("weight", 0.0)):  # every range check is false for NaN; inf makes advantages NaN
+            problems.add(f"{path}.weight", "must be a finite number", entry["weight"], file=origin("rewards"))
+            continue
         if "name" not in entry:
             continue
         args = dict(entry.get("args") or {})

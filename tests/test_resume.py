@@ -146,7 +146,7 @@ def test_ctrl_c_names_the_checkpoint_to_resume(tmp_path, capsys, monkeypatch):
     """Ctrl-C mid-run: no traceback, exit 130, and where to continue from."""
     path = write_recipe(tmp_path, with_trainer(tmp_path))
     (tmp_path / "run" / "checkpoint-3").mkdir(parents=True)
-    (tmp_path / "run" / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    (tmp_path / "run" / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -13,9 +13,12 @@ import sys
 import warnings
 from pathlib import Path
 
+from grpokit import models
 from grpokit.errors import EXIT_USAGE, RecipeError
+from grpokit.rundir import resume_command
 
 DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "smoke.yaml"
+EVAL_BASE = ""  # `--eval` with no RUN_DIR: the recipe's base model
 
 EPILOG = """\
 overrides:
@@ -26,6 +29,7 @@ examples:
   python launch.py                                   # the offline smoke recipe (tiny model, ~1 min on CPU)
   python launch.py --recipe recipes/smoke.yaml --check
   python launch.py --merge runs/smoke                 # LoRA adapter + base -> runs/smoke/merged
+  python launch.py --recipe recipes/smollm2-135m/arithmetic.yaml --eval runs/arithmetic   # held-out pass@1
   accelerate launch launch.py --recipe recipes/qwen2.5-1.5b/dapo.yaml
 """
 
@@ -43,19 +47,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--num-processes", type=int, default=None, metavar="N",
                    help="processes the run will use, for --check's batch checks (default: from the launcher, else 1)")
     p.add_argument("--gpu-memory", type=float, default=16.0, metavar="GB", help="GPU memory for --check's plan (default 16)")
-    p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CHECKPOINT",
-                   help="continue a run: the latest checkpoint in output_dir, or the given checkpoint directory")
+    # --resume takes no value: an optional one swallowed the next argument (`--resume trainer.max_steps=40`).
+    p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest complete checkpoint")
+    p.add_argument("--resume-from", metavar="CHECKPOINT", help="continue the run from this checkpoint directory")
     p.add_argument("--overwrite", action="store_true", help="replace an existing run in output_dir")
     p.add_argument("--list-rewards", action="store_true", help="list the registered rewards with their arguments")
     p.add_argument("--plot", type=Path, metavar="RUN_DIR", help="write the PNG curves and report.md for an existing run")
     p.add_argument("--merge", type=Path, metavar="RUN_DIR",
                    help="merge the LoRA adapter of a run (or checkpoint) into its base model; save model + tokenizer")
     p.add_argument("--merge-out", type=Path, metavar="DIR", help="where --merge saves (default: RUN_DIR/merged)")
+    p.add_argument("--eval", nargs="?", const=EVAL_BASE, default=None, metavar="RUN_DIR",
+                   help="score the recipe's base model (or a trained run / checkpoint) on its held-out split: greedy pass@1, "
+                        "each reward's mean; writes eval.json (base model: output_dir/eval-base.json)")
+    p.add_argument("--eval-samples", type=int, default=0, metavar="K", help="with --eval: also K sampled completions per prompt (pass@K, mean@K)")
+    p.add_argument("--eval-out", type=Path, metavar="FILE", help="where --eval writes its JSON")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_intermixed_args(argv)  # flags and overrides in any order
+    args.continue_with = resume_command(argv)
     quiet_known_noise()
     try:
         if args.list_rewards:
@@ -130,18 +142,43 @@ def run(args) -> int:
     if args.check:
         # --check never touches the network: a hub model or dataset is checked from the local cache, or
         # reported as not checked. Set before the Hugging Face libraries are imported (they read it then).
+        if "HF_HUB_OFFLINE" not in os.environ:
+            os.environ[models.OFFLINE_REASON] = "--check never downloads"
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     from grpokit.config import load, validate
     from grpokit.dist import say
 
+    if args.eval and "=" in args.eval and not Path(args.eval).exists():  # `--eval trainer.x=1`: an override, not a RUN_DIR
+        args.overrides, args.eval = [args.eval, *args.overrides], EVAL_BASE
     loaded = load(args.recipe, args.overrides)
+    if not args.check:
+        models.offline_unless_hub_reachable(loaded.data)  # fail fast, not after minutes of retries
     say(f"recipe: {loaded.path}" + (f" (+ {len(args.overrides)} override(s))" if args.overrides else ""))
     recipe = validate(loaded, num_processes=args.num_processes)
     if args.check:
         from grpokit.check import check
 
         return check(recipe, gpu_memory_gb=args.gpu_memory)
+    if args.eval is not None:
+        from grpokit import evaluate
+
+        result = evaluate.evaluate(recipe, args.eval or None, samples=args.eval_samples, out=args.eval_out)
+        run_dir = Path(args.eval or recipe.trainer["output_dir"])
+        if not args.eval_out and (run_dir / "report.md").is_file():  # a finished run: its report gains before/after
+            plot(run_dir)
+        print(evaluate.summary(result))
+        return 0
     from grpokit import training
 
-    return training.run(recipe, resume=args.resume, overwrite=args.overwrite)
+    return training.run(recipe, resume=resume_choice(args), overwrite=args.overwrite, continue_with=args.continue_with)
+
+
+def resume_choice(args) -> str | None:
+    """"latest" for --resume, the path for --resume-from, None for a new run."""
+    from grpokit.errors import Problem
+
+    if args.resume and args.resume_from:
+        raise RecipeError([Problem("--resume-from", "give either --resume (the latest checkpoint) or --resume-from PATH, not both",
+                                   args.resume_from)])
+    return "latest" if args.resume else (str(args.resume_from) if args.resume_from else None)

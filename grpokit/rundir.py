@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from grpokit.dist import is_main_process, say
+from grpokit.dist import is_main_process, num_processes_from_env, say
 from grpokit.errors import Problem, RecipeError
 
 STATE_FILE = "trainer_state.json"  # what the trainer saves in output_dir and in every checkpoint-N/
@@ -101,8 +101,35 @@ def resolve_resume(resume: str | None, output_dir: Path, origin: str) -> str | N
         return found
     state, why = read_state(Path(resume) / STATE_FILE)
     if state is None and why == "missing":
-        raise RecipeError([Problem("--resume", f"is not a checkpoint directory (no {STATE_FILE})", resume, file=origin)])
+        raise RecipeError([Problem("--resume-from", f"is not a checkpoint directory (no {STATE_FILE})", resume, file=origin)])
     if state is None:
-        raise RecipeError([Problem("--resume", f"is not a complete checkpoint (its {STATE_FILE} is {why}); "
+        raise RecipeError([Problem("--resume-from", f"is not a complete checkpoint (its {STATE_FILE} is {why}); "
                                    "resume from an earlier one", resume, file=origin)])
     return resume
+
+
+# Flags that belong to one invocation, not to the run: dropped from the command that continues it.
+_ONE_OFF_FLAGS = {"--overwrite": 0, "--resume": 0, "--resume-from": 1}
+
+
+def resume_command(argv: list[str], extra: tuple[str, ...] = ()) -> str:
+    """The shell command that continues the run `argv` started: same recipe and overrides, then `--resume`.
+
+    >>> resume_command(["--recipe", "my.yaml", "trainer.beta=0.04", "--overwrite"])
+    'python launch.py --recipe my.yaml trainer.beta=0.04 --resume'
+    """
+    import shlex
+
+    kept, skip = [], 0
+    for arg in argv:
+        if skip:
+            skip -= 1
+            continue
+        flag = arg.partition("=")[0] if arg.startswith("--") else None
+        if flag in _ONE_OFF_FLAGS:
+            skip = _ONE_OFF_FLAGS[flag] if "=" not in arg else 0
+            continue
+        kept.append(arg)
+    program = sys.argv[0] if Path(sys.argv[0]).name == "launch.py" else "launch.py"
+    launcher = ["accelerate", "launch"] if num_processes_from_env() > 1 else ["python"]
+    return shlex.join(launcher + [program] + kept + list(extra) + ["--resume"])

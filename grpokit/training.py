@@ -17,7 +17,7 @@ from grpokit.config import Recipe, dump
 from grpokit.config.trainer_args import grpo_args, resolved_dtype
 from grpokit.dist import end_distributed, is_main_process, say
 from grpokit.errors import Problem, RecipeError
-from grpokit.models import load_model, load_tokenizer, model_source
+from grpokit.models import describe_error, load_model, load_tokenizer, model_source, not_cached
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
@@ -56,16 +56,19 @@ def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
         model_path, note = model_source(recipe)
     except RecipeError as err:
         problems += err.problems
-    if note and not training:
-        notes.append(note)
+    if note:  # a hub model neither cached nor fetchable: --check notes it, training cannot go on
+        if training:
+            problems.append(Problem("model.name_or_path", note, file=str(recipe.path)))
+        else:
+            notes.append(f"{note}; its tokenizer and prompt lengths are not checked")
 
     tokenizer = None
-    if model_path and (training or not note):
+    if model_path and not note:
         log(f"loading tokenizer: {model_path}")
         try:
             tokenizer = load_tokenizer(model_path, recipe, offline_only=not training)
         except Exception as err:  # noqa: BLE001 - a broken model dir is a recipe problem, said plainly
-            problems.append(Problem("model.name_or_path", f"cannot load its tokenizer: {type(err).__name__}: {str(err)[:200]}",
+            problems.append(Problem("model.name_or_path", f"cannot load its tokenizer: {describe_error(err)}",
                                     recipe.model["name_or_path"], file=str(recipe.path)))
 
     dataset = None
@@ -78,11 +81,11 @@ def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
         dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=str(recipe.path))
         missing = _reward_columns_missing(recipe, dataset.column_names)
         problems += missing
-    except data.NotReachable as err:
+    except data.NotReachable:
         if training:
-            problems.append(Problem("dataset.name", str(err), recipe.dataset["name"], file=str(recipe.path)))
+            problems.append(Problem("dataset.name", not_cached("dataset", recipe.dataset["name"]), file=str(recipe.path)))
         else:
-            notes.append(f"{err}: dataset columns not checked")
+            notes.append(f"{not_cached('dataset', recipe.dataset['name'])}; its columns are not checked")
     except RecipeError as err:
         problems += err.problems
     if problems:
@@ -111,6 +114,10 @@ def make_trainer(prep: Prepared, model):
 
     kwargs = dict(model=model, reward_funcs=prep.reward_funcs, args=prep.args, train_dataset=prep.dataset,
                   processing_class=prep.tokenizer, peft_config=prep.lora)
+    if str(getattr(prep.args.eval_strategy, "value", prep.args.eval_strategy)) != "no":  # TRL's own periodic eval
+        from grpokit.data import heldout_dataset
+
+        kwargs["eval_dataset"] = heldout_dataset(prep.recipe, prep.tokenizer, log=say)
     if prep.recipe.sampling.get("dynamic"):
         from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
 
@@ -166,10 +173,11 @@ def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None) -> list[Pat
     return plots + [report]
 
 
-def run(recipe: Recipe, resume: str | None = None, overwrite: bool = False) -> int:
+def run(recipe: Recipe, resume: str | None = None, overwrite: bool = False, continue_with: str | None = None) -> int:
     """Train a validated recipe as `launch.py` does; returns the exit code. A failing reward or Ctrl-C ends with
-    a message saying where the run can go on from, not a traceback; under a distributed launcher the process
-    ends here (`dist.end_distributed`)."""
+    a message saying where the run can go on from and the whole command that continues it (`continue_with`,
+    from `rundir.resume_command`), not a traceback; under a distributed launcher the process ends here
+    (`dist.end_distributed`)."""
     import sys
 
     from rewards import RewardFailure
@@ -177,11 +185,19 @@ def run(recipe: Recipe, resume: str | None = None, overwrite: bool = False) -> i
     try:
         train(recipe, resume=resume, overwrite=overwrite)
     except (RewardFailure, KeyboardInterrupt) as err:  # Ctrl-C too: say where the run can go on from
-        last = rundir.latest_checkpoint(Path(recipe.trainer["output_dir"]))
         print(f"run stopped: {str(err) or 'interrupted'}", file=sys.stderr)
-        print(f"last checkpoint: {last} (continue with --resume)" if last else "no checkpoint was saved yet", file=sys.stderr)
+        print(stopped_at(Path(recipe.trainer["output_dir"]), continue_with), file=sys.stderr)
         code = EXIT_FAILED if isinstance(err, RewardFailure) else EXIT_INTERRUPTED
     else:
         code = 0
     end_distributed(code)
     return code
+
+
+def stopped_at(output_dir: Path, continue_with: str | None) -> str:
+    """The lines after "run stopped": the checkpoint a resume would start from, and the command that does it."""
+    last = rundir.latest_checkpoint(output_dir, quiet=True)
+    if last is None:
+        return "no checkpoint was saved yet: the run starts over" + (f" with: {continue_with.removesuffix(' --resume')} --overwrite"
+                                                                     if continue_with else "")
+    return f"last checkpoint: {last}\ncontinue with: {continue_with}" if continue_with else f"last checkpoint: {last} (continue with --resume)"

@@ -101,7 +101,7 @@ def test_a_reward_that_raises_stops_the_run_with_a_resumable_checkpoint(tmp_path
     assert main(["--recipe", str(path)]) == 1
     err = capsys.readouterr().err
     assert "run stopped: reward 'flaky' raised at step 2 on sample 0: ValueError: the grader service is down; completion: " in err
-    assert f"last checkpoint: {out / 'checkpoint-2'} (continue with --resume)" in err
+    assert f"last checkpoint: {out / 'checkpoint-2'}\ncontinue with: python launch.py --recipe {path} --resume" in err
     assert "Traceback" not in err
 
     (tmp_path / "flaky.py").write_text(FIXED)
@@ -129,15 +129,15 @@ def test_a_new_run_into_a_used_output_dir_is_refused(tmp_path, capsys):
 @pytest.mark.parametrize(
     "resume,fragment",
     [
-        ([], "--resume: no checkpoint to resume in trainer.output_dir"),  # latest, but none saved
-        (["/no/such/checkpoint-3"], "--resume: is not a checkpoint directory (no trainer_state.json)"),  # a given path
+        (["--resume"], "--resume: no checkpoint to resume in trainer.output_dir"),  # latest, but none saved
+        (["--resume-from", "/no/such/checkpoint-3"], "--resume-from: is not a checkpoint directory (no trainer_state.json)"),
     ],
     ids=["latest-none", "bad-path"],
 )
 def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path, capsys, resume, fragment):
     path = write_recipe(tmp_path, with_trainer(tmp_path))
     (tmp_path / "run").mkdir()
-    assert main(["--recipe", str(path), "--resume", *resume]) == 2
+    assert main(["--recipe", str(path), *resume]) == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err
 
@@ -154,4 +154,4 @@ def test_ctrl_c_names_the_checkpoint_to_resume(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(training, "train", interrupted)
     assert main(["--recipe", str(path), "--resume"]) == 130
     err = capsys.readouterr().err
-    assert "run stopped: interrupted" in err and f"last checkpoint: {tmp_path / 'run' / 'checkpoint-3'} (continue with --resume)" in err
+    assert "run stopped: interrupted" in err and f"last checkpoint: {tmp_path / 'run' / 'checkpoint-3'}\ncontinue with: " in err

@@ -16,6 +16,9 @@ from grpokit.config.trainer_args import resolved_dtype
 from grpokit.errors import Problem, RecipeError
 
 _HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+# Why this process reads the hub's cache only (set by grpokit.cli, read by `not_cached`); an environment variable
+# so the processes of a distributed launch inherit it with HF_HUB_OFFLINE.
+OFFLINE_REASON = "GRPOKIT_OFFLINE_REASON"
 
 
 def model_source(recipe: Recipe) -> tuple[str | None, str | None]:
@@ -44,9 +47,75 @@ def model_source(recipe: Recipe) -> tuple[str | None, str | None]:
         cached = None
     if isinstance(cached, str):
         return name, None
-    if os.environ.get("HF_HUB_OFFLINE") == "1":  # always so under --check, which never downloads
-        return name, f"model {name!r} is not in the local cache: its tokenizer and prompt lengths are not checked (training downloads it)"
+    if os.environ.get("HF_HUB_OFFLINE") == "1":  # always so under --check, and when the hub cannot be reached
+        return name, not_cached("model", name)
     return name, None
+
+
+def hub_endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def hub_reachable(timeout: float = 5.0) -> bool:
+    """Whether the hub answers one HTTP request within `timeout` seconds (proxy variables honoured, no retries)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(urllib.request.Request(hub_endpoint(), method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return True  # an HTTP error is an answer
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def hub_names(data: dict) -> list[str]:
+    """The hub ids a loaded (not yet validated) recipe would fetch: its model and dataset when they are not local.
+
+    >>> hub_names({"model": {"name_or_path": "Qwen/Qwen2.5-0.5B"}, "dataset": {"name": "openai/gsm8k"}})
+    ['Qwen/Qwen2.5-0.5B', 'openai/gsm8k']
+    """
+    from grpokit import tiny
+
+    model, dataset = data.get("model") or {}, data.get("dataset") or {}
+    names = []
+    name = model.get("name_or_path")
+    if (isinstance(name, str) and not name.startswith(tiny.BUILTIN_PREFIX) and not model.get("gguf_file")
+            and _HUB_ID.match(name) and not Path(name).expanduser().exists()):
+        names.append(name)
+    if isinstance(dataset.get("name"), str) and not dataset.get("path"):
+        names.append(dataset["name"])
+    return names
+
+
+def offline_unless_hub_reachable(data: dict) -> None:
+    """Before a run imports the Hugging Face libraries: when the recipe needs the hub and it does not answer, run
+    offline, as with HF_HUB_OFFLINE=1 -- what is cached loads, what is not fails at once with the command that
+    downloads it. Without this a machine with no network spent ~80 s in huggingface_hub's retries (18 warning
+    lines) before an error. The libraries read HF_HUB_OFFLINE when imported, hence "before"."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_names(data) or hub_reachable():
+        return
+    os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
+    os.environ[OFFLINE_REASON] = f"the hub ({hub_endpoint()}) cannot be reached from here"
+
+
+def not_cached(kind: str, repo_id: str) -> str:
+    """What to do about a hub model or dataset this offline process cannot find in the cache, in one sentence.
+
+    >>> print(not_cached("dataset", "openai/gsm8k"))  # doctest: +ELLIPSIS
+    dataset 'openai/gsm8k' is not in the local cache and ...: ... `hf download openai/gsm8k --repo-type dataset` ...
+    """
+    reason = os.environ.get(OFFLINE_REASON) or "HF_HUB_OFFLINE=1 is set"
+    flag = " --repo-type dataset" if kind == "dataset" else ""
+    return (f"{kind} {repo_id!r} is not in the local cache and {reason}, so nothing is downloaded: fetch it once where "
+            f"the hub is reachable with `hf download {repo_id}{flag}` (runs then read the cache; with HF_HUB_OFFLINE=1 "
+            "they never wait on the network)")
+
+
+def describe_error(err: BaseException) -> str:
+    """An exception as one line, whole: a message cut at a fixed length once ended mid-URL."""
+    return f"{type(err).__name__}: " + " ".join(str(err).split())
 
 
 def load_tokenizer(path: str, recipe: Recipe, offline_only: bool = False):

@@ -6,13 +6,14 @@ and assert on what they would read: one plain line, the exit code, no traceback.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, recipe_dict, write_recipe
 
 LAUNCH = str(ROOT / "launch.py")
 
@@ -46,3 +47,39 @@ def test_launch_with_dependencies_goes_on(tmp_path):
     """The check costs nothing where the dependencies are present: --help answers as before."""
     done = subprocess.run([sys.executable, LAUNCH, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "usage: launch.py" in done.stdout
+
+
+def _launch(*argv, env_extra=None, timeout=240) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, LAUNCH, *argv], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+HUB_RECIPE = recipe_dict(
+    model={"name_or_path": "grpokit-tests/no-such-model"},
+    dataset={"name": "grpokit-tests/no-such-dataset", "prompt_column": "prompt"},
+)
+
+
+@pytest.mark.parametrize("env_extra, why", [
+    # nothing listens on port 9: the hub cannot be reached, as on a machine without network
+    ({"HF_ENDPOINT": "http://127.0.0.1:9"}, "cannot be reached"),
+    ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE=1 is set"),
+])
+def test_hub_model_and_dataset_not_reachable_fail_at_once_and_plainly(tmp_path, env_extra, why):
+    """Issue 14.2: 18 lines of retry warnings for ~80 s, then a message cut mid-URL. Now: one problem per
+    missing thing, naming it, saying it is not cached and why nothing was fetched, and the download command."""
+    recipe = write_recipe(tmp_path, HUB_RECIPE | {"trainer": HUB_RECIPE["trainer"] | {"output_dir": str(tmp_path / "run")}})
+    done = _launch("--recipe", str(recipe), env_extra=env_extra | {"HF_HOME": str(tmp_path / "hf")})
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "Retrying" not in done.stderr and "..." not in done.stderr
+    problems = [line for line in done.stderr.splitlines() if line.startswith("  - ")]
+    assert len(problems) == 2, done.stderr
+    model, dataset = problems
+    assert "model.name_or_path" in model and "'grpokit-tests/no-such-model' is not in the local cache" in model
+    assert "`hf download grpokit-tests/no-such-model`" in model
+    assert "dataset.name" in dataset and "'grpokit-tests/no-such-dataset' is not in the local cache" in dataset
+    assert "`hf download grpokit-tests/no-such-dataset --repo-type dataset`" in dataset
+    for line in problems:
+        assert why in line and "HF_HUB_OFFLINE" in line
+    assert not (tmp_path / "run").exists()  # refused before the run directory is made

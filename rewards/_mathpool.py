@@ -200,8 +200,8 @@ class VerifierPool:
                 self._zygotes.append(_Zygote())
             try:
                 return _Worker(self._zygotes[0])
-            except OSError:
-                self._zygotes[0].forget()
+            except OSError:  # its socket is broken: the zygote is dead or dying; the next pass starts another
+                _stop_all([], self._zygotes)
         raise WorkerStartError("cannot start the math-verify zygote process; the error is on stderr above")
 
     def run(self, jobs: list[tuple[tuple, tuple | None]], timeout: float) -> list[float | None]:

@@ -24,7 +24,9 @@ As root the code cannot read a python installed under root's 0700 home (pyenv, s
 the supervisor binds the library folders read-only into the private /tmp ("stdlib-bound").
 
 Where `unshare` is refused (a container's default seccomp profile, unprivileged user namespaces turned
-off), `isolation()` names the layers that hold and `code_tests` warns once. Measured with
+off), `isolation()` names the layers that hold and `code_tests` warns once -- or, with neither a pid
+namespace nor a uid drop (not root, no user namespaces), refuses to run: a candidate could kill(-1) the
+trainer. Measured with
 `Limits(namespaces=False)` as root: time, CPU, memory, process count, output, `os._exit`, forged result
 lines and the environment secret still hold; the network is reachable, world-writable folders
 (/var/tmp, /dev/shm) can be written to (measured; so their files can be deleted), a `kill(-1)` can reach

@@ -13,7 +13,7 @@ import sys
 import warnings
 
 from rewards import is_integer, is_number, register, text
-from rewards._sandbox import Limits, run_many
+from rewards._sandbox import Limits, SandboxError, isolation, run_many
 
 # A fence opens and closes at the start of a line; the info string (```python) is skipped.
 _FENCED = re.compile(r"^[ \t]*```[^\n`]*\n(.*?)^[ \t]*```", re.S | re.M)
@@ -21,6 +21,7 @@ _OPEN_FENCE = re.compile(r"^[ \t]*```[^\n`]*\n(.*)\Z", re.S | re.M)
 # Layers whose absence changes what a hostile completion can do; said once per process.
 _EXPECTED = {"net", "pid", "readonly", "tmpfs"}
 _warned = False
+_checked: frozenset | None = None  # the layers this process's sandbox gets, probed once before any candidate runs
 
 
 def extract_code(completion: str) -> str:
@@ -75,7 +76,8 @@ class CodeTests:
     hanging test does not hide the others. `timeout` is seconds per test; `memory_mb` the address
     space; `workers` how many candidates run at once. What the sandbox holds, and where, is in
     rewards/_sandbox.py; on a machine that refuses namespaces the code can reach the network, and this
-    reward warns once.
+    reward warns once; where candidates would share the trainer's uid and process space (not root, no
+    user namespaces) it refuses to run, saying how to fix the machine.
 
     >>> sq = "```python\\ndef sq(x):\\n    return x * x\\n```"
     >>> CodeTests()(completions=[sq, "I don't know.", sq],
@@ -122,12 +124,34 @@ class CodeTests:
                 continue
             jobs.append((code, cases, _as_code(setups[i])))
             where.append(i)
+        if jobs:
+            _check_isolation(self.limits)
         outcomes = run_many(jobs, self.limits, self.workers)
         for i, outcome in zip(where, outcomes):
             scores[i] = float(all(outcome.passed)) if self.binary else outcome.fraction
-        if outcomes:
-            _warn_if_weak(outcomes[0].isolation)
         return scores
+
+
+def _check_isolation(limits: Limits) -> None:
+    """Refuse to run candidates where one could kill or read the trainer; warn once about weaker layers."""
+    global _checked
+    if _checked is None:
+        _checked = isolation(limits)
+    if not unsafe(_checked):
+        _warn_if_weak(_checked)
+        return
+    raise SandboxError(
+        "code_tests: this machine gives candidate code neither a pid namespace nor a user id of its own "
+        f"(sandbox layers: {', '.join(sorted(_checked))}), so a completion could kill the trainer (kill(-1)) "
+        "or read its environment. Run as root (candidates then run as nobody), or allow user namespaces "
+        "(sysctl kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04; docker: --security-opt "
+        "seccomp=unconfined). See rewards/_sandbox.py."
+    )
+
+
+def unsafe(layers: frozenset) -> bool:
+    """True when candidates would share the trainer's uid and pid space (no pid namespace, no uid drop)."""
+    return "pid" not in layers and not any(x.startswith("uid=") and x != "uid=0" for x in layers)
 
 
 def _warn_if_weak(layers: frozenset) -> None:

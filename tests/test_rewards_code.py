@@ -262,6 +262,16 @@ def test_weak_isolation_is_said_once(monkeypatch):
         code_reward._warn_if_weak(frozenset({"net", "pid", "readonly", "tmpfs", "stdlib-unreadable"}))
 
 
+def test_a_sandbox_that_could_reach_the_trainer_refuses_to_run(monkeypatch):
+    # No pid namespace and no uid drop (a non-root trainer where user namespaces are off): a candidate
+    # could kill(-1) the trainer, so nothing runs and the message says how to fix the machine.
+    monkeypatch.setattr(code_reward, "_checked", frozenset({"nocaps"}))
+    with pytest.raises(SandboxError, match="neither a pid namespace nor a user id.*allow user namespaces"):
+        CodeTests()(completions=["x = 1"], tests=[["assert x == 1"]])
+    assert CodeTests()(completions=["x = 1"], tests=[[]]) == [None]  # nothing to run: no probe, no error
+    assert not code_reward.unsafe(frozenset({"uid=65534"})) and not code_reward.unsafe(frozenset({"pid", "nocaps"}))
+
+
 def test_candidates_import_the_standard_library():
     # As root the code runs as nobody, who may not be able to read this python's files where they are
     # (here: pyenv under root's 0700 home); the sandbox binds them in read-only. Imports loaded before

@@ -24,7 +24,8 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
         measured = longest_prompt(prep)
         if measured is not None:
             prompt_length, prompt_how = measured, "the longest formatted prompt of the dataset"
-    print("\n# what this recipe computes (the seed chapter's terms, from the resolved GRPOConfig)")
+    print("\n# what this recipe computes, from the resolved GRPOConfig, in the terms of DeepSeekMath's GRPO objective,"
+          "\n# DAPO and Dr. GRPO (eq. 8.1-8.3 and each knob: README.md, \"GRPO in one screen\")")
     print("\n".join(explain_table(recipe, prep.args)))
     print()
     try:

@@ -43,11 +43,11 @@ def table(args, rewards=REWARDS, sampling=None, lora=LORA, model=MODEL) -> dict[
 
 def test_grpo(tmp_path):
     t = table(config(tmp_path, **ALGORITHMS["grpo"]))
-    assert t["advantage"].startswith("eq. 8.1: A_i = (r_i - mean(r)) / (std(r) + 1e-4) over the 8 completions")
+    assert t["advantage"].startswith("GRPO (DeepSeekMath), eq. 8.1: A_i = (r_i - mean(r)) / (std(r) + 1e-4) over the 8 completions")
     assert "per sequence" in t["aggregation"] and "length bias" in t["aggregation"]
     assert t["clip range"] == "[1 - ε, 1 + ε_high] = [0.8, 1.2]: symmetric, ε = 0.2"
     # β > 0 under LoRA: the reference is the base with the adapter disabled, at no memory cost
-    assert t["KL"].startswith("β = 0.04 x k3 (eq. 8.3) = ρ - 1 - log ρ per token, ρ = π_ref / π_θ")
+    assert t["KL"].startswith("β = 0.04 x k3 (eq. 8.3, the estimator DeepSeekMath's GRPO uses) = ρ - 1 - log ρ per token, ρ = π_ref / π_θ")
     assert "adapter disabled" in t["KL"]
     assert t["importance sampling"].startswith("per token") and "on-policy" in t["importance sampling"]
     assert t["truncated completions"].startswith("kept")
@@ -115,3 +115,20 @@ def test_entropy_rows_only_when_used(tmp_path):
 def test_reference_cost_unknown_offline_is_said(tmp_path):
     t = table(config(tmp_path, beta=0.01), lora=None, model={"name_or_path": "nobody/unknown-model"})
     assert "its size is unknown" in t["KL"] and "not reachable offline" in t["KL"]
+
+
+def test_product_text_names_what_a_user_can_look_up(tmp_path):
+    """Issue 14.10: rows cited "the seed chapter" and bare "eq. 8.x", which nothing in the repository named. Every
+    eq. label in the table is defined in README's "GRPO in one screen", and the papers are named."""
+    import re
+
+    from helpers import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## GRPO in one screen", 1)[1].split("\n## ", 1)[0]
+    text = "\n".join(v for algo in ALGORITHMS.values() for v in table(config(tmp_path, **algo)).values())
+    assert "chapter" not in text
+    for label in sorted(set(re.findall(r"eq\. 8\.\d", text))):
+        assert re.search(rf"\*\*[^*]+\({re.escape(label)}\)\*\*", section), f"README does not define {label}"
+    assert "DeepSeekMath" in text and "DAPO" in text and "Dr. GRPO" in text
+    assert "eq. 8.1, 8.2 and 8.3" in section  # the section says these labels are its own

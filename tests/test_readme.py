@@ -45,3 +45,6 @@ def test_first_screen_names_the_next_command_and_it_works():
     done = subprocess.run([str(python), *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "check passed" in done.stdout
+    # issue 14.10: its header names what a user can look up, not a chapter the repository never names
+    assert "chapter" not in done.stdout and "DeepSeekMath's GRPO objective" in done.stdout
+    assert '"GRPO in one screen"' in done.stdout and "## GRPO in one screen" in README

@@ -1,4 +1,4 @@
-"""What a recipe actually computes, in the seed chapter's terms, read from its resolved `GRPOConfig`.
+"""What a recipe actually computes, in the terms of the papers it follows, read from its resolved `GRPOConfig`.
 
     >>> from trl import GRPOConfig
     >>> args = GRPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, report_to=[], per_device_train_batch_size=8,
@@ -8,8 +8,9 @@
 
 Every row is built from the config's values, never from the recipe's name, so it stays true when a knob
 is overridden on the command line. The semantics are TRL 1.16's (`GRPOTrainer._compute_loss` and
-`_generate_and_score_completions`), in the chapter's notation: eq. 8.1 for the group-relative advantage,
-eq. 8.3 for the k3 KL estimator.
+`_generate_and_score_completions`); the papers are named where a row follows one (DeepSeekMath's GRPO objective,
+DAPO, Dr. GRPO, GSPO). The labels eq. 8.1 (group-relative advantage), 8.2 (clipped objective) and 8.3 (k3 KL
+estimator) are defined in README.md's "GRPO in one screen", where a user can look them up.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def advantage(args) -> str:
                 "(multi_objective_aggregation=normalize_then_sum, GDPO); scale_rewards is not used")
     base = f"over the {g} completions of each prompt, r = weighted sum of the rewards"
     return {
-        "group": f"eq. 8.1: A_i = (r_i - mean(r)) / (std(r) + 1e-4) {base} (scale_rewards=group)",
+        "group": f"GRPO (DeepSeekMath), eq. 8.1: A_i = (r_i - mean(r)) / (std(r) + 1e-4) {base} (scale_rewards=group)",
         "none": f"Dr. GRPO: A_i = r_i - mean(r), no division by std {base} (scale_rewards=none): "
                 "no up-weighting of near-unanimous groups",
         "batch": f"A_i = (r_i - mean(r)) / std of r over the whole batch, mean per group {base} "
@@ -83,7 +84,8 @@ def clip_range(args) -> str:
 def kl(args, lora, model) -> str:
     if args.beta == 0:
         return "none: β = 0, so no KL term and no reference model is loaded"
-    text = (f"β = {_g(args.beta)} x k3 (eq. 8.3) = ρ - 1 - log ρ per token, ρ = π_ref / π_θ")
+    text = (f"β = {_g(args.beta)} x k3 (eq. 8.3, the estimator DeepSeekMath's GRPO uses) = ρ - 1 - log ρ per token, "
+            "ρ = π_ref / π_θ")
     if args.use_bias_correction_kl:
         text += ", times the importance ratio (use_bias_correction_kl)"
     if lora:

@@ -41,6 +41,10 @@ from pathlib import Path
 from rewards._mathworker import FRAME as _FRAME
 
 STARTUP_TIMEOUT_S = 120.0  # importing sympy on a loaded 2-core box takes seconds, not minutes
+# A job still running after this share of its time limit is likely to run it out (a check takes
+# milliseconds; a bignum power, forever); with every worker busy, a spare is forked for the queue.
+STUCK_FRACTION = 0.25
+MAX_SPARES_PER_WORKER = 1  # at most `size` spares: each stuck job holds a CPU until its limit
 _ROOT = str(Path(__file__).resolve().parent.parent)  # so the zygote imports this very `rewards`
 
 _ZYGOTE_CODE = (
@@ -134,7 +138,8 @@ class _Worker:
     def send(self, index: int, gold: str, pred: str | None, timeout: float) -> None:
         self.outbox.send((gold, pred, max(2, int(3 * timeout) + 1)))
         self.job, self.gold_ok = index, False
-        self.deadline = time.monotonic() + timeout
+        self.sent_at = time.monotonic()
+        self.deadline = self.sent_at + timeout
 
     def stop(self) -> None:
         # Closing our pipe ends first means no late answer can be read; a worker not yet forked finds
@@ -168,7 +173,8 @@ class VerifierPool:
 
     Each job gets `timeout` seconds of wall time from the moment a worker takes it; a worker that runs
     over is killed and replaced by a warm fork of the zygote, and its job scores 0.0 (None if the gold
-    had not parsed yet). A worker that crashes (sympy recursion, a segfault) is treated the same way.
+    had not parsed yet). While every worker is busy and one has used a quarter of its time, a spare
+    (up to `size` of them) takes the queue; spares stop when the call returns. A worker that crashes (sympy recursion, a segfault) is treated the same way.
     Workers start on first use and stop when the pool is collected or the interpreter exits.
     """
 
@@ -215,10 +221,13 @@ class VerifierPool:
             except BaseException:  # don't leave a job running whose late answer the next call would misread
                 _stop_workers(self._workers)
                 raise
+            while len(self._workers) > self.size:  # spares go when the call is done (a fork brings one back)
+                self._workers.pop().stop()
         return results
 
     def _run(self, jobs, timeout: float, results: list) -> None:
         todo, retried = deque(range(len(jobs))), set()  # jobs not yet sent; jobs already given a second try
+        stuck_after = STUCK_FRACTION * timeout
         while todo or any(w.job is not None for w in self._workers):
             for w in self._workers:
                 if w.ready and w.job is None and todo:
@@ -229,9 +238,18 @@ class VerifierPool:
                         todo.appendleft(i)
                         w.job = None
                         self._replace(w)
+            now = time.monotonic()
+            stuck = [w for w in self._workers if w.job is not None and now - w.sent_at >= stuck_after]
+            if todo and stuck and len(self._workers) < (1 + MAX_SPARES_PER_WORKER) * self.size and all(
+                    w.ready and w.job is not None for w in self._workers):
+                # Every worker is busy and one is likely running out its time limit: a spare takes the
+                # queue meanwhile, so distinct hard answers time out side by side, not one after another.
+                self._workers.append(self._new_worker())
             waiting = [w for w in self._workers if w.waiting]
-            soonest = min(w.deadline for w in waiting)
-            ready = wait([w.inbox for w in waiting], timeout=max(0.0, soonest - time.monotonic()))
+            wake = [w.deadline for w in waiting]
+            if todo:  # also wake when a running job turns "stuck", to start a spare then
+                wake += [w.sent_at + stuck_after for w in waiting if w.job is not None and w.sent_at + stuck_after > now]
+            ready = wait([w.inbox for w in waiting], timeout=max(0.0, min(wake) - time.monotonic()))
             for w in waiting:
                 if w.inbox in ready:
                     self._receive(w, results, todo, retried)

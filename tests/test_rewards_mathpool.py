@@ -95,3 +95,14 @@ def test_a_killed_zygote_is_replaced():
     # Its workers die with it (parent-death signal); the next call starts a new zygote and retries.
     assert reward(completions=[r"\boxed{\sqrt{9}}", r"\boxed{\pi}"], answer=["3", r"\pi"]) == [1.0, 1.0]
     assert pool._zygotes[0].proc.pid != zygote.pid
+
+
+def test_spares_take_the_queue_while_hard_checks_run_out_their_time():
+    # Four distinct towers fill both workers and then the spares; the easy checks queued behind them
+    # still get their verdicts, and the spares are gone when the call returns.
+    pool = mathpool.shared_pool(2)
+    towers = [rf"\boxed{{{b}^{{{b}^{{{b}^{{{b}}}}}}}}}" for b in (3, 4, 5, 6)]
+    easy = [r"\boxed{\sqrt{4}}", r"\boxed{\sqrt{9}}", r"\boxed{\frac{6}{3}}"]
+    got = Accuracy()(completions=towers + easy, answer=["42"] * 4 + ["2", "2", "2"])
+    assert got == [0.0] * 4 + [1.0, 0.0, 1.0]
+    assert len(pool._workers) == pool.size == 2

@@ -4,7 +4,7 @@ formatted rows, what the recipe computes in GRPO's terms, and its memory plan. L
 
 from __future__ import annotations
 
-from grpokit.config import Recipe, dump
+from grpokit.config import Recipe, dump, lint
 from grpokit.planning import memory
 from grpokit.planning.architecture import ConfigNotFound
 from grpokit.reporting.explain import explain_table
@@ -38,6 +38,10 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
             print(f"  note: prompt length = {prompt_how}, {prompt_length} tokens")
     except (ConfigNotFound, ValueError) as err:
         print(f"Memory plan: not available -- {err}")
+    warnings = lint.lint(recipe, prep.args, answer_lengths=lint.answer_lengths(prep))
+    if warnings:
+        print("\n# lint: knobs that cannot act or work against each other (grpokit/config/lint.py)")
+        print("\n".join(w.format() for w in warnings))
     for note in prep.notes:
         print(f"\nnote: {note}")
     print("\ncheck passed: no weights loaded, nothing trained.")

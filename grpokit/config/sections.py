@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from grpokit.config.schema import Field
 
-SECTIONS = ("model", "lora", "dataset", "rewards", "trainer", "sampling")
+SECTIONS = ("model", "lora", "dataset", "rewards", "trainer", "sampling", "lint")
 REQUIRED_SECTIONS = ("model", "dataset", "rewards")
 
 MODEL = {
@@ -39,6 +39,10 @@ SAMPLING = {
     "dynamic": Field(bool, False, "DAPO dynamic sampling: train only on groups whose metric varies"),
     "max_rounds": Field(int, 4, "generation rounds per batch before going on with what it has", min=1),
     "metric": Field(str, "reward", "'reward' (the weighted total) or the name of one reward"),
+}
+
+LINT = {  # rule names are checked against grpokit.config.lint.RULES by validate
+    "ignore": Field(list[str], [], "--check's lint rules this recipe breaks on purpose, silenced by name"),
 }
 
 REWARD_ENTRY = {

@@ -9,12 +9,13 @@ plus the enumerations and ranges those libraries leave unchecked (TRL 1.16 accep
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpokit.config.lint import RULE_NAMES
 from grpokit.config.loader import Loaded
 from grpokit.config.schema import validate_dataclass_keys, validate_fields
-from grpokit.config.sections import (DATASET, LORA_BOUNDS, LORA_DEFAULTS, MODEL, PER_GROUP, REQUIRED_SECTIONS, REWARD_ENTRY,
+from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, MODEL, PER_GROUP, REQUIRED_SECTIONS, REWARD_ENTRY,
                                      SAMPLING, SECTIONS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
 from grpokit.config.trainer_args import build_grpo_config
 from grpokit.dist import num_processes_from_env
@@ -33,6 +34,7 @@ class Recipe:
     trainer: dict
     sampling: dict
     num_processes: int = 1
+    lint: dict = field(default_factory=lambda: {"ignore": []})
 
     def as_dict(self) -> dict:
         """What is saved as the resolved recipe next to a run: rerunnable as is."""
@@ -43,6 +45,7 @@ class Recipe:
             "rewards": self.rewards,
             "trainer": self.trainer,
             "sampling": self.sampling,
+            **({"lint": self.lint} if self.lint.get("ignore") else {}),
         }
 
 
@@ -73,6 +76,11 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
     model = validate_fields(data.get("model") or {}, MODEL, "model", problems, origin) if data.get("model") is not None else {}
     dataset = validate_fields(data.get("dataset") or {}, DATASET, "dataset", problems, origin) if data.get("dataset") is not None else {}
     sampling = validate_fields(data.get("sampling") or {}, SAMPLING, "sampling", problems, origin)
+    lint = validate_fields(data.get("lint") or {}, LINT, "lint", problems, origin)
+    for i, name in enumerate(lint.get("ignore", [])):
+        if name not in RULE_NAMES:
+            problems.add(f"lint.ignore[{i}]", "is not a lint rule", name, ", ".join(RULE_NAMES), nearest(name, RULE_NAMES),
+                         file=origin("lint.ignore"))
 
     if dataset:
         if bool(dataset.get("name")) == bool(dataset.get("path")):
@@ -124,7 +132,7 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
 
     for r in rewards:
         r.pop("logged_as")
-    return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc)
+    return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint)
 
 
 def _check_heldout(dataset: dict, problems: Problems, origin) -> None:

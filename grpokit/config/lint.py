@@ -1,0 +1,241 @@
+"""Knobs that cannot act, or that work against each other: warnings printed by `--check`, never errors.
+
+A recipe can be valid and still set a knob that has no effect in the update structure it describes
+(`epsilon_high: 0.28` while every optimizer step is on-policy), or pair knobs whose combination undoes
+what one of them is for (`loss_type: dr_grpo` with std-scaled advantages). Each rule below looks at the
+validated `Recipe` and its real `GRPOConfig` (plus, where the cost is the point, the memory planner's weight
+estimate and, when `--check` could measure them, the token lengths of the dataset's reference answers), and
+says what will happen and the knob to turn. A recipe that means it silences a rule by name:
+
+    lint:
+      ignore: [beta-full-copy]     # validated: an unknown rule name is an error with the nearest name
+
+    >>> from types import SimpleNamespace as NS
+    >>> args = NS(gradient_accumulation_steps=8, steps_per_generation=8, num_iterations=1)
+    >>> on_policy(args), on_policy(NS(gradient_accumulation_steps=2, steps_per_generation=8, num_iterations=1))
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable
+
+OVERLONG = "overlong_penalty"
+# Loss types whose PPO clip (epsilon, epsilon_high, delta) is applied to the importance ratio; CISPO caps the
+# ratio at epsilon_high instead, which is just as inert when the ratio is 1.
+CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo")
+# Below this sampling temperature a group's completions are mostly the same text (see `low-temperature`).
+LOW_TEMPERATURE = 0.3
+
+
+@dataclass(frozen=True)
+class LintWarning:
+    """One knob that will not do what its name says, with what happens and what to change."""
+
+    rule: str
+    knobs: tuple[str, ...]  # key paths, e.g. ("trainer.epsilon_high",)
+    message: str
+
+    def format(self) -> str:
+        return (f"warning [{self.rule}] {', '.join(self.knobs)}: {self.message} "
+                f"(meant? silence it with lint: {{ignore: [{self.rule}]}})")
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    summary: str
+    check: Callable  # (recipe, args, facts) -> LintWarning | None
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(name: str, summary: str):
+    def register(fn):
+        RULES[name] = Rule(name, summary, fn)
+        return fn
+
+    return register
+
+
+def on_policy(args) -> bool:
+    """TRL's own test (`_generate_and_score_completions`): every optimizer step sees a fresh generation, so
+    pi_old = pi_theta and the importance ratio is exactly 1."""
+    return args.gradient_accumulation_steps % (args.steps_per_generation * args.num_iterations) == 0
+
+
+def lint(recipe, args, *, answer_lengths: list[int] | None = None) -> list[LintWarning]:
+    """The warnings for a validated `Recipe` and its `GRPOConfig`, minus the rules its `lint.ignore` names.
+
+    `answer_lengths`: token lengths of the dataset's reference answers, when they could be measured
+    (see `answer_lengths`); rules that need them stay silent without.
+    """
+    facts = {"answer_lengths": answer_lengths or None}
+    ignored = set((getattr(recipe, "lint", None) or {}).get("ignore", ()))
+    found = (r.check(recipe, args, facts) for name, r in RULES.items() if name not in ignored)
+    return [w for w in found if w is not None]
+
+
+def answer_lengths(prep, sample: int = 2000) -> list[int] | None:
+    """Tokens of each reference answer (over at most `sample` rows) of a prepared dataset, or None when there is
+    no tokenizer, no dataset or no `answer` column (the hub was not reachable, or the recipe sets no answer_column)."""
+    if prep.tokenizer is None or prep.dataset is None or "answer" not in prep.dataset.column_names:
+        return None
+    rows = prep.dataset.select(range(min(sample, len(prep.dataset))))["answer"]
+    return [len(prep.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in rows] or None
+
+
+def _set(recipe, *keys) -> list[str]:
+    """The trainer keys among `keys` the recipe (or a base it extends, or an override) sets itself."""
+    return [k for k in keys if k in recipe.trainer]
+
+
+def _claims_dapo(recipe, args) -> bool:
+    """A recipe named after DAPO, or using one of its two signature knobs (clip-higher, dynamic sampling)."""
+    high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
+    return "dapo" in recipe.name.split("/")[-1] or high > args.epsilon or bool(recipe.sampling.get("dynamic"))
+
+
+@rule("clip-on-policy", "epsilon / epsilon_high / delta / sequence-level ratios set while every step is on-policy")
+def _clip_on_policy(recipe, args, facts):
+    if args.loss_type not in CLIPPED or not on_policy(args):
+        return None
+    knobs = _set(recipe, "epsilon", "epsilon_high", "delta")
+    if args.importance_sampling_level == "sequence" and "importance_sampling_level" in recipe.trainer:
+        knobs.append("importance_sampling_level")
+    if not knobs:
+        return None
+    return LintWarning("clip-on-policy", tuple(f"trainer.{k}" for k in knobs), (
+        f"cannot act: every optimizer step is on-policy (gradient_accumulation_steps {args.gradient_accumulation_steps} "
+        f"is a multiple of steps_per_generation {args.steps_per_generation} x num_iterations {args.num_iterations}), "
+        "so pi_old = pi_theta, the ratio is 1 and the clip never binds (a sequence-level ratio is 1 too); "
+        "to take several optimizer steps per generation set trainer.steps_per_generation to k x "
+        f"gradient_accumulation_steps (k > 1, as DAPO's mini-batches do) or trainer.num_iterations > 1 "
+        "(DeepSeekMath's mu)"))
+
+
+@rule("beta-full-copy", "beta > 0 without LoRA: a second full copy of the weights as the reference model")
+def _beta_full_copy(recipe, args, facts):
+    if not args.beta or recipe.lora is not None:
+        return None
+    return LintWarning("beta-full-copy", ("trainer.beta",), (
+        f"beta {args.beta:g} on a full fine-tune makes TRL load a second full copy of the weights as the frozen "
+        f"reference model{_reference_cost(recipe.model)}, and run it forward on every micro-batch; add a lora "
+        "section (the reference is then the base with the adapter disabled: no extra memory) or set "
+        "trainer.beta: 0 (DAPO, Dr. GRPO and GSPO drop the KL term)"))
+
+
+def _reference_cost(model: dict) -> str:
+    """', 5.75 GiB more GPU memory (...)' from the memory planner, or why its size is unknown offline."""
+    from grpokit.planning import memory
+    from grpokit.planning.architecture import ConfigNotFound, load_model_config
+
+    try:
+        config, _ = load_model_config(model["name_or_path"])
+        dtype = memory.planned_dtype(model)
+        weights, _ = memory.weight_bytes(config, dtype, model.get("quantization", "none"))
+    except (ConfigNotFound, ValueError, KeyError) as err:
+        return f" (its size is unknown offline: {str(err).split(';')[0]})"
+    return (f": {weights / memory.GIB:.2f} GiB more GPU memory ({dtype} weights, estimated from the architecture "
+            "by the memory planner)")
+
+
+@rule("dr-grpo-scaled", "loss_type dr_grpo with std-scaled advantages (scale_rewards group or batch)")
+def _dr_grpo_scaled(recipe, args, facts):
+    if args.loss_type != "dr_grpo" or args.scale_rewards in ("none", False):
+        return None
+    return LintWarning("dr-grpo-scaled", ("trainer.scale_rewards",), (
+        f"is {args.scale_rewards!r} with loss_type dr_grpo (TRL's default is 'group'): advantages are divided by "
+        "a reward std again, which brings back the question-difficulty bias Dr. GRPO removes (near-unanimous "
+        "groups, too easy or too hard, get their small differences blown up); Dr. GRPO's unbiased objective "
+        "needs trainer.scale_rewards: none"))
+
+
+@rule("mask-most-truncated", "mask_truncated_completions with a completion budget most answers do not fit")
+def _mask_most_truncated(recipe, args, facts):
+    lengths = facts.get("answer_lengths")
+    if not args.mask_truncated_completions or not lengths:
+        return None
+    median = statistics.median(lengths)
+    if median < args.max_completion_length:
+        return None
+    p90 = sorted(lengths)[min(len(lengths) - 1, int(0.9 * len(lengths)))]
+    return LintWarning("mask-most-truncated", ("trainer.mask_truncated_completions", "trainer.max_completion_length"), (
+        f"the dataset's reference answers run {median:g} tokens at the median (measured on {len(lengths)} rows with "
+        f"the model's tokenizer), at or past max_completion_length {args.max_completion_length}: most completions "
+        "will be cut, and every cut one is dropped from the loss, so a step trains on the few that end early (a "
+        "pull toward short answers) or on nothing; raise trainer.max_completion_length (the references' 90th "
+        f"percentile is {p90} tokens) or set trainer.mask_truncated_completions: false"))
+
+
+@rule("group-collapse", "fewer than 2 distinct completions per group (greedy decoding or num_generations < 2)")
+def _group_collapse(recipe, args, facts):
+    greedy = (args.generation_kwargs or {}).get("do_sample") is False
+    if args.num_generations >= 2 and not greedy:
+        return None
+    why = ("generation_kwargs do_sample: false decodes greedily, so all completions of a prompt are the same text"
+           if greedy else f"num_generations {args.num_generations} leaves one completion per prompt")
+    after = (" dynamic sampling drops every such group, so each batch is filled short after "
+             f"{recipe.sampling.get('max_rounds')} rounds;" if recipe.sampling.get("dynamic") else "")
+    return LintWarning("group-collapse", ("trainer.generation_kwargs" if greedy else "trainer.num_generations",), (
+        f"{why}: the group's rewards have no spread, every advantage (eq. 8.1) is 0 and nothing is learned;{after} "
+        "sample (drop do_sample: false) and set trainer.num_generations >= 2 (8 in the shipped recipes)"))
+
+
+@rule("low-temperature", f"temperature <= {LOW_TEMPERATURE}: a group's samples are nearly identical")
+def _low_temperature(recipe, args, facts):
+    if args.temperature > LOW_TEMPERATURE:
+        return None
+    return LintWarning("low-temperature", ("trainer.temperature",), (
+        f"{args.temperature:g} makes a prompt's {args.num_generations} completions nearly identical: the group's "
+        "reward std collapses to 0 for most prompts, so their advantages are 0 (no gradient), and where one "
+        "completion differs, eq. 8.1 divides by a tiny std and that one sample dominates the step; raise "
+        "trainer.temperature (TRL's default, 1.0, is what DAPO samples with)"))
+
+
+def _overlong(recipe):
+    return [r for r in recipe.rewards if r["name"] == OVERLONG]
+
+
+@rule("overlong-window", "the overlong penalty's window is larger than the completion budget")
+def _overlong_window(recipe, args, facts):
+    budget = args.max_completion_length
+    for i, r in enumerate(recipe.rewards):
+        if r["name"] != OVERLONG:
+            continue
+        a = r.get("args") or {}
+        m, buf, p = a.get("max_length") or budget, a.get("buffer"), a.get("penalty_factor", 1.0)
+        if buf is None:
+            continue
+        start = m - buf
+        if start >= budget:
+            what = (f"its window ({start}, {m}] starts at or past max_completion_length {budget}, where TRL cuts "
+                    "every completion: the penalty never fires")
+        elif m > budget:
+            what = (f"its window ({start}, {m}] runs past max_completion_length {budget}, where TRL cuts every "
+                    f"completion: the ramp never reaches -{p:g} (at most -{p * (budget - start) / buf:.2g})")
+        elif buf >= budget:
+            what = (f"its buffer {buf} covers the whole completion budget ({budget} tokens): every completion is "
+                    "penalised for its length from the first token, a length penalty rather than DAPO's overlong shaping")
+        else:
+            continue
+        return LintWarning("overlong-window", (f"rewards[{i}].args",), (
+            f"{what}; leave args.max_length unset (it follows trainer.max_completion_length) and keep args.buffer "
+            "a fraction of it (DAPO: 4,096 of 20,480 tokens)"))
+    return None
+
+
+@rule("overlong-unmasked", "a DAPO recipe with the overlong penalty but mask_truncated_completions false")
+def _overlong_unmasked(recipe, args, facts):
+    if not _overlong(recipe) or args.mask_truncated_completions or not _claims_dapo(recipe, args):
+        return None
+    return LintWarning("overlong-unmasked", ("trainer.mask_truncated_completions",), (
+        "is false in a DAPO recipe with the overlong penalty: a completion cut at max_completion_length is trained "
+        "on with a reward computed from an unfinished answer (and the full -penalty), the noise DAPO's overlong "
+        "filtering removes; set trainer.mask_truncated_completions: true (DAPO pairs the soft penalty with it)"))
+
+
+RULE_NAMES = tuple(RULES)

@@ -1,0 +1,185 @@
+"""--check's lint: one test per rule, each on a real validated recipe and its real GRPOConfig (a recipe that
+fires the rule, and the nearest recipe that does not), then the CLI: a warning line, exit 0, silenced by
+`lint: {ignore: [...]}`, and an unknown rule name refused with the nearest one (exit 2)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import ROOT, recipe_dict, write_recipe
+
+from grpokit.cli import main
+from grpokit.config import load, validate
+from grpokit.config.lint import RULES, lint
+from grpokit.config.trainer_args import grpo_args
+
+
+def recipe_with(tmp_path, trainer=None, **sections):
+    data = recipe_dict(**sections)
+    data["trainer"].update(trainer or {})
+    data["trainer"]["output_dir"] = str(tmp_path / "run")
+    return validate(load(write_recipe(tmp_path, data)))
+
+
+def fired(recipe, **facts) -> dict[str, str]:
+    """rule -> formatted warning, for the warnings `recipe` draws."""
+    return {w.rule: w.format() for w in lint(recipe, grpo_args(recipe), **facts)}
+
+
+def test_the_smoke_recipe_is_clean():
+    recipe = validate(load(ROOT / "recipes" / "smoke.yaml"))
+    assert fired(recipe) == {}
+
+
+def test_clip_on_policy(tmp_path):
+    # The smoke batch: 8 completions, accumulation 1 = steps_per_generation 1: every step is on-policy.
+    on = recipe_with(tmp_path, {"epsilon": 0.2, "epsilon_high": 0.28})
+    text = fired(on)["clip-on-policy"]
+    assert "trainer.epsilon, trainer.epsilon_high" in text and "the clip never binds" in text
+    assert "steps_per_generation" in text and "num_iterations" in text  # the knobs to turn
+    # GSPO's sequence-level ratio is 1 on-policy too.
+    assert "trainer.importance_sampling_level" in fired(recipe_with(tmp_path, {"importance_sampling_level": "sequence"}))["clip-on-policy"]
+    # Off-policy, by mini-batches (DAPO) or by repeated passes (DeepSeekMath's mu): the clip acts, no warning.
+    assert "clip-on-policy" not in fired(recipe_with(tmp_path, {"epsilon_high": 0.28, "steps_per_generation": 2}))
+    assert "clip-on-policy" not in fired(recipe_with(tmp_path, {"epsilon_high": 0.28, "num_iterations": 2}))
+    # Knobs left at TRL's defaults are not the recipe's claim: nothing to warn about.
+    assert "clip-on-policy" not in fired(recipe_with(tmp_path))
+
+
+def test_beta_full_copy_says_the_cost_from_the_memory_planner(tmp_path):
+    full = recipe_with(tmp_path, {"beta": 0.04}, lora=None)
+    text = fired(full)["beta-full-copy"]
+    from grpokit.planning import memory
+    from grpokit.planning.architecture import load_model_config
+
+    config, _ = load_model_config("builtin:tiny-llama")
+    weights, _ = memory.weight_bytes(config, memory.planned_dtype(full.model), "none")
+    assert f"{weights / memory.GIB:.2f} GiB more GPU memory" in text  # the planner's figure, not a constant
+    assert "add a lora section" in text and "trainer.beta: 0" in text
+    assert "beta-full-copy" not in fired(recipe_with(tmp_path, {"beta": 0.04}))  # LoRA: the reference costs no memory
+    assert "beta-full-copy" not in fired(recipe_with(tmp_path, lora=None))  # beta 0: no reference at all
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", True])
+def test_dr_grpo_scaled(tmp_path, scale):
+    text = fired(recipe_with(tmp_path, {"loss_type": "dr_grpo", "scale_rewards": scale}))["dr-grpo-scaled"]
+    assert "trainer.scale_rewards: none" in text
+    assert "dr-grpo-scaled" not in fired(recipe_with(tmp_path, {"loss_type": "dr_grpo", "scale_rewards": "none"}))
+
+
+def test_dr_grpo_scaled_by_trl_default(tmp_path):
+    """`loss_type: dr_grpo` alone keeps TRL's scale_rewards 'group': the case that is easy to miss."""
+    assert "dr-grpo-scaled" in fired(recipe_with(tmp_path, {"loss_type": "dr_grpo"}))
+
+
+def test_mask_most_truncated_from_measured_answer_lengths(tmp_path):
+    masked = recipe_with(tmp_path, {"mask_truncated_completions": True, "max_completion_length": 16})
+    text = fired(masked, answer_lengths=[10, 20, 30, 40, 50])["mask-most-truncated"]
+    assert "30 tokens at the median (measured on 5 rows" in text and "90th percentile is 50 tokens" in text
+    assert "mask-most-truncated" not in fired(masked, answer_lengths=[4, 5, 6, 20, 30])  # most fit
+    assert "mask-most-truncated" not in fired(masked)  # lengths unknown (dataset not reachable): no claim
+    assert "mask-most-truncated" not in fired(recipe_with(tmp_path, {"max_completion_length": 16}), answer_lengths=[30])
+
+
+def test_group_collapse_under_greedy_decoding(tmp_path):
+    greedy = recipe_with(tmp_path, {"generation_kwargs": {"do_sample": False}})
+    assert "all completions of a prompt are the same text" in fired(greedy)["group-collapse"]
+    dynamic = recipe_with(tmp_path, {"generation_kwargs": {"do_sample": False}}, sampling={"dynamic": True, "max_rounds": 3})
+    assert "filled short after 3 rounds" in fired(dynamic)["group-collapse"]
+    assert "group-collapse" not in fired(recipe_with(tmp_path, {"generation_kwargs": {"top_k": 20}}))
+
+
+@pytest.mark.parametrize("temperature,warns", [(0.1, True), (0.3, True), (0.31, False), (1.0, False)])
+def test_low_temperature(tmp_path, temperature, warns):
+    found = fired(recipe_with(tmp_path, {"temperature": temperature}))
+    assert ("low-temperature" in found) == warns
+    if warns:
+        assert "std collapses to 0" in found["low-temperature"] and "raise trainer.temperature" in found["low-temperature"]
+
+
+def overlong(**args):
+    return [{"name": "char_fraction", "args": {"char": "a"}}, {"name": "overlong_penalty", "args": args}]
+
+
+@pytest.mark.parametrize("args,expected", [
+    ({"max_length": 32, "buffer": 8}, "the penalty never fires"),  # window (24, 32] past the 16-token budget
+    ({"max_length": 20, "buffer": 8}, "the ramp never reaches -1 (at most -0.5)"),  # window (12, 20]: cut at 16
+    ({"buffer": 16}, "covers the whole completion budget"),  # max_length follows max_completion_length (16)
+])
+def test_overlong_window(tmp_path, args, expected):
+    text = fired(recipe_with(tmp_path, {"max_completion_length": 16}, rewards=overlong(**args)))["overlong-window"]
+    assert "rewards[1].args" in text and expected in text
+
+
+def test_overlong_window_within_budget_is_clean(tmp_path):
+    assert "overlong-window" not in fired(recipe_with(tmp_path, {"max_completion_length": 16}, rewards=overlong(buffer=4)))
+
+
+def test_overlong_unmasked_in_a_dapo_recipe(tmp_path):
+    dapo = {"epsilon_high": 0.28, "steps_per_generation": 2}  # clip-higher: the recipe claims DAPO
+    text = fired(recipe_with(tmp_path, dapo, rewards=overlong(buffer=4)))["overlong-unmasked"]
+    assert "trainer.mask_truncated_completions: true" in text
+    masked = {**dapo, "mask_truncated_completions": True}
+    assert "overlong-unmasked" not in fired(recipe_with(tmp_path, masked, rewards=overlong(buffer=4)))
+    # Not DAPO (no clip-higher, no dynamic sampling, not named dapo): the penalty alone is a plain length shaping.
+    assert "overlong-unmasked" not in fired(recipe_with(tmp_path, rewards=overlong(buffer=4)))
+
+
+def test_every_rule_is_tested_here():
+    import inspect
+    import sys
+
+    source = inspect.getsource(sys.modules[__name__])
+    assert all(f'"{name}"' in source for name in RULES)
+
+
+# -- the CLI --------------------------------------------------------------------------------------------
+
+
+def test_check_prints_a_warning_line_and_passes(tmp_path, capsys):
+    data = recipe_dict()
+    data["trainer"].update(epsilon_high=0.28, temperature=0.2, output_dir=str(tmp_path / "run"))
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("warning [")]
+    assert [line.split("]")[0] for line in lines] == ["warning [clip-on-policy", "warning [low-temperature"]
+    assert "check passed" in out
+
+
+def test_check_measures_answer_lengths_for_truncation(tmp_path, capsys):
+    """The dataset's reference answers, tokenized by the model's tokenizer, against the completion budget."""
+    rows = "\n".join(f'{{"prompt": "Say {i}.", "answer": "{"a" * 40}"}}' for i in range(8))
+    (tmp_path / "long.jsonl").write_text(rows + "\n")
+    data = recipe_dict()
+    data["dataset"]["path"] = "long.jsonl"
+    data["trainer"].update(mask_truncated_completions=True, output_dir=str(tmp_path / "run"))
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "warning [mask-most-truncated]" in out and "measured on 8 rows" in out  # a character tokenizer: 40 tokens
+
+
+def test_a_recipe_silences_a_warning_it_means(tmp_path, capsys):
+    data = recipe_dict()
+    data["trainer"].update(epsilon_high=0.28, output_dir=str(tmp_path / "run"))
+    data["lint"] = {"ignore": ["clip-on-policy"]}
+    path = write_recipe(tmp_path, data)
+    assert main(["--recipe", str(path), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "warning [" not in out and "check passed" in out
+    assert "ignore:\n  - clip-on-policy" in out  # the resolved recipe keeps it, so a saved run reruns as quietly
+
+
+def test_an_unknown_rule_name_is_refused_with_the_nearest(tmp_path, capsys):
+    data = recipe_dict()
+    data["lint"] = {"ignore": ["clip-on-polcy"]}
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "lint.ignore[0]: is not a lint rule (got 'clip-on-polcy')" in err
+    assert "did you mean 'clip-on-policy'?" in err and "Traceback" not in err
+
+
+def test_the_lint_section_is_validated(tmp_path, capsys):
+    data = recipe_dict()
+    data["lint"] = {"ignore": "clip-on-policy", "silence": True}
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "lint.ignore: has the wrong type" in err and "lint.silence: is not a known key" in err

@@ -138,3 +138,35 @@ def prompt_tokens(tokenizer, prompt) -> int:
             ids = ids["input_ids"]
         return len(ids)
     return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+
+def heldout_spec(dataset: dict) -> dict | None:
+    """The dataset section with its held-out split in place of the train split (None when it names none).
+
+    >>> heldout_spec({"path": "train.jsonl", "eval_path": "test.jsonl", "eval_limit": 8, "limit": 100})["path"]
+    'test.jsonl'
+    """
+    if dataset.get("eval_path"):
+        spec = {**dataset, "path": dataset["eval_path"]}
+    elif dataset.get("eval_split"):
+        spec = {**dataset, "split": dataset["eval_split"]}
+    else:
+        return None
+    spec["limit"] = dataset.get("eval_limit")
+    return spec
+
+
+def heldout_dataset(recipe, tokenizer, log=print):
+    """The held-out prompts, formatted exactly like the train split (template, system prompt, chat format)."""
+    spec = heldout_spec(recipe.dataset)
+    if spec is None:
+        raise RecipeError([Problem("dataset.eval_path", "--eval and trainer.eval_strategy need held-out data; set "
+                                   "dataset.eval_path (a local file) or dataset.eval_split (a hub split)", file=str(recipe.path))])
+    conversational = recipe.dataset["conversational"]
+    if conversational == "auto":
+        conversational = bool(getattr(tokenizer, "chat_template", None))
+    try:
+        raw = load_raw(spec, origin=str(recipe.path))
+    except NotReachable as err:
+        raise RecipeError([Problem("dataset.eval_split", str(err), spec.get("split"), file=str(recipe.path))]) from None
+    return prepare(raw, spec, tokenizer, conversational, log=lambda m: log(f"held-out {m}"), origin=str(recipe.path))

@@ -162,13 +162,14 @@ def ensure_converted(path: str | Path, target: Path | None = None, log=print) ->
 
 
 def ensure_builtin(name: str, root: Path | None = None, log=print) -> Path:
-    """The HF directory of a built-in GGUF model, converted on first use (seconds) and cached.
+    """The HF directory of a built-in GGUF model, converted on first use (seconds) and cached. Keyed like
+    any GGUF (path, size, mtime), so upgrading the package that ships it converts the new file.
 
     >>> ensure_builtin("smollm2-135m-instruct").name  # doctest: +SKIP
-    'smollm2-135m-instruct-v1'
+    'SmolLM2-135M-Instruct.Q4_1-3f2a9c0d1b7e'
     """
     source = builtin_gguf(name)
-    return ensure_converted(source, (root or cache_root()) / f"{name}-v{CONVERT_VERSION}", log=log)
+    return ensure_converted(source, converted_dir(source, root), log=log)
 
 
 def _load_dequantized(path: Path):

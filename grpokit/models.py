@@ -1,7 +1,7 @@
 """Where a recipe's model comes from, and loading its tokenizer and weights.
 
 `model_source` decides what `from_pretrained` gets (a built-in model, a local directory, or a hub id)
-without loading anything; `load_tokenizer` / `load_model` load it in the recipe's dtype and quantization.
+without loading any weights (a GGUF checkpoint is converted once, by grpokit.gguf, into a cached directory); `load_tokenizer` / `load_model` load it in the recipe's dtype and quantization.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from grpokit.config import Recipe
 from grpokit.config.trainer_args import resolved_dtype
+from grpokit.dist import say
 from grpokit.errors import Problem, RecipeError
 
 _HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
@@ -27,11 +28,17 @@ def model_source(recipe: Recipe) -> tuple[str | None, str | None]:
 
     name = recipe.model["name_or_path"]
     origin = str(recipe.path)
+    if recipe.model.get("gguf_file"):
+        return _gguf_source(recipe), None
     if name.startswith(tiny.BUILTIN_PREFIX):
+        from grpokit import gguf
+
+        builtin = name[len(tiny.BUILTIN_PREFIX):]
         try:
-            return tiny.resolve(name), None
-        except ValueError as err:
-            raise RecipeError([Problem("model.name_or_path", str(err), name, file=origin)]) from None
+            return (str(gguf.ensure_builtin(builtin, log=say)) if builtin in gguf.BUILTINS else tiny.resolve(name)), None
+        except ValueError as err:  # GGUFError too: a missing package says how to install it
+            known = ", ".join(tiny.BUILTIN_PREFIX + n for n in [*tiny.builtin_names(), *gguf.BUILTINS])
+            raise RecipeError([Problem("model.name_or_path", str(err), name, known, file=origin)]) from None
     path = Path(name).expanduser()
     if path.is_absolute() or path.exists() or not _HUB_ID.match(name):
         if not path.is_dir():
@@ -116,6 +123,23 @@ def not_cached(kind: str, repo_id: str) -> str:
 def describe_error(err: BaseException) -> str:
     """An exception as one line, whole: a message cut at a fixed length once ended mid-URL."""
     return f"{type(err).__name__}: " + " ".join(str(err).split())
+
+
+def _gguf_source(recipe: Recipe) -> str:
+    """`model.gguf_file` inside the `name_or_path` directory (as in transformers' `from_pretrained(dir,
+    gguf_file=...)`), validated and converted once to a cached HF directory; its path."""
+    from grpokit import gguf
+
+    folder, origin = Path(recipe.model["name_or_path"]).expanduser(), str(recipe.path)
+    file = folder / recipe.model["gguf_file"]
+    if not folder.is_dir():
+        raise RecipeError([Problem("model.name_or_path", "with model.gguf_file, must be the local directory holding the "
+                                   ".gguf file (a hub GGUF: download it first, `hf download <repo> <file> --local-dir DIR`)",
+                                   recipe.model["name_or_path"], file=origin)])
+    try:
+        return str(gguf.ensure_converted(file, log=say))
+    except gguf.GGUFError as err:
+        raise RecipeError([Problem("model.gguf_file", str(err), str(file), file=origin)]) from None
 
 
 def load_tokenizer(path: str, recipe: Recipe, offline_only: bool = False):

@@ -116,8 +116,9 @@ def _is_local_path(value: str) -> bool:
 def _anchor_paths(data: dict, folder: Path) -> None:
     """Make file paths written in a recipe relative to that recipe's folder (bases included)."""
     dataset = data.get("dataset")
-    if isinstance(dataset, dict) and isinstance(dataset.get("path"), str):
-        dataset["path"] = str((folder / Path(dataset["path"]).expanduser()).resolve())
+    for key in ("path", "eval_path"):
+        if isinstance(dataset, dict) and isinstance(dataset.get(key), str):
+            dataset[key] = str((folder / Path(dataset[key]).expanduser()).resolve())
     model = data.get("model")
     if isinstance(model, dict) and isinstance(model.get("name_or_path"), str) and _is_local_path(model["name_or_path"]):
         model["name_or_path"] = str((folder / Path(model["name_or_path"]).expanduser()).resolve())

@@ -11,7 +11,8 @@ SECTIONS = ("model", "lora", "dataset", "rewards", "trainer", "sampling", "lint"
 REQUIRED_SECTIONS = ("model", "dataset", "rewards")
 
 MODEL = {
-    "name_or_path": Field(str, doc="a hub id, a local directory, or builtin:tiny-llama"),
+    "name_or_path": Field(str, doc="a hub id, a local directory, builtin:tiny-llama or builtin:smollm2-135m-instruct"),
+    "gguf_file": Field(str | None, None, "a GGUF checkpoint in the name_or_path directory: converted once into ~/.cache/grpokit"),
     "dtype": Field(str, "auto", "weights dtype; auto = bfloat16 on a GPU (float16 where it lacks bfloat16), float32 on CPU",
                    choices=("auto", "bfloat16", "float16", "float32")),
     "quantization": Field(str, "none", "none, 8bit, or 4bit (nf4, QLoRA)", choices=("none", "8bit", "4bit")),
@@ -33,6 +34,9 @@ DATASET = {
                             choices=("auto", True, False)),
     "max_prompt_tokens": Field(int | None, None, min=1),
     "limit": Field(int | None, None, min=1),
+    "eval_path": Field(str | None, None, "held-out local file for --eval and trainer.eval_strategy, relative to the recipe"),
+    "eval_split": Field(str | None, None, "held-out split of the hub dataset, e.g. test"),
+    "eval_limit": Field(int | None, None, "score only the first N held-out prompts", min=1),
 }
 
 SAMPLING = {

@@ -34,6 +34,11 @@ def load_model_config(name_or_path: str) -> tuple[dict, str]:
 
     if name_or_path == tiny.BUILTIN_PREFIX + tiny.TINY_NAME:
         return {"model_type": "llama", "vocab_size": len(tiny._vocab()), **tiny.TINY_CONFIG}, "built-in tiny model"
+    from grpokit.gguf import BUILTINS
+
+    builtin = BUILTINS.get(name_or_path.removeprefix(tiny.BUILTIN_PREFIX)) if name_or_path.startswith(tiny.BUILTIN_PREFIX) else None
+    if builtin:  # the GGUF's own config, as shipped for the same model on the hub: no conversion to plan it
+        name_or_path = builtin.hub_id
     shipped = CONFIG_DIR / name_or_path.replace("/", "__") / "config.json"
     if shipped.is_file():
         return json.loads(shipped.read_text()), f"shipped config ({shipped.relative_to(CONFIG_DIR.parent.parent)})"

@@ -1,4 +1,5 @@
-"""A short `report.md` for a GRPO run: what ran, how it ended, its curves, and a few completions.
+"""A short `report.md` for a GRPO run: what ran, how it ended (and whether it collapsed), its curves, and
+completions from early and late in the run, side by side.
 
     from grpokit.reporting.report import write_report, completions_from_logs
     write_report("runs/smoke", recipe_name="smoke", explain_lines=lines,
@@ -17,11 +18,17 @@ import os
 import re
 from pathlib import Path
 
-from grpokit.reporting.plots import load_log_history, plot_run, reward_names, series
+from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 
 REPORT_FILE = "report.md"
 COMPLETIONS_DIR = "completions"  # where TRL 1.16 writes log_completions parquet files
 TEXT_LIMIT = 400  # characters of a prompt or completion shown; the report is a glance, not a dump
+# A group "has no spread" when all its rewards are equal. The run "collapsed" when, from some step to the end,
+# every group had none at MOSTLY_COLLAPSED of the logged steps (a lone step with some spread does not end it), the
+# last one included, over at least COLLAPSE_MIN_STEPS steps and a tenth of the run.
+ALL_GROUPS = 0.99
+MOSTLY_COLLAPSED = 0.8
+COLLAPSE_MIN_STEPS = 3
 
 # (log key, label) for the final-figures table, in reading order; reward functions are inserted after "reward".
 FIGURES = (
@@ -92,8 +99,46 @@ def completions_from_logs(logs: dict, step: int | None = None) -> list[dict]:
     return rows
 
 
+def keep_first_completions(trainer):
+    """Keep the first logged step's generation batch (TRL keeps only the latest), so report.md can show early next
+    to late completions. Returns the installed callback; its `rows` are `completions_from_logs` rows.
+
+    >>> kept = keep_first_completions(trainer)  # doctest: +SKIP
+    >>> trainer.train(); run_completions(trainer)  # doctest: +SKIP
+    """
+    from transformers import TrainerCallback
+
+    from grpokit import trl_compat
+
+    class FirstCompletions(TrainerCallback):
+        def __init__(self):
+            self.rows: list[dict] = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not self.rows and logs and "reward" in logs:  # the first training log, not the end-of-run summary
+                batch = trl_compat.last_generation_logs(trainer)
+                if batch:
+                    self.rows = completions_from_logs(batch, step=state.global_step)
+
+    callback = FirstCompletions()
+    trainer.add_callback(callback)
+    return callback
+
+
+def run_completions(trainer) -> list[dict]:
+    """The first logged step's completions (when `keep_first_completions` ran) and the last generation batch's."""
+    from grpokit import trl_compat
+
+    first = next((cb.rows for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "FirstCompletions"), [])
+    batch = trl_compat.last_generation_logs(trainer)
+    last = completions_from_logs(batch, step=trainer.state.global_step) if batch else []
+    if first and last and first[0]["step"] == last[0]["step"]:
+        return last
+    return first + last
+
+
 def completions_from_disk(run_dir: str | Path, names: list[str] | None = None) -> list[dict]:
-    """Rows of the latest `completions/completions_*.parquet` TRL wrote, or [] when there is none.
+    """Rows of the first and the latest `completions/completions_*.parquet` TRL wrote, or [] when there is none.
 
     `names` are the reward functions; columns not named there (dataset extras) are left out. Without
     `names`, every numeric column other than `step` and `advantage` counts as a reward.
@@ -103,7 +148,7 @@ def completions_from_disk(run_dir: str | Path, names: list[str] | None = None) -
         return []
     import pandas as pd  # a dependency of datasets; only needed when TRL wrote parquet
 
-    frame = pd.read_parquet(files[-1])
+    frame = pd.concat([pd.read_parquet(f) for f in dict.fromkeys([files[0], files[-1]])], ignore_index=True)
     fixed = {"step", "prompt", "completion", "advantage"}
     if names is None:
         names = [c for c in frame.columns if c not in fixed and pd.api.types.is_numeric_dtype(frame[c])]
@@ -170,28 +215,133 @@ def _summary(state: dict) -> list[str]:
     return parts
 
 
+def collapse(history: list[dict]) -> dict | None:
+    """When the run ended with (nearly) every group's rewards equal for many logged steps: from which step, over how
+    many, the mean reward there, and entropy first -> last (None when not logged). None when it did not collapse.
+
+    >>> h = [{"step": s, "frac_reward_zero_std": 1.0 if s > 5 and s != 8 else 0.5, "reward": 1.0} for s in range(1, 11)]
+    >>> c = collapse(h); c["from_step"], c["steps"], c["unanimous"]
+    (6, 5, 4)
+    """
+    steps, zero = series(history, "frac_reward_zero_std")
+    if not zero or zero[-1] < ALL_GROUPS:
+        return None
+    start = next(i for i, z in enumerate(zero) if z >= ALL_GROUPS
+                 and sum(t >= ALL_GROUPS for t in zero[i:]) >= MOSTLY_COLLAPSED * (len(zero) - i))
+    tail = len(zero) - start
+    if tail < max(COLLAPSE_MIN_STEPS, math.ceil(0.1 * len(zero))):
+        return None
+    r_steps, rewards = series(history, "reward")
+    late = [r for s, r in zip(r_steps, rewards) if s >= steps[start]]
+    _, entropy = series(history, "entropy")
+    return {"from_step": steps[start], "steps": tail, "unanimous": sum(z >= ALL_GROUPS for z in zero[start:]),
+            "reward": sum(late) / len(late) if late else None,
+            "best_reward": max(rewards) if rewards else None,
+            "entropy": (entropy[0], entropy[-1]) if entropy else None}
+
+
+def diagnosis(history: list[dict]) -> list[str]:
+    """What the curves mean, in words: a collapse (no gradient) and what to do about it, or that the signal held."""
+    c = collapse(history)
+    if c is None:
+        steps, zero = series(history, "frac_reward_zero_std")
+        if not zero:
+            return []
+        return [f"The learning signal held: at the last logged step (step {steps[-1]}) {zero[-1]:.0%} of the groups "
+                "had rewards without spread (those give no gradient; the others do)."]
+    when = ("at every one" if c["unanimous"] == c["steps"] else f"at {c['unanimous']}")
+    text = (f"**The run collapsed at step {c['from_step']}.** From there to the end, {when} of {c['steps']} logged "
+            "steps, every group's completions got the same reward (`frac_reward_zero_std` = 1), so every advantage "
+            "was 0 and the policy gradient with it: those steps trained (almost) nothing.")
+    if c["entropy"]:
+        first, last = c["entropy"]
+        text += f" Entropy fell from {first:.2f} to {last:.2f} nats per token"
+        text += ": the policy writes (nearly) the same completion every time." if last < 0.1 * first else "."
+    lines = [text, ""]
+    if c["reward"] is not None and c["best_reward"] is not None and c["reward"] >= c["best_reward"] - 1e-9:
+        lines.append(f"The mean reward there was {_number(c['reward'])}, the best of the run: the reward cannot tell "
+                     "the completions apart any more, so there is nothing left to learn from it.")
+    elif c["reward"] is not None:
+        lines.append(f"The mean reward there was {_number(c['reward'])}: the groups are unanimous, right or wrong.")
+    lines += ["", "What to change: fewer steps (`trainer.max_steps`, about the collapse step) when the goal was "
+              "reached; a higher `trainer.temperature` to keep a group's completions apart; DAPO's dynamic "
+              "sampling (`sampling.dynamic: true`), which replaces groups without spread by fresh prompts; or a "
+              "harder task or finer-grained reward."]
+    return lines
+
+
+def _stage(rows: list[dict], per: int, number: int) -> tuple[list[str], int]:
+    """Up to `per` distinct completions of one step, best reward first, numbered from `number`."""
+    distinct: dict[str, dict] = {}
+    for row in rows:
+        distinct.setdefault(_text(row.get("completion") or ""), row)
+    out = []
+    if len(distinct) == 1 and len(rows) > 1:
+        out += [f"All {len(rows)} completions at this step are the same text.", ""]
+    for row in pick_completions(list(distinct.values()), per):
+        facts = [f"reward {_number(row['reward'])}"] if row.get("reward") is not None else []
+        facts += [f"{name} {_number(v)}" for name, v in (row.get("rewards") or {}).items()]
+        if row.get("advantage") is not None:
+            facts.append(f"advantage {float(row['advantage']):+.3f}")
+        out += [f"#### {number}. " + " · ".join(facts), "", "Prompt:", "", _fence(_clip(_text(row.get("prompt") or ""))),
+                "", "Completion:", "", _fence(_clip(_text(row.get("completion") or ""))), ""]
+        number += 1
+    return out, number
+
+
 def _completion_section(rows: list[dict], k: int) -> list[str]:
     if not rows:
         return [
             "No completions recorded. Set `log_completions: true` in the recipe's `trainer:` section "
             f"to have TRL write them to `{COMPLETIONS_DIR}/`."
         ]
-    picked = pick_completions(rows, k)
-    out = [
-        f"{len(picked)} of {len(rows)} recorded completions, spread from the best reward to the worst "
-        "(by total reward where recorded, else by the unweighted sum of the reward functions)."
-    ]
-    for i, row in enumerate(picked, 1):
-        facts = [f"step {row['step']}"] if row.get("step") is not None else []
-        if row.get("reward") is not None:
-            facts.append(f"reward {_number(row['reward'])}")
-        facts += [f"{name} {_number(v)}" for name, v in (row.get("rewards") or {}).items()]
-        head = f"### {i}. " + " · ".join(facts)
-        if row.get("advantage") is not None:
-            head += f" · advantage {float(row['advantage']):+.3f}"
-        out += ["", head, "", "Prompt:", "", _fence(_clip(_text(row.get("prompt") or ""))), "", "Completion:", "",
-                _fence(_clip(_text(row.get("completion") or "")))]
+    by_step: dict = {}
+    for row in rows:
+        by_step.setdefault(row.get("step"), []).append(row)
+    known = sorted(s for s in by_step if s is not None)
+    if len(known) >= 2:
+        stages = [("Early", known[0]), ("Late", known[-1])]
+        per = max(1, k // 2)
+        out = [f"What the policy wrote at its first logged step and at its last: up to {per} distinct completions of "
+               "each, best reward first (by total reward where recorded, else the unweighted sum of the reward "
+               "functions). The difference is what training did."]
+    else:
+        stages = [("Sampled", known[0] if known else None)]
+        per = k
+        out = [f"Up to {per} distinct completions of the last recorded batch, spread from the best reward to the worst "
+               "(by total reward where recorded, else the unweighted sum of the reward functions)."]
+    number = 1
+    for label, step in stages:
+        group = by_step[step]
+        distinct = len({_text(r.get("completion") or "") for r in group})
+        out += ["", f"### {label}" + (f": step {step}" if step is not None else "")
+                + f" ({len(group)} completions, {distinct} distinct)", ""]
+        lines, number = _stage(group, per, number)
+        out += lines
     return out
+
+
+def eval_section(run_dir: Path) -> list[str]:
+    """Held-out figures from `--eval`: the base model's (eval-base.json) before this run's (eval.json); [] when neither."""
+    import json
+
+    from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE
+
+    found = [(label, json.loads((run_dir / name).read_text())) for label, name in
+             (("before (base model)", BASE_EVAL_FILE), ("after (this run)", EVAL_FILE)) if (run_dir / name).is_file()]
+    if not found:
+        return []
+    lines = ["", "## Held-out eval", "", "| | pass@1 (greedy) | prompts passed | mean reward | file |", "|---|---|---|---|---|"]
+    for (label, e), name in zip(found, [BASE_EVAL_FILE if "before" in label else EVAL_FILE for label, _ in found]):
+        g = e["greedy"]
+        lines.append(f"| {label} | {g['pass@1']:.3f} | {g['passed']}/{e['prompts']} | {_number(g['rewards'].get('reward'))} | `{name}` |")
+    if len(found) == 2:
+        (_, before), (_, after) = found
+        lines.append(f"| change | {after['greedy']['pass@1'] - before['greedy']['pass@1']:+.3f} | | | |")
+        if before["prompts"] != after["prompts"] or before.get("heldout") != after.get("heldout"):
+            lines.append("\nNote: before and after were scored on different held-out prompts; compare with care.")
+    lines += ["", f"Measured by `--eval`: {found[-1][1].get('measured', '')}."]
+    return lines
 
 
 def write_report(
@@ -202,20 +352,22 @@ def write_report(
     completions: list[dict] | None = None,
     num_completions: int = 4,
     plots: list[Path] | None = None,
+    args=None,
 ) -> Path:
     """Write `<run_dir>/report.md` and return its path.
 
     `completions`: rows with `prompt`, `completion` and `rewards` ({name: value}) and optionally
     `reward` (total), `advantage`, `step` — see `completions_from_logs`. When None, the latest file TRL
     wrote with `log_completions=True` is used, if any. `plots`: images to link, as `plot_run` returned
-    them; when None, `plot_run` draws them now, so the report never links stale or missing curves.
+    them; when None, `plot_run` draws them now, so the report never links stale or missing curves. `args`: the
+    run's GRPOConfig, when known, so a flat curve is explained by construction.
 
     >>> write_report("runs/smoke", recipe_name="smoke", explain_lines=["model: builtin:tiny-llama"])  # doctest: +SKIP
     PosixPath('runs/smoke/report.md')
     """
     run_dir = Path(run_dir)
     state_path, state = load_log_history(run_dir)
-    plots = plot_run(run_dir) if plots is None else [Path(p) for p in plots]
+    plots = plot_run(run_dir, args=args) if plots is None else [Path(p) for p in plots]
     if completions is None:
         completions = completions_from_disk(run_dir, reward_names(state["log_history"]) or None)
 
@@ -224,12 +376,19 @@ def write_report(
     lines += [_fence("\n".join(explain_lines))] if explain_lines else ["(no explain summary given)"]
     lines += ["", "## Final figures", ""] + _summary(state) + [""] + _figures(state)
     lines += ["", f"Source: `{Path(os.path.relpath(state_path, run_dir)).as_posix()}`"]
+    found = diagnosis(state["log_history"])
+    if found:
+        lines += ["", "## What the curves say", ""] + found
     lines += ["", "## Curves", ""]
     for plot in plots:  # links relative to report.md, so the run dir can be moved or shared whole
         lines.append(f"![{plot.stem}]({Path(os.path.relpath(plot, run_dir)).as_posix()})")
     if not plots:
         lines.append("(no plots)")
+    flat = flat_reasons(state["log_history"], args)
+    if flat:
+        lines += ["", "Flat curves:"] + [f"- {title}: {why}" for title, why in flat.items()]
     lines += ["", "## Sampled completions", ""] + _completion_section(completions, num_completions)
+    lines += eval_section(run_dir)
 
     path = run_dir / REPORT_FILE
     path.write_text("\n".join(lines) + "\n")

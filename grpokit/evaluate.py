@@ -1,0 +1,242 @@
+"""`--eval`: score a recipe's base model, or a trained run, on the recipe's held-out split with its own rewards.
+
+    python launch.py --recipe recipes/smollm2-135m/arithmetic.yaml --eval                  # the base model
+    python launch.py --recipe recipes/smollm2-135m/arithmetic.yaml --eval runs/arithmetic  # adapter applied
+
+Figures, all over the held-out prompts (`dataset.eval_path` or `dataset.eval_split`, first `eval_limit`):
+- greedy pass@1: the share of prompts whose greedy completion *passes*. A completion passes when the
+  recipe's `accuracy` reward (its first reward if it has none) is positive: 1.0 from a verifier, or the
+  positive half of a shaped reward such as `cosine_scaled`.
+- with `samples=K`: K completions per prompt sampled as training samples them (the recipe's temperature,
+  top_p, top_k, min_p); pass@K is the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language
+  Models Trained on Code", eq. 1) with n = k = K, i.e. the share of prompts with at least one passing
+  sample; mean@K is the share of all samples that pass.
+- the mean of each reward function, and of their weighted sum, over the greedy (and sampled) completions.
+Completions are generated the way TRL's GRPOTrainer generates them (chat template with the generation
+prompt, at most `trainer.max_completion_length` new tokens), so eval and training see the same prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from grpokit.config import Recipe
+from grpokit.dist import say
+from grpokit.errors import Problem, RecipeError
+from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE
+
+EXAMPLES = 4
+PROMPTS_PER_BATCH = 16
+
+
+def default_out(recipe: Recipe, run_dir: str | None) -> Path:
+    """eval.json in the run directory; for the base model, eval-base.json in the recipe's output_dir."""
+    if run_dir:
+        return Path(run_dir) / EVAL_FILE
+    return Path(recipe.trainer["output_dir"]) / BASE_EVAL_FILE
+
+
+def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: str | None = None, log=say) -> dict:
+    """Score the base model (no `run_dir`) or a trained run / checkpoint; write the figures as JSON.
+
+    Returns the same dict that it writes. Raises `RecipeError` for a recipe without held-out data or a
+    run directory that holds no trained model.
+    """
+    import rewards as registry
+
+    from grpokit.config.trainer_args import grpo_args
+    from grpokit.data import heldout_dataset
+    from grpokit.models import load_tokenizer, model_source
+
+    start = time.time()
+    origin = str(recipe.path)
+    if samples < 0:
+        raise RecipeError([Problem("--eval-samples", "must be 0 (greedy only) or a number of samples per prompt", samples, file=origin)])
+    args = grpo_args(recipe)
+    model_path, _ = model_source(recipe)
+    trained = _trained_kind(run_dir, origin) if run_dir else None
+    tokenizer = load_tokenizer(run_dir if trained else model_path, recipe)
+    prompts = heldout_dataset(recipe, tokenizer, log)
+    names = [r["name"] for r in recipe.rewards]
+    weights = [r["weight"] for r in recipe.rewards]
+    funcs = [registry.build(r["name"], **r["args"]) for r in recipe.rewards]
+    judge = names.index("accuracy") if "accuracy" in names else 0
+    model = _load(model_path, run_dir, trained, recipe, log)
+
+    rows = [dict(row) for row in prompts]
+    log(f"eval: {len(rows)} held-out prompts, greedy" + (f", then {samples} samples each" if samples else "")
+        + f"; at most {args.max_completion_length} new tokens")
+    greedy = _score(model, tokenizer, rows, funcs, names, weights, judge, args, k=1, sample=False, log=log)
+    result: dict[str, Any] = {
+        "recipe": origin,
+        "model": recipe.model["name_or_path"],
+        "run_dir": str(run_dir) if run_dir else None,
+        "heldout": recipe.dataset.get("eval_path") or f"{recipe.dataset.get('name')}:{recipe.dataset.get('eval_split')}",
+        "prompts": len(rows),
+        "pass_reward": names[judge],
+        "max_new_tokens": args.max_completion_length,
+        "greedy": {"pass@1": greedy["pass@k"], "passed": greedy["passed_prompts"], "rewards": greedy["rewards"]},
+        "measured": (f"greedy decoding of each held-out prompt; a completion passes when reward {names[judge]!r} is "
+                     "positive; rewards are the recipe's own, unweighted means (reward = weighted sum)"),
+    }
+    if samples:
+        torch_seed(args.seed)
+        sampled = _score(model, tokenizer, rows, funcs, names, weights, judge, args, k=samples, sample=True, log=log)
+        result["sampled"] = {"k": samples, f"pass@{samples}": sampled["pass@k"], f"mean@{samples}": sampled["mean"],
+                             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+                             "rewards": sampled["rewards"]}
+    result["examples"] = greedy["examples"]
+    result["seconds"] = round(time.time() - start, 1)
+    path = Path(out) if out else default_out(recipe, run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    log(f"wrote {path}")
+    return result
+
+
+def summary(result: dict) -> str:
+    """The last line `--eval` prints.
+
+    >>> summary({"greedy": {"pass@1": 0.5, "passed": 24}, "prompts": 48, "pass_reward": "accuracy"})
+    'pass@1 0.500 (24/48 held-out prompts, greedy; passes: accuracy > 0)'
+    """
+    g = result["greedy"]
+    line = f"pass@1 {g['pass@1']:.3f} ({g['passed']}/{result['prompts']} held-out prompts, greedy; passes: {result['pass_reward']} > 0)"
+    s = result.get("sampled")
+    if s:
+        k = s["k"]
+        line += f"; pass@{k} {s[f'pass@{k}']:.3f}, mean@{k} {s[f'mean@{k}']:.3f} (temperature {s['temperature']})"
+    return line
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c pass (Chen et al. 2021, eq. 1): 1 - C(n-c, k) / C(n, k).
+
+    >>> pass_at_k(4, 0, 1), pass_at_k(4, 1, 1), pass_at_k(4, 1, 4)
+    (0.0, 0.25, 1.0)
+    """
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def torch_seed(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+
+
+def _trained_kind(run_dir: str, origin: str) -> str:
+    path = Path(run_dir)
+    if (path / "adapter_config.json").is_file():
+        return "adapter"
+    if (path / "config.json").is_file():
+        return "full"
+    raise RecipeError([Problem("--eval", "is not a trained run or checkpoint (it has no adapter_config.json or config.json)",
+                               run_dir, file=origin)])
+
+
+def _load(model_path: str, run_dir: str | None, trained: str | None, recipe: Recipe, log):
+    """The base model, with the run's LoRA adapter applied (or the run's full weights), in eval mode."""
+    import torch
+
+    from grpokit.models import load_model
+
+    log(f"loading model: {run_dir if trained == 'full' else model_path}" + (f" + adapter {run_dir}" if trained == "adapter" else ""))
+    model = load_model(run_dir if trained == "full" else model_path, recipe)
+    if trained == "adapter":
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, run_dir)
+    if torch.cuda.is_available() and recipe.model.get("quantization", "none") == "none":
+        model = model.to("cuda")
+    return model.eval()
+
+
+def _prompt_text(tokenizer, prompt) -> str:
+    """The prompt as the trainer feeds it: chat template plus the assistant's generation prompt."""
+    if isinstance(prompt, list):
+        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    return prompt
+
+
+def _generate(model, tokenizer, rows: list[dict], args, k: int, sample: bool) -> list[list[list[int]]]:
+    """For each row, k completions as token ids, each cut after its first end-of-sequence token."""
+    import torch
+
+    texts = [_prompt_text(tokenizer, row["prompt"]) for row in rows]
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    try:
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    finally:
+        tokenizer.padding_side = side
+    kwargs: dict[str, Any] = dict(max_new_tokens=args.max_completion_length, pad_token_id=tokenizer.pad_token_id,
+                                  num_return_sequences=k, do_sample=sample)
+    if sample:
+        kwargs.update(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k or None, min_p=args.min_p,
+                      repetition_penalty=args.repetition_penalty)
+    else:  # greedy: drop the sampling knobs a model's generation_config may carry, or generate warns
+        kwargs.update(temperature=None, top_p=None, top_k=None)
+    with torch.no_grad():
+        out = model.generate(**enc, **kwargs)
+    new = out[:, enc["input_ids"].shape[1]:].tolist()
+    eos = _eos_ids(model, tokenizer)
+    cut = []
+    for ids in new:
+        end = next((i for i, t in enumerate(ids) if t in eos), None)
+        cut.append(ids if end is None else ids[: end + 1])
+    return [cut[i * k : (i + 1) * k] for i in range(len(rows))]
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def _score(model, tokenizer, rows, funcs, names, weights, judge, args, k: int, sample: bool, log) -> dict:
+    """Generate k completions per row, reward them all with the recipe's rewards (TRL's calling convention)."""
+    per_reward: list[list[float]] = [[] for _ in names]
+    totals: list[float] = []
+    passed_prompts, passed_samples, examples = 0, 0, []
+    mode = f"{k} samples" if sample else "greedy"
+    for first in range(0, len(rows), max(1, PROMPTS_PER_BATCH // k)):
+        batch = rows[first : first + max(1, PROMPTS_PER_BATCH // k)]
+        ids = _generate(model, tokenizer, batch, args, k, sample)
+        flat_rows = [row for row in batch for _ in range(k)]
+        flat_ids = [c for group in ids for c in group]
+        texts = tokenizer.batch_decode(flat_ids, skip_special_tokens=True)
+        conversational = isinstance(batch[0]["prompt"], list)
+        completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+        columns = {key: [row[key] for row in flat_rows] for key in flat_rows[0] if key != "prompt"}
+        scores = [f(prompts=[row["prompt"] for row in flat_rows], completions=completions, completion_ids=flat_ids,
+                    trainer_state=None, **columns) for f in funcs]
+        for j, values in enumerate(scores):
+            per_reward[j] += [v for v in values if v is not None]
+        for i in range(len(flat_rows)):
+            totals.append(sum(w * s[i] for w, s in zip(weights, scores) if s[i] is not None))
+        for p in range(len(batch)):
+            c = sum(1 for i in range(p * k, (p + 1) * k) if (scores[judge][i] or 0) > 0)
+            passed_samples += c
+            passed_prompts += pass_at_k(k, c, k) == 1.0
+            if len(examples) < EXAMPLES:
+                examples.append({"prompt": _user_text(batch[p]["prompt"]), "answer": batch[p].get("answer"),
+                                 "completion": texts[p * k], "rewards": {n: s[p * k] for n, s in zip(names, scores)}})
+        log(f"eval ({mode}): {min(first + len(batch), len(rows))}/{len(rows)} prompts")
+    n = len(rows)
+    rewards = {name: (sum(v) / len(v) if v else None) for name, v in zip(names, per_reward)}
+    rewards["reward"] = sum(totals) / len(totals) if totals else None
+    return {"pass@k": passed_prompts / n, "passed_prompts": passed_prompts, "mean": passed_samples / (n * k),
+            "rewards": rewards, "examples": examples}
+
+
+def _user_text(prompt) -> str:
+    if isinstance(prompt, list):
+        return next((m["content"] for m in reversed(prompt) if m.get("role") == "user"), str(prompt))
+    return prompt

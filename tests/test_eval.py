@@ -1,0 +1,136 @@
+"""`--eval`: held-out scoring of a base model or a trained run, eval.json, the report's before/after, TRL's eval_dataset.
+
+The trained-run cases use the tiny model (seconds); the real model's `--eval` runs on 4 prompts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpokit import cli, evaluate
+from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE, guard_output_dir
+from tests.helpers import ROOT, SMOKE_DATA, with_trainer, write_recipe
+
+REAL_RECIPE = ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"
+
+
+def tiny_recipe(tmp_path, **trainer) -> Path:
+    """The smoke-like recipe with its own prompts as held-out data (4 of them)."""
+    data = with_trainer(tmp_path, **trainer)
+    data["dataset"].update(eval_path=str(SMOKE_DATA), eval_limit=4)
+    return write_recipe(tmp_path, data)
+
+
+def last_line(capsys) -> str:
+    return capsys.readouterr().out.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("n, c, k, expected", [
+    (4, 0, 1, 0.0),    # no sample passes
+    (4, 4, 1, 1.0),    # every sample passes
+    (4, 1, 1, 0.25),   # pass@1 is the pass rate
+    (4, 1, 4, 1.0),    # one pass among all k drawn
+    (4, 2, 2, 1 - 1 / 6),  # 1 - C(2,2)/C(4,2)
+])
+def test_pass_at_k_is_the_unbiased_estimator(n, c, k, expected):
+    assert evaluate.pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_eval_json_for_base_then_trained_run_and_the_report_compares_them(tmp_path, capsys):
+    path = tiny_recipe(tmp_path)
+    run = tmp_path / "run"
+    assert cli.main(["--recipe", str(path), "--eval"]) == 0  # the base model, before any run exists
+    assert last_line(capsys).startswith("pass@1 ")
+    base = json.loads((run / BASE_EVAL_FILE).read_text())
+    assert base["run_dir"] is None and base["prompts"] == 4 and base["pass_reward"] == "char_fraction"
+
+    assert cli.main(["--recipe", str(path)]) == 0  # eval-base.json does not count as a previous run
+    assert cli.main(["--recipe", str(path), "--eval", str(run), "--eval-samples", "2"]) == 0
+    line = last_line(capsys)
+    assert line.startswith("pass@1 ") and "/4 held-out prompts" in line and "pass@2" in line
+    after = json.loads((run / EVAL_FILE).read_text())
+    assert after["run_dir"] == str(run) and after["sampled"]["k"] == 2
+    assert 0.0 <= after["sampled"]["mean@2"] <= after["sampled"]["pass@2"] <= 1.0
+    assert set(after["greedy"]["rewards"]) == {"char_fraction", "reward"}
+    assert after["examples"] and {"prompt", "answer", "completion", "rewards"} <= set(after["examples"][0])
+    report = (run / "report.md").read_text()
+    assert "## Held-out eval" in report and "before (base model)" in report and "after (this run)" in report
+    change = after["greedy"]["pass@1"] - base["greedy"]["pass@1"]
+    assert f"| change | {change:+.3f} |" in report
+
+
+def test_eval_out_and_an_override_right_after_eval(tmp_path, capsys):
+    out = tmp_path / "elsewhere.json"
+    # `--eval dataset.eval_limit=2` is an override, not a RUN_DIR named "dataset.eval_limit=2"
+    assert cli.main(["--recipe", str(tiny_recipe(tmp_path)), "--eval", "dataset.eval_limit=2", "--eval-out", str(out)]) == 0
+    assert json.loads(out.read_text())["prompts"] == 2
+    assert last_line(capsys).startswith("pass@1 ")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--eval", "{tmp}"], "--eval: is not a trained run or checkpoint"),         # a folder without a model
+    (["--eval", "--eval-samples", "-1"], "--eval-samples: must be 0"),           # negative K
+])
+def test_eval_mistakes_are_one_message(tmp_path, capsys, args, expected):
+    argv = ["--recipe", str(tiny_recipe(tmp_path))] + [a.format(tmp=tmp_path) for a in args]
+    assert cli.main(argv) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_eval_without_heldout_data_says_which_key_to_set(tmp_path, capsys):
+    path = write_recipe(tmp_path, with_trainer(tmp_path))
+    assert cli.main(["--recipe", str(path), "--eval"]) == 2
+    assert "dataset.eval_path: --eval and trainer.eval_strategy need held-out data" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dataset, trainer, expected", [
+    ({"eval_path": str(SMOKE_DATA), "eval_split": "test"}, {}, "dataset.eval_split: give one of"),
+    ({"eval_split": "test"}, {}, "dataset.eval_split: names a split of a hub dataset"),
+    ({"eval_limit": 4}, {}, "dataset.eval_limit: limits held-out data the recipe does not name"),
+    ({}, {"eval_strategy": "steps"}, "trainer.eval_strategy: evaluates on held-out data the recipe does not name"),
+])
+def test_heldout_keys_are_validated(tmp_path, capsys, dataset, trainer, expected):
+    data = with_trainer(tmp_path, **trainer)
+    data["dataset"].update(dataset)
+    assert cli.main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_eval_strategy_hands_the_heldout_split_to_trl(tmp_path):
+    from grpokit import training
+    from grpokit.config import load, validate
+    from grpokit.models import load_model
+
+    path = tiny_recipe(tmp_path, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=4)
+    prep = training.prepare(validate(load(path)), training=True)
+    trainer = training.make_trainer(prep, load_model(prep.model_path, prep.recipe))
+    assert len(trainer.eval_dataset) == 4 and trainer.eval_dataset[0]["prompt"] == prep.dataset[0]["prompt"]
+    assert "eval_reward" in trainer.evaluate()  # TRL's own evaluation loop runs on it
+
+
+def test_base_eval_survives_overwrite(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / BASE_EVAL_FILE).write_text("{}")
+    guard_output_dir(run, None, False, "r.yaml")  # only the base eval: not a previous run
+    (run / "trainer_state.json").write_text("{}")
+    (run / "checkpoint-1").mkdir()
+    guard_output_dir(run, None, True, "r.yaml")
+    assert [p.name for p in run.iterdir()] == [BASE_EVAL_FILE]
+
+
+@pytest.mark.slow
+def test_eval_of_the_real_model_on_a_handful_of_heldout_prompts(tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    argv = ["--recipe", str(REAL_RECIPE), "--eval", "--eval-out", str(out), "dataset.eval_limit=4",
+            "trainer.max_completion_length=12"]
+    assert cli.main(argv) == 0
+    assert last_line(capsys).startswith("pass@1 ")
+    result = json.loads(out.read_text())
+    assert result["model"] == "builtin:smollm2-135m-instruct" and result["prompts"] == 4
+    assert result["pass_reward"] == "accuracy" and 0 <= result["greedy"]["passed"] <= 4
+    assert result["greedy"]["pass@1"] == result["greedy"]["passed"] / 4
+    assert result["examples"][0]["answer"].endswith("#### 28")  # held-out row 1: 11 + 17

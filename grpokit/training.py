@@ -145,6 +145,9 @@ def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False):
     from grpokit import progress
 
     progress.install(trainer)
+    from grpokit.reporting.report import keep_first_completions
+
+    keep_first_completions(trainer)  # report.md shows the first logged step's completions next to the last's
     say(f"training: {prep.args.max_steps if prep.args.max_steps > 0 else prep.args.num_train_epochs} "
         f"{'steps' if prep.args.max_steps > 0 else 'epochs'} -> {output_dir}" + (f" (resuming {checkpoint})" if checkpoint else ""))
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -156,18 +159,15 @@ def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False):
 
 
 def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None) -> list[Path]:
-    """Curves (PNG) and report.md for a finished run; with a live trainer, its last completions too."""
+    """Curves (PNG) and report.md for a finished run; with a live trainer, its early and last completions too."""
     from grpokit.reporting.explain import explain_table
     from grpokit.reporting.plots import plot_run
-    from grpokit.reporting.report import completions_from_logs, write_report
+    from grpokit.reporting.report import run_completions, write_report
 
-    plots = plot_run(output_dir)
-    completions = None
-    logs = trl_compat.last_generation_logs(trainer) if trainer is not None else None
-    if logs:
-        completions = completions_from_logs(logs, step=trainer.state.global_step) or None
+    plots = plot_run(output_dir, args=args)
+    completions = (run_completions(trainer) or None) if trainer is not None else None
     report = write_report(output_dir, recipe_name=recipe.name, explain_lines=[f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}"] + explain_table(recipe, args),
-                          completions=completions, plots=plots)
+                          completions=completions, plots=plots, args=args)
     for path in plots + [report]:
         say(f"wrote {path}")
     return plots + [report]

@@ -29,7 +29,7 @@ examples:
   python launch.py                                   # the offline smoke recipe (tiny model, ~1 min on CPU)
   python launch.py --recipe recipes/smoke.yaml --check
   python launch.py --merge runs/smoke                 # LoRA adapter + base -> runs/smoke/merged
-  python launch.py --recipe recipes/smollm2-135m/arithmetic.yaml --eval runs/arithmetic   # held-out pass@1
+  python launch.py --recipe recipes/smollm2-135m/arithmetic.yaml --eval runs/smollm2-135m/arithmetic   # held-out pass@1
   accelerate launch launch.py --recipe recipes/qwen2.5-1.5b/dapo.yaml
 """
 

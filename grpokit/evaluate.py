@@ -84,7 +84,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
                      "positive; rewards are the recipe's own, unweighted means (reward = weighted sum)"),
     }
     if samples:
-        torch_seed(args.seed)
+        _seed(args.seed)
         sampled = _score(model, tokenizer, rows, funcs, names, weights, judge, args, k=samples, sample=True, log=log)
         result["sampled"] = {"k": samples, f"pass@{samples}": sampled["pass@k"], f"mean@{samples}": sampled["mean"],
                              "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
@@ -124,7 +124,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def torch_seed(seed: int) -> None:
+def _seed(seed: int) -> None:
     import torch
 
     torch.manual_seed(seed)

@@ -48,8 +48,8 @@ class OverlongPenalty:
                 f"overlong_penalty: buffer ({buffer!r}) must be an integer in (0, max_length] = (0, {self.max_length}]; "
                 f"lower buffer or raise max_length (by default trainer.max_completion_length)"
             )
-        if not is_number(penalty_factor) or not penalty_factor >= 0:
-            raise ValueError(f"overlong_penalty: penalty_factor must be a number >= 0, got {penalty_factor!r}")
+        if not is_number(penalty_factor) or not 0 <= penalty_factor < math.inf:  # inf: -inf rewards, loss 0
+            raise ValueError(f"overlong_penalty: penalty_factor must be a finite number >= 0, got {penalty_factor!r}")
         self.buffer = buffer
         self.penalty_factor = float(penalty_factor)
 
@@ -100,8 +100,8 @@ class CosineScaled:
             raise ValueError(f"cosine_scaled: min_value_correct ({min_value_correct}) must be <= max_value_correct ({max_value_correct})")
         if min_value_wrong > max_value_wrong:
             raise ValueError(f"cosine_scaled: min_value_wrong ({min_value_wrong}) must be <= max_value_wrong ({max_value_wrong})")
-        if exceed_penalty is not None and not is_number(exceed_penalty):
-            raise ValueError(f"cosine_scaled: exceed_penalty must be a number or null, got {exceed_penalty!r}")
+        if exceed_penalty is not None and not (is_number(exceed_penalty) and math.isfinite(exceed_penalty)):
+            raise ValueError(f"cosine_scaled: exceed_penalty must be a finite number or null, got {exceed_penalty!r}")
         self.min_value_correct, self.max_value_correct = float(min_value_correct), float(max_value_correct)
         self.min_value_wrong, self.max_value_wrong = float(min_value_wrong), float(max_value_wrong)
         self.exceed_penalty = None if exceed_penalty is None else float(exceed_penalty)

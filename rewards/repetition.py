@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rewards import is_integer, is_number, register, text, token_ids
 
 
@@ -24,8 +26,8 @@ class RepetitionPenalty:
     def __init__(self, ngram_size: int = 3, max_penalty: float = -1.0, unit: str = "words"):
         if not is_integer(ngram_size) or ngram_size < 1:
             raise ValueError(f"repetition_penalty: ngram_size must be an integer >= 1, got {ngram_size!r}")
-        if not is_number(max_penalty) or not max_penalty <= 0:
-            raise ValueError(f"repetition_penalty: max_penalty must be a number <= 0 (it is a penalty), got {max_penalty!r}")
+        if not is_number(max_penalty) or not -math.inf < max_penalty <= 0:
+            raise ValueError(f"repetition_penalty: max_penalty must be a finite number <= 0 (it is a penalty), got {max_penalty!r}")
         if unit not in ("words", "tokens"):
             raise ValueError(f"repetition_penalty: unit must be 'words' or 'tokens', got {unit!r}")
         self.ngram_size, self.max_penalty, self.unit = ngram_size, float(max_penalty), unit

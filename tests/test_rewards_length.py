@@ -44,6 +44,8 @@ OVERLONG_BAD = [
     ({"buffer": 10}, "max_completion_length"),  # no max_length outside a recipe: say where it comes from
     ({"max_length": 0, "buffer": 1}, "max_length"),  # empty budget
     ({"max_length": 100, "buffer": 10, "penalty_factor": -1}, "penalty_factor"),  # a bonus, not a penalty
+    ({"max_length": 100, "buffer": 10, "penalty_factor": float("inf")}, "penalty_factor"),  # -inf rewards, loss 0
+    ({"max_length": 100, "buffer": 10, "penalty_factor": float("nan")}, "penalty_factor"),
 ]
 
 
@@ -103,6 +105,8 @@ def test_cosine_exceed_penalty():
     ({"max_length": 10, "min_value_correct": 2.0}, "min_value_correct"),  # correct range upside down
     ({"max_length": 10, "min_value_wrong": 0.0}, "min_value_wrong"),  # wrong range upside down
     ({"max_length": 10, "timeout": -1}, "timeout"),  # passed on to accuracy
+    ({"max_length": 10, "exceed_penalty": float("-inf")}, "exceed_penalty"),  # a non-finite reward
+    ({"max_length": 10, "exceed_penalty": float("nan")}, "exceed_penalty"),
 ])
 def test_cosine_bad_args(args, message):
     with pytest.raises(ValueError, match=message):

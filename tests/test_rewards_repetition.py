@@ -44,6 +44,7 @@ def test_repetition_tokens(ids, expected):
 @pytest.mark.parametrize("args", [
     {"ngram_size": 0},  # no n-grams of size 0
     {"max_penalty": 0.5},  # a positive "penalty" would reward loops
+    {"max_penalty": float("-inf")},  # a non-finite reward
     {"unit": "chars"},  # unknown unit
 ])
 def test_repetition_bad_args(args):

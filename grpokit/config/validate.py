@@ -14,7 +14,7 @@ from pathlib import Path
 
 from grpokit.config.lint import RULE_NAMES
 from grpokit.config.loader import Loaded
-from grpokit.config.schema import validate_dataclass_keys, validate_fields
+from grpokit.config.schema import non_finite, validate_dataclass_keys, validate_fields
 from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, MODEL, PER_GROUP, REQUIRED_SECTIONS, REWARD_ENTRY,
                                      SAMPLING, SECTIONS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
 from grpokit.config.trainer_args import build_grpo_config
@@ -162,12 +162,14 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[di
         if isinstance(item, str):  # shorthand: "- accuracy"
             item = {"name": item}
         entry = validate_fields(item, REWARD_ENTRY, path, problems, lambda p: origin("rewards"))
-        if not math.isfinite(entry.get("weight", 0.0)):  # every range check is false for NaN; inf makes advantages NaN
-            problems.add(f"{path}.weight", "must be a finite number", entry["weight"], file=origin("rewards"))
-            continue
         if "name" not in entry:
             continue
         args = dict(entry.get("args") or {})
+        bad = {arg: non_finite(value) for arg, value in args.items() if non_finite(value) is not None}
+        for arg, value in bad.items():  # a user reward's own checks may miss it: refused for every reward alike
+            problems.add(f"{path}.args.{arg}", "must be a finite number", value, file=origin("rewards"))
+        if bad:
+            continue
         try:
             e = rewards.bind(entry["name"], args)
             for arg, key_path in e.from_recipe.items():

@@ -135,3 +135,14 @@ def test_a_returned_value_that_cannot_be_printed_is_still_reported():
 
     with pytest.raises(RewardFailure, match="reward 'odd' returned .* for sample 0"):
         Guarded("odd", odd)(completions=[[msg([{"text": None}])]])
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(completions=st.lists(completion_shapes, min_size=1, max_size=3))
+def test_answer_rewards_never_crash_on_odd_completions(completions):
+    n = len(completions)
+    batch = dict(completions=completions, prompts=["p"] * n, completion_ids=[[1, 2]] * n, answer=["42"] * n)
+    for name, args in [("accuracy", {}), ("reasoning_accuracy", {}), ("cosine_scaled", {"max_length": 8}),
+                       ("len_reward", {})]:
+        out = rewards.build(name, **args)(**batch)
+        assert len(out) == n and all(v is None or math.isfinite(v) for v in out)

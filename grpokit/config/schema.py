@@ -8,6 +8,7 @@ TRL knob is accepted with its declared type without any change here.
 from __future__ import annotations
 
 import enum
+import math
 import re
 import types
 import typing
@@ -126,8 +127,13 @@ def enum_choices(annotation) -> tuple | None:
 
 
 def check_bounds(value, bounds: Field, path: str, problems: Problems, file=None) -> None:
-    """Choices and numeric ranges."""
+    """Choices, numeric ranges, and finiteness: NaN fails no comparison, so a range alone lets it through."""
     if value is None:
+        return
+    bad = non_finite(value)
+    if bad is not None:
+        problems.add(path, "must be a finite number", bad, "a finite number" + (f" ({describe_range(bounds)})" if describe_range(bounds) else ""),
+                     file=file)
         return
     if bounds.choices is not None and value not in bounds.choices and value not in bounds.also:
         shown = list(bounds.choices) + list(bounds.also)
@@ -146,16 +152,33 @@ def check_bounds(value, bounds: Field, path: str, problems: Problems, file=None)
     if (lo is not None and value < lo) or (gt is not None and value <= gt) or (hi is not None and value > hi) or (
         lt is not None and value >= lt
     ):
-        parts = []
-        if lo is not None:
-            parts.append(f">= {lo}")
-        if gt is not None:
-            parts.append(f"> {gt}")
-        if hi is not None:
-            parts.append(f"<= {hi}")
-        if lt is not None:
-            parts.append(f"< {lt}")
-        problems.add(path, "is out of range", value, " and ".join(parts), file=file)
+        problems.add(path, "is out of range", value, describe_range(bounds), file=file)
+
+
+def describe_range(bounds: Field) -> str:
+    """`Field(min=0, lt=1)` -> '>= 0 and < 1'; '' when unbounded."""
+    parts = [f"{op} {v}" for op, v in ((">=", bounds.min), (">", bounds.gt), ("<=", bounds.max), ("<", bounds.lt)) if v is not None]
+    return " and ".join(parts)
+
+
+def non_finite(value, depth: int = 0):
+    """The first NaN or +-inf float in `value` (searched through lists), else None.
+
+    Every check against NaN is false (`nan < 0` and `nan >= 0` alike), so ranges let it pass; +-inf passes
+    one-sided ranges (`temperature > 0`). Both then poison training far from the recipe line that set them.
+    Mappings are not searched: their keys are checked one by one, each under its own key path.
+
+    >>> non_finite([1.0, float("inf")]), non_finite([2])
+    (inf, None)
+    """
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    if depth < 20 and isinstance(value, (list, tuple)):
+        for item in value:
+            found = non_finite(item, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def validate_fields(data, spec: dict[str, Field], path: str, problems: Problems, origin=None) -> dict:

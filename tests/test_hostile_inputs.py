@@ -1,0 +1,152 @@
+"""A corpus of hostile recipes and data files (tests/hostile/): each ends in clear messages and exit code 2.
+
+Issue 13, items 7 (bad dataset values), 10 (NaN and infinities), 11 (prompts over the model's context) and
+12 (messages: empty files, YAML tags, a base that is not a recipe, an alias bomb). Every case runs
+`launch.py --check` in-process and must exit 2, name the problem (row or line numbers 1-based), print no
+traceback and load no weights. Each YAML file's first line says what it breaks; the data files come from
+tests/hostile/fixtures/make_data.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from helpers import ROOT, with_trainer, write_recipe
+
+from grpokit import data
+from grpokit.cli import main
+
+CORPUS = ROOT / "tests" / "hostile"
+FIXTURES = CORPUS / "fixtures"
+
+# case file (without .yaml) -> fragments the message must contain
+CASES = {
+    # --- item 7: bad dataset values, each with its 1-based line (.jsonl) or row (parquet, csv)
+    "data_not_utf8": ["dataset.path: not_utf8.jsonl line 2 is not UTF-8 text", "byte 0xe9", "save the file as UTF-8"],
+    "data_empty_jsonl": ["dataset.path: empty.jsonl is empty"],  # was `StopIteration:` and nothing else
+    "data_whitespace_jsonl": ["dataset.path: whitespace.jsonl is empty (only blank lines)"],
+    "data_empty_csv": ["dataset.path: empty.csv is empty"],
+    "data_bad_json_line": ["dataset.path: bad_json_line.jsonl line 3 is not valid JSON", "column 22"],
+    "data_numeric_prompt": ["dataset.prompt_column: numeric_prompt.jsonl line 2: 'prompt' holds a number", "got 7",
+                            "text or a list of chat messages"],
+    "data_bool_prompt": ["bool_prompt.jsonl line 1: 'prompt' holds true/false", "got True"],
+    "data_mixed_prompt": ["mixed_prompt.jsonl line 3: 'prompt' holds a number", "got 3.5"],
+    "data_list_of_strings_prompt": ["list_of_strings_prompt.jsonl line 1: 'prompt' holds a list of plain strings",
+                                    "a chat prompt is a list of {role, content} messages"],
+    "data_message_without_content": ["message_without_content.jsonl line 1: 'prompt' message 2 has no 'content'"],
+    "data_dict_prompt": ["dict_prompt.jsonl line 2: 'prompt' holds a mapping", "got {'text': 'Say apple.'}"],
+    "data_list_answer": ["dataset.answer_column: list_answer.jsonl line 1: 'answer' holds a list",
+                         "a gold answer is text or a number"],
+    "data_text_and_chat_prompts": ["text_and_chat_prompts.jsonl line 2: 'prompt' holds chat messages, but line 1's is text",
+                                   "one form per dataset"],
+    "data_parquet_int_prompt": ["int_prompt.parquet row 1: 'prompt' holds a number", "(and 1 more row like it: row 2)"],
+    "data_parquet_binary_prompt": ["binary_prompt.parquet row 1: 'prompt' holds bytes", "store it as text (UTF-8)"],
+    "data_parquet_list_prompt": ["list_prompt.parquet row 1: 'prompt' holds a list of plain strings"],
+    # --- item 10: non-finite numbers, everywhere a number is validated
+    "nan_learning_rate": ["trainer.learning_rate: must be a finite number", "got nan"],
+    "inf_temperature": ["trainer.temperature: must be a finite number", "got inf"],
+    "number_text_overflows": ["trainer.learning_rate: must be a finite number", "got inf"],
+    "nan_lora_dropout": ["lora.lora_dropout: must be a finite number", "got nan"],
+    "nan_reward_weight": ["rewards[0].weight: must be a finite number", "got nan"],
+    "inf_penalty_factor": ["rewards[0].args.penalty_factor: must be a finite number", "got inf"],
+    # --- item 11: prompts the model cannot hold
+    "context_overflow": ["dataset: no rows left to train on (3 read", "3 longer than the model's context"],
+    # --- item 12: messages
+    "yaml_tag": ["line 3: YAML tag !!python/object/apply:os.system is not allowed", "plain data, loaded with safe_load"],
+    "base_not_a_recipe": ["/etc/passwd: not a recipe: the file holds text, not a mapping of sections",
+                          "read as the base of"],
+    "alias_bomb": ["YAML aliases expand to more than", "values"],
+}
+PROBLEM_COUNT = {}  # every case is exactly one problem
+NEVER_SHOWN = {"base_not_a_recipe": ["root:", "/bin/"]}  # the content of a file that is not a recipe
+
+
+def test_corpus_and_table_agree():
+    assert sorted(p.stem for p in CORPUS.glob("*.yaml")) == sorted(CASES)
+
+
+@pytest.fixture
+def no_weights(monkeypatch, tiny_model_dir):
+    """Any attempt to load weights fails the test (the tiny model is built first, outside the guard)."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        pytest.fail("weights were loaded during --check")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse))
+
+
+def test_the_base_is_valid(no_weights, capsys):
+    """So that each case fails for the one thing it breaks."""
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check"]) == 0, capsys.readouterr().err
+
+
+PENDING = {c for c in CASES if c.startswith(("data_", "context_", "yaml_", "base_", "alias_"))}  # not fixed yet
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True)) if c in PENDING else c for c in sorted(CASES)])
+def test_hostile_input(case, no_weights, capsys):
+    assert main(["--recipe", str(CORPUS / f"{case}.yaml"), "--check"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err
+    for fragment in CASES[case]:
+        assert fragment in err, err
+    assert err.count("\n  - ") == PROBLEM_COUNT.get(case, 1), err
+    assert "Traceback" not in err + captured.out
+    for secret in NEVER_SHOWN.get(case, []):
+        assert secret not in err + captured.out
+
+
+def test_a_bad_json_line_is_reported_once(capsys):
+    """datasets logged its own "Failed to load JSON ... in row 2" (0-based) before our message: one report only."""
+    assert main(["--recipe", str(CORPUS / "data_bad_json_line.yaml"), "--check"]) == 2
+    captured = capsys.readouterr()
+    both = captured.out + captured.err
+    assert both.count("not valid JSON") == 1 and "Failed to load JSON" not in both and "row 2" not in both
+
+
+def test_numeric_gold_answers_stay_text(tmp_path):
+    """`datasets.map` cast str(5) back into the column's int64: rewards compared 5 with "5"."""
+    path = tmp_path / "numbers.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"{n}+{n}?", "answer": 2 * n}) + "\n" for n in range(3)))
+    ds = data.prepare(data.load_raw({"path": str(path)}), {"prompt_column": "prompt", "answer_column": "answer"},
+                      conversational=False, log=lambda m: None)
+    assert ds["answer"] == ["0", "2", "4"]
+    float_path = tmp_path / "floats.jsonl"
+    float_path.write_text(json.dumps({"prompt": "half?", "answer": 0.5}) + "\n")
+    ds = data.prepare(data.load_raw({"path": str(float_path)}), {"prompt_column": "prompt", "answer_column": "answer"},
+                      conversational=False, log=lambda m: None)
+    assert ds["answer"] == ["0.5"]
+
+
+def test_a_huge_recipe_file_is_refused_unread(tmp_path, capsys):
+    """Input size is bounded before YAML parses a byte of it."""
+    path = tmp_path / "huge.yaml"
+    path.write_text("# padding\n" * 200_000)  # 2 MB of comments
+    assert main(["--recipe", str(path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "huge.yaml: the file is 2.0 MB; a recipe is at most 1 MB" in err and "Traceback" not in err
+
+
+def test_an_alias_bomb_on_the_command_line_is_refused(capsys):
+    small = "[&a [x, x, x], *a, *a]"  # aliases as such are fine: this one is just the wrong type
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", f"trainer.max_steps={small}"]) == 2
+    err = capsys.readouterr().err
+    assert "trainer.max_steps: has the wrong type" in err and "Traceback" not in err
+    levels = ["&a0 [" + ", ".join(["x"] * 9) + "]"]
+    levels += [f"&a{k} [" + ", ".join([f"*a{k - 1}"] * 9) + "]" for k in range(1, 8)]  # 9^8 values once expanded
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", f"trainer.max_steps=[{', '.join(levels)}]"]) == 2
+    err = capsys.readouterr().err
+    assert "YAML aliases expand to more than" in err and "Traceback" not in err
+
+
+def test_yaml_tag_names_the_whole_tag():
+    from grpokit.config.loader import read_yaml
+    from grpokit.errors import RecipeError
+
+    with pytest.raises(RecipeError) as caught:
+        read_yaml(CORPUS / "yaml_tag.yaml")
+    assert "(:yaml.org" not in str(caught.value) and "tag !!python/object/apply:os.system is not allowed" in str(caught.value)

@@ -18,14 +18,99 @@ EVAL_FILE = "eval.json"  # `--eval RUN_DIR`: the trained run's held-out figures
 BASE_EVAL_FILE = "eval-base.json"  # `--eval` of the base model, written before the run: its "before" figures
 
 
+LOCK_FILE = ".grpokit.lock"  # held by the run writing to output_dir (rundir.RunLock), with its pid for the message
+_held: set[str] = set()  # run directories this process holds: POSIX locks do not conflict within one process
+
+
+class RunLock:
+    """An exclusive lock on a run directory for the run's whole life; a second run into it is refused (exit 2).
+
+    `fcntl.lockf` (a POSIX record lock) on `output_dir/.grpokit.lock`: the kernel drops it when the holding
+    process ends however it ends (SIGKILL, OOM, a node reboot of a local disk), so a stale lock of a dead run
+    never blocks the next one; and unlike `flock` it is not inherited by forked children (math or dataloader
+    workers), which could outlive a killed run and keep its lock. The one rule it brings: this process must
+    not open and close the lock file elsewhere, which would drop the lock -- nothing else in grpokit reads it.
+
+    In a multi-process launch only the main process locks (other ranks would conflict with it); if it refuses,
+    it exits 2 before any weights load and the launcher stops the other ranks, which write nothing into the
+    directory before the trainer starts.
+
+    >>> import tempfile; d = Path(tempfile.mkdtemp())
+    >>> with RunLock(d / "run", "my.yaml"):
+    ...     (d / "run" / LOCK_FILE).is_file()
+    True
+    """
+
+    def __init__(self, output_dir: Path, origin: str):
+        self.output_dir, self.origin, self.fd, self.created = Path(output_dir), origin, None, False
+
+    def _problem(self, message: str) -> RecipeError:
+        return RecipeError([Problem("trainer.output_dir", message, str(self.output_dir), file=self.origin)])
+
+    def __enter__(self) -> "RunLock":
+        if not is_main_process():
+            return self
+        import fcntl
+        import os
+
+        self.created = not self.output_dir.exists()
+        try:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise self._problem(f"cannot be written ({err.strerror or err}); choose a writable trainer.output_dir=...") from None
+        key = str(self.output_dir.resolve())
+        try:
+            if key in _held:
+                raise BlockingIOError
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "starting"
+            os.close(fd)
+            raise self._problem(f"is in use by another run ({holder}); wait for it to end, or choose another "
+                                "trainer.output_dir=...") from None
+        try:
+            current = os.stat(self.output_dir / LOCK_FILE).st_ino
+        except OSError:
+            current = None
+        if current != os.fstat(fd).st_ino:  # a run that wrote nothing removed the file as we opened it: lock the new one
+            os.close(fd)
+            return self.__enter__()
+        import socket
+        import time
+
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        self.fd = fd
+        _held.add(key)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is None:
+            return
+        import os
+
+        _held.discard(str(self.output_dir.resolve()))
+        lock = self.output_dir / LOCK_FILE
+        if self.created and [p.name for p in self.output_dir.iterdir()] == [LOCK_FILE]:
+            try:  # the run failed before writing anything: leave no folder behind
+                lock.unlink()
+                self.output_dir.rmdir()
+            except OSError:
+                pass  # another run is starting in it: the folder is its now
+        os.close(self.fd)  # releases the lock
+        self.fd = None
+
+
 def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, origin: str) -> None:
     """A previous run is never silently destroyed: a non-empty output_dir needs --resume or --overwrite.
 
     Only the main process judges: another rank could otherwise see the main one's fresh `recipe.yaml` and
     refuse its own run (or remove it under --overwrite); when the main process refuses, the launcher stops them all.
     """
-    # The base model's eval describes the recipe, not a run: it neither blocks a run nor goes with --overwrite.
-    previous = [p for p in output_dir.iterdir() if p.name != BASE_EVAL_FILE] if output_dir.is_dir() else []
+    # The base model's eval describes the recipe, not a run: it neither blocks a run nor goes with --overwrite;
+    # the lock file is this run's own (RunLock, taken before this check).
+    previous = [p for p in output_dir.iterdir() if p.name not in (BASE_EVAL_FILE, LOCK_FILE)] if output_dir.is_dir() else []
     if resume or not is_main_process() or not previous:
         return
     if overwrite:

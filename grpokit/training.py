@@ -126,8 +126,17 @@ def make_trainer(prep: Prepared, model):
 
 
 def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False):
-    """Train a validated recipe; returns the trainer. Writes the resolved recipe first, then the run."""
+    """Train a validated recipe; returns the trainer. Writes the resolved recipe first, then the run.
+
+    The run directory is locked first, for the whole run (`rundir.RunLock`): a second run into it -- new,
+    `--overwrite` or `--resume` -- is refused before it can delete or mix anything.
+    """
     output_dir = Path(recipe.trainer["output_dir"])
+    with rundir.RunLock(output_dir, str(recipe.path)):
+        return _train_locked(recipe, output_dir, resume, overwrite)
+
+
+def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrite: bool):
     origin = str(recipe.path)
     rundir.guard_output_dir(output_dir, resume, overwrite, origin)
     checkpoint = rundir.resolve_resume(resume, output_dir, origin)

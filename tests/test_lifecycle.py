@@ -8,10 +8,13 @@ reads from at a known step -- never through sleeps or polling.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import with_trainer, write_recipe
+from helpers import ROOT, with_trainer, write_recipe
 
 from grpokit import rundir
 from grpokit.errors import RecipeError
@@ -125,3 +128,117 @@ def test_a_stopped_run_says_the_whole_command_to_continue(tmp_path, capsys, monk
     err = capsys.readouterr().err
     assert f"last checkpoint: {tmp_path / 'run' / 'checkpoint-3'}" in err
     assert f"continue with: python launch.py --recipe {path} trainer.max_steps=4 --resume" in err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 13.3: one run per directory, for the run's whole life
+
+HOLD_LOCK = """
+import os, sys
+from pathlib import Path
+from grpokit.rundir import RunLock
+with RunLock(Path(sys.argv[1]), "holder.yaml"):
+    os.write(int(sys.argv[2]), b"locked")
+    os.read(int(sys.argv[3]), 1)  # until the test writes (or dies); SIGKILL may end it first
+"""
+
+
+def test_a_locked_run_directory_is_refused_and_a_dead_holders_lock_is_recovered(tmp_path):
+    import signal
+
+    run = tmp_path / "run"
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run), str(ready_w), str(go_r)], cwd=ROOT,
+                              pass_fds=(ready_w, go_r))
+    os.close(ready_w), os.close(go_r)
+    try:
+        assert os.read(ready_r, 10) == b"locked", "the holder did not take the lock"
+        with pytest.raises(RecipeError) as err:
+            with rundir.RunLock(run, "second.yaml"):
+                pass
+        assert f"trainer.output_dir: is in use by another run (pid {holder.pid} on " in str(err.value)
+        assert "wait for it to end, or choose another trainer.output_dir=..." in str(err.value)
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)  # dies holding the lock, as a killed run does
+        holder.wait()
+        os.close(ready_r), os.close(go_w)
+    assert f"pid {holder.pid}" in (run / rundir.LOCK_FILE).read_text()  # the stale file is still there ...
+    with rundir.RunLock(run, "second.yaml"):  # ... and no obstacle: the kernel dropped the dead process's lock
+        assert f"pid {os.getpid()} " in (run / rundir.LOCK_FILE).read_text()
+
+
+def test_the_same_process_cannot_lock_a_run_directory_twice(tmp_path):
+    with rundir.RunLock(tmp_path / "run", "a.yaml"):
+        with pytest.raises(RecipeError, match="is in use by another run"):
+            with rundir.RunLock(tmp_path / "run", "b.yaml"):
+                pass
+    with rundir.RunLock(tmp_path / "run", "b.yaml"):  # released: free again
+        pass
+
+
+def test_a_run_that_fails_before_writing_leaves_no_folder(tmp_path):
+    with pytest.raises(KeyError):
+        with rundir.RunLock(tmp_path / "run", "a.yaml"):
+            raise KeyError("a recipe problem found after locking")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unwritable_output_dir_is_a_clear_error(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(RecipeError, match=r"trainer.output_dir: cannot be written \(.*\); choose a writable trainer.output_dir"):
+        with rundir.RunLock(tmp_path / "file" / "run", "a.yaml"):
+            pass
+
+
+# A reward that, at its first call (inside training step 1, the run directory locked), writes "ready" to the
+# pipe named by GATE_READY_FD and then waits until the test writes to GATE_GO_FD: the run is held mid-training
+# for exactly as long as the test needs, with no sleeps.
+GATE = """
+import os
+
+def gate(completions, **kwargs):
+    ready = os.environ.pop("GATE_READY_FD", None)
+    if ready is not None:
+        os.write(int(ready), b"ready")
+        os.read(int(os.environ["GATE_GO_FD"]), 1)
+    return [0.0 for _ in completions]
+"""
+
+
+def gated_recipe(tmp_path, **trainer):
+    (tmp_path / "gate.py").write_text(GATE)
+    data = with_trainer(tmp_path, optim="adamw_torch", per_device_train_batch_size=4, num_generations=4, **trainer)
+    data["rewards"].append({"name": "gate.py:gate"})
+    return write_recipe(tmp_path, data)
+
+
+def launch(*argv, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "launch.py", *argv], cwd=ROOT, text=True, capture_output=True, timeout=600, **kwargs)
+
+
+@pytest.mark.slow
+def test_a_second_run_into_a_training_runs_directory_is_refused(tmp_path):
+    path = gated_recipe(tmp_path, max_steps=2)
+    run = tmp_path / "run"
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    first = subprocess.Popen([sys.executable, "launch.py", "--recipe", str(path)], cwd=ROOT, text=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(ready_w, go_r),
+                             env={**os.environ, "GATE_READY_FD": str(ready_w), "GATE_GO_FD": str(go_r)})
+    os.close(ready_w), os.close(go_r)
+    try:
+        assert os.read(ready_r, 10) == b"ready", "the first run never reached training"
+        saved_recipe = (run / "recipe.yaml").read_text()
+        for flags in ([], ["--overwrite"], ["--resume"]):
+            second = launch("--recipe", str(path), *flags)
+            assert second.returncode == 2, (flags, second.stderr[-2000:])
+            assert f"trainer.output_dir: is in use by another run (pid {first.pid} on " in second.stderr, flags
+            assert "Traceback" not in second.stderr
+            assert (run / "recipe.yaml").read_text() == saved_recipe, f"{flags} touched the running run"
+    finally:
+        os.write(go_w, b"g")
+        os.close(go_w), os.close(ready_r)
+        _, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-3000:]
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 2

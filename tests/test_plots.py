@@ -2,11 +2,13 @@
 
 import json
 import shutil
+import types
 
 import pytest
 
-from grpokit.reporting.plots import PANELS, collect_panels, find_trainer_state, plot_run
-from grpokit.reporting.report import completions_from_disk, completions_from_logs, pick_completions, write_report
+from grpokit.reporting.plots import PANELS, collect_panels, figure, find_trainer_state, flat_reasons, plot_run
+from grpokit.reporting.report import (completions_from_disk, keep_first_completions, pick_completions, run_completions,
+                                      write_report)
 
 STEPS = 10
 
@@ -56,9 +58,10 @@ def run(tiny_model_dir, tmp_path_factory):
         processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
         peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"),
     )
+    keep_first_completions(trainer)
     trainer.train()
     trainer.save_state()
-    return out, completions_from_logs(trainer._logs, step=trainer.state.global_step)
+    return out, run_completions(trainer)
 
 
 def assert_png(path, min_width=600, min_height=400):
@@ -128,7 +131,9 @@ def test_missing_trainer_state_is_a_clear_error(tmp_path):
 @pytest.mark.slow
 def test_report_with_completions_from_the_trainer(run):
     run_dir, completions = run
-    assert len(completions) == 8 and set(completions[0]["rewards"]) == {"frac_a"}
+    # the first logged step's batch, kept by grpokit's callback, and the last one TRL keeps
+    assert len(completions) == 16 and [c["step"] for c in completions] == [1] * 8 + [STEPS] * 8
+    assert set(completions[0]["rewards"]) == {"frac_a"}
     path = write_report(
         run_dir, recipe_name="smoke-test", explain_lines=["model: builtin:tiny-llama", "rewards: frac_a x 1.0"],
         completions=completions,
@@ -142,7 +147,9 @@ def test_report_with_completions_from_the_trainer(run):
     assert "(step 1)" in text and f"(step {STEPS})" in text
     assert "![training](plots/training.png)" in text
     assert_png(run_dir / "plots" / "training.png")
-    assert text.count("### ") == 4 and f"### 1. step {STEPS} · frac_a " in text
+    assert "### Early: step 1 (8 completions, " in text and f"### Late: step {STEPS} (8 completions, " in text
+    early, late = text.split("### Early")[1].split("### Late")
+    assert 1 <= early.count("#### ") <= 2 and 1 <= late.count("#### ") <= 2 and "#### 1. frac_a " in early
     assert "Say " in text and "'role'" not in text  # prompt text, not a message dict
     best, worst = pick_completions(completions)[0], pick_completions(completions)[-1]
     assert best["rewards"]["frac_a"] == max(c["rewards"]["frac_a"] for c in completions)
@@ -153,13 +160,13 @@ def test_report_with_completions_from_the_trainer(run):
 def test_report_reads_trls_log_completions_parquet(run):
     run_dir, completions = run
     rows = completions_from_disk(run_dir, ["frac_a"])
-    assert len(rows) == 8 and {r["step"] for r in rows} == {STEPS}  # the latest file
+    assert len(rows) == 16 and {r["step"] for r in rows} == {1, STEPS}  # the first file and the latest
     # the same batch TRL keeps in memory
-    on_disk = sorted(r["rewards"]["frac_a"] for r in rows)
-    assert on_disk == pytest.approx(sorted(c["rewards"]["frac_a"] for c in completions))
+    on_disk = sorted(r["rewards"]["frac_a"] for r in rows if r["step"] == STEPS)
+    assert on_disk == pytest.approx(sorted(c["rewards"]["frac_a"] for c in completions if c["step"] == STEPS))
     text = write_report(run_dir, recipe_name="smoke-test", plots=[run_dir / "plots" / "training.png"]).read_text()
     assert "(no explain summary given)" in text and "![training](plots/training.png)" in text
-    assert text.count("### ") == 4 and "advantage " in text
+    assert "### Early: step 1" in text and f"### Late: step {STEPS}" in text and "advantage " in text
     assert "Say " in text and "'role'" not in text  # parquet's message arrays rendered as text
 
 
@@ -170,3 +177,83 @@ def test_report_without_completions_says_how_to_get_them(run, tmp_path):
     text = write_report(tmp_path, recipe_name="bare", completions=[], plots=[]).read_text()
     assert "No completions recorded" in text and "log_completions: true" in text
     assert "(no plots)" in text and not (tmp_path / "plots").exists()
+
+
+# --- issue 14.9: the report teaches (fast: synthetic histories shaped like the demo's, no training) ---
+
+def demo_like_history(steps=30, collapse_at=20):
+    """The smoke demo's shape: reward climbs to 1, entropy 3.44 -> 0.01, every group unanimous from step 20 (one
+    step with some spread at 23, as the demo had), LR constant, clip ratios 0 (on-policy)."""
+    history = []
+    for s in range(1, steps + 1):
+        done = s >= collapse_at
+        history.append({"step": s, "reward": 1.0 if done else s / collapse_at, "reward_std": 0.0 if done else 0.1,
+                        "frac_reward_zero_std": 0.5 if s == 23 else (1.0 if done else 0.0),
+                        "entropy": 0.01 if done else 3.44 - 3.0 * (s - 1) / collapse_at, "learning_rate": 0.01,
+                        "clip_ratio/region_mean": 0.0, "clip_ratio/low_mean": 0.0, "clip_ratio/high_mean": 0.0,
+                        "loss": 0.0 if done else 0.1})
+    return history
+
+
+def write_state(folder, history):
+    (folder / "trainer_state.json").write_text(json.dumps({"log_history": history, "global_step": len(history),
+                                                           "max_steps": len(history)}))
+    return folder
+
+
+ON_POLICY = types.SimpleNamespace(gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
+                                  lr_scheduler_type="constant")
+
+
+def test_report_says_the_run_collapsed_and_what_to_do(tmp_path):
+    text = write_report(write_state(tmp_path, demo_like_history()), recipe_name="smoke", completions=[],
+                        plots=[]).read_text()
+    said = text.split("## What the curves say", 1)[1].split("\n## ", 1)[0]
+    assert "collapsed at step 20" in said and "10 of 11 logged steps" in said  # the blip at 23 does not hide it
+    assert "every advantage was 0" in said and "policy gradient" in said
+    assert "3.44 to 0.01" in said and "same completion every time" in said
+    assert "at the top of the run's range" in said  # here the task was learnt: the steps after 20 were wasted, not harmful
+    for fix in ("`trainer.max_steps`", "`trainer.temperature`", "`sampling.dynamic: true`"):
+        assert fix in said
+
+
+def test_report_without_collapse_says_the_signal_held(tmp_path):
+    history = [{"step": s, "reward": s / 10, "frac_reward_zero_std": 0.25, "entropy": 2.0} for s in range(1, 11)]
+    text = write_report(write_state(tmp_path, history), recipe_name="ok", completions=[], plots=[]).read_text()
+    assert "collapsed" not in text and "The learning signal held" in text and "25% of the groups" in text
+
+
+def test_flat_panels_say_why(tmp_path):
+    history = demo_like_history()
+    reasons = flat_reasons(history, ON_POLICY)
+    assert reasons["PPO clip ratios"].startswith("0 at every step by construction: one optimizer step per generation")
+    assert reasons["Learning rate"] == "constant by the recipe (lr_scheduler_type: constant), 0.01"
+    assert "Reward" not in reasons and "Entropy" not in reasons  # curves that move are not annotated
+    off_policy = types.SimpleNamespace(**{**vars(ON_POLICY), "num_iterations": 2, "lr_scheduler_type": "linear"})
+    assert flat_reasons(history, off_policy)["PPO clip ratios"] == "0 at every step: the ratio never left the clip range"
+    # the same words on the panel itself and in report.md
+    fig = figure(history, "t", ON_POLICY)
+    panel_text = {ax.get_title(): [x.get_text().replace("\n", " ") for x in ax.texts] for ax in fig.axes}
+    assert panel_text["Learning rate"] == [reasons["Learning rate"]] and panel_text["Entropy"] == []
+    text = write_report(write_state(tmp_path, history), recipe_name="s", completions=[], plots=[], args=ON_POLICY).read_text()
+    assert f"- PPO clip ratios: {reasons['PPO clip ratios']}" in text
+
+
+def test_step_ticks_are_integers():
+    fig = figure(demo_like_history(steps=3, collapse_at=2), "t")
+    for ax in (ax for ax in fig.axes if ax.get_visible()):
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_title(), ticks)
+
+
+def test_completions_early_vs_late_and_identical_ones_said_once(tmp_path):
+    early = [{"prompt": "Say a", "completion": f"x{i}", "rewards": {"char_fraction": i / 10}, "step": 1} for i in range(8)]
+    late = [{"prompt": "Say a", "completion": "aaaa", "rewards": {"char_fraction": 1.0}, "step": 30} for _ in range(8)]
+    text = write_report(write_state(tmp_path, demo_like_history()), recipe_name="s", completions=early + late,
+                        plots=[]).read_text()
+    section = text.split("## Sampled completions", 1)[1]
+    assert "### Early: step 1 (8 completions, 8 distinct)" in section
+    assert "### Late: step 30 (8 completions, 1 distinct)" in section
+    first, last = section.split("### Early")[1].split("### Late")
+    assert first.count("#### ") == 2 and "char_fraction 0.7" in first and "#### 2. char_fraction 0\n" in first  # best, worst
+    assert last.count("#### ") == 1 and "All 8 completions at this step are the same text." in last

@@ -6,7 +6,9 @@
 TRL's `GRPOTrainer` logs one dict per logging step into `trainer_state.json["log_history"]` (keys such as
 `reward`, `rewards/<name>/mean`, `kl`, `entropy`); `Trainer.save_state()` writes it into the output dir
 and every checkpoint writes it into `checkpoint-N/`. We draw one panel per metric group that the run
-actually logged, so a run with beta = 0 gets no KL panel rather than an empty one.
+actually logged, so a run with beta = 0 gets no KL panel rather than an empty one. A panel that is flat
+by construction (clip ratios of an on-policy run, a constant learning rate) says why on the panel itself
+(`flat_reasons`), instead of leaving a reader to wonder about an empty-looking line.
 
 Only matplotlib's object API is used (a bare `Figure` renders through Agg), so calling this from a
 training process never changes or needs pyplot's global backend.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,25 +150,83 @@ def collect_panels(history: list[dict]) -> list[tuple[Panel, list[tuple[str, lis
     return drawn
 
 
-def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
+def on_policy(args) -> bool:
+    """One optimizer step per generation batch, so π_old = π_θ and the PPO ratio is exactly 1 (TRL's own test in
+    `_generate_and_score_completions`, the same one grpokit.reporting.explain states)."""
+    return args.gradient_accumulation_steps % (args.steps_per_generation * args.num_iterations) == 0
+
+
+def _flat(lines) -> float | None:
+    """The one value every line of a panel holds at every step, or None when anything moves."""
+    values = [v for _, _, vals, _ in lines for v in vals]
+    if not values or max(values) - min(values) > 1e-12 * max(1.0, abs(max(values))):
+        return None
+    return values[0]
+
+
+def flat_reasons(history: list[dict], args=None) -> dict[str, str]:
+    """{panel title: why it is flat} for the panels whose every line holds one value at every logged step.
+
+    `args` (the run's GRPOConfig, when known) lets a flat line be explained by construction rather than
+    only described.
+
+    >>> flat_reasons([{"step": 1, "learning_rate": 0.01}, {"step": 2, "learning_rate": 0.01}])
+    {'Learning rate': 'constant, 0.01 at every logged step'}
+    """
+    reasons = {}
+    for panel, lines in collect_panels(history):
+        value = _flat(lines)
+        if value is None:
+            continue
+        if panel.title == "PPO clip ratios" and value == 0:
+            why = ("one optimizer step per generation batch (on-policy), so π_old = π_θ, the ratio is exactly 1 "
+                   "and nothing is clipped")
+            if args is None:
+                reasons[panel.title] = f"0 at every step, as expected when {why}"
+            elif on_policy(args):
+                reasons[panel.title] = f"0 at every step by construction: {why}"
+            else:
+                reasons[panel.title] = "0 at every step: the ratio never left the clip range"
+        elif panel.title == "Learning rate":
+            scheduler = str(getattr(getattr(args, "lr_scheduler_type", None), "value", getattr(args, "lr_scheduler_type", "")))
+            reasons[panel.title] = (f"constant by the recipe (lr_scheduler_type: constant), {value:g}"
+                                    if scheduler == "constant" else f"constant, {value:g} at every logged step")
+        else:
+            reasons[panel.title] = f"flat, {value:g} at every logged step"
+    return reasons
+
+
+def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, args=None) -> list[Path]:
     """Draw the run's curves into `<run_dir>/plots/training.png` (or `out_dir`) and return the paths.
+    `args`: the run's GRPOConfig when known, so flat panels can say why they are flat.
 
     >>> plot_run("runs/smoke")  # doctest: +SKIP
     [PosixPath('runs/smoke/plots/training.png')]
     """
-    from matplotlib.figure import Figure
-
     run_dir = Path(run_dir)
     state_path, state = load_log_history(run_dir)
     history = state["log_history"]
-
-    drawn = collect_panels(history)
-    if not drawn:
+    if not collect_panels(history):
         raise ValueError(
             f"{state_path} has no training metrics to plot (log_history has {len(history)} entries); "
             "did the run reach its first logging step (logging_steps)?"
         )
+    step = state.get("global_step")
+    fig = figure(history, f"GRPO run {run_dir.resolve().name}" + (f" — {step} steps" if step else ""), args)
+    out = Path(out_dir) if out_dir is not None else run_dir / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "training.png"
+    fig.savefig(path, dpi=100)
+    return [path]
 
+
+def figure(history: list[dict], title: str, args=None):
+    """The grid of panels for a log history, as a matplotlib `Figure` (not saved)."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    drawn = collect_panels(history)
+    flat = flat_reasons(history, args)
     cols = math.ceil(math.sqrt(len(drawn)))  # near-square grid: 10 panels -> 4 x 3
     rows = math.ceil(len(drawn) / cols)
     fig = Figure(figsize=(4.6 * cols, 3.2 * rows), layout="constrained")
@@ -181,13 +242,11 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Pat
         if len(lines) > 1:
             ax.legend(fontsize="small")
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no "2.5" ticks
+        if panel.title in flat:
+            ax.text(0.5, 0.5, textwrap.fill(flat[panel.title], 44), transform=ax.transAxes, ha="center",
+                    va="center", fontsize="small", bbox=dict(facecolor="white", alpha=0.85, edgecolor="0.7"))
     for ax in axes[len(drawn) :]:
         ax.set_visible(False)
-    step = state.get("global_step")
-    fig.suptitle(f"GRPO run {run_dir.resolve().name}" + (f" — {step} steps" if step else ""))
-
-    out = Path(out_dir) if out_dir is not None else run_dir / "plots"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "training.png"
-    fig.savefig(path, dpi=100)
-    return [path]
+    fig.suptitle(title)
+    return fig

@@ -236,7 +236,7 @@ def collapse(history: list[dict]) -> dict | None:
     _, entropy = series(history, "entropy")
     return {"from_step": steps[start], "steps": tail, "unanimous": sum(z >= ALL_GROUPS for z in zero[start:]),
             "reward": sum(late) / len(late) if late else None,
-            "best_reward": max(rewards) if rewards else None,
+            "near_best": bool(late) and sum(late) / len(late) >= max(rewards) - 0.05 * (max(rewards) - min(rewards)),
             "entropy": (entropy[0], entropy[-1]) if entropy else None}
 
 
@@ -258,8 +258,8 @@ def diagnosis(history: list[dict]) -> list[str]:
         text += f" Entropy fell from {first:.2f} to {last:.2f} nats per token"
         text += ": the policy writes (nearly) the same completion every time." if last < 0.1 * first else "."
     lines = [text, ""]
-    if c["reward"] is not None and c["best_reward"] is not None and c["reward"] >= c["best_reward"] - 1e-9:
-        lines.append(f"The mean reward there was {_number(c['reward'])}, the best of the run: the reward cannot tell "
+    if c["near_best"]:  # within 5% of the run's reward range from its best
+        lines.append(f"The mean reward there was {_number(c['reward'])}, at the top of the run's range: the reward cannot tell "
                      "the completions apart any more, so there is nothing left to learn from it.")
     elif c["reward"] is not None:
         lines.append(f"The mean reward there was {_number(c['reward'])}: the groups are unanimous, right or wrong.")

@@ -207,8 +207,9 @@ def _check_call_signature(name: str, target) -> None:
         p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty and p.name != "self"
     ]
     if not accepts_completions or not has_var_kw or required_positional:
+        shown = str(sig) if len(str(sig)) <= 120 else str(sig)[:117] + "..."
         raise RewardError(
-            f"reward {name!r} has signature {sig}, which cannot take TRL's call; "
+            f"reward {name!r} has signature {shown}, which cannot take TRL's call; "
             "use `def f(completions, **kwargs)` (prompts, completion_ids and dataset columns come as keywords)"
         )
 

@@ -21,9 +21,9 @@ CORPUS = ROOT / "tests" / "bad_recipes"
 CASES = {
     # --- the file itself
     "yaml_syntax_error": ["YAML syntax error at line 3"],  # unclosed flow mapping
-    "python_object_tag": ["line 3: YAML tag not allowed", "python/object/apply:os.system", "safe_load"],  # never constructed
+    "python_object_tag": ["line 3: YAML tag !!python/object/apply:os.system is not allowed", "safe_load"],  # never constructed
     "duplicate_key": ["duplicate key 'trainer' (first at line 3)"],  # PyYAML alone keeps the last silently
-    "not_a_mapping": ["a recipe must be a mapping of sections", "['model', 'dataset']"],  # top level is a list
+    "not_a_mapping": ["not a recipe: the file holds a list, not a mapping of sections"],  # top level is a list
     "empty_file": ["model: section is required", "dataset: section is required", "rewards: section is required"],
     # --- base
     "base_cycle": ["recipes extend each other in a cycle", "base_cycle.yaml -> ", "cycle_b.yaml -> "],

@@ -104,8 +104,8 @@ def test_section_problem_messages(tmp_path, sections, fragment):
     "text,fragment",
     [
         ("model: {name_or_path: x\n", "YAML syntax error at line"),  # unclosed flow mapping
-        ("model: !!python/object:os.system {}\n", "YAML tag not allowed"),  # never executes anything
-        ("- a\n- b\n", "must be a mapping of sections"),
+        ("model: !!python/object:os.system {}\n", "YAML tag !!python/object:os.system is not allowed"),  # never executes anything
+        ("- a\n- b\n", "not a recipe: the file holds a list, not a mapping of sections"),
         ("model: {}\nmodel: {}\n", "duplicate key 'model'"),
     ],
 )

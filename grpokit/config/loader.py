@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,23 +59,100 @@ class Loaded:
         return str(self.path)
 
 
+MAX_RECIPE_BYTES = 1_000_000  # the largest shipped recipe is ~3 KB: anything near this is not a recipe
+MAX_YAML_VALUES = 100_000  # values once aliases are expanded; a recipe holds a few hundred
+
+
+class _TooLarge(ValueError):
+    pass
+
+
+def _expanded_size(node, limit: int) -> int:
+    """How many values `node` stands for once every alias is expanded, counted up to just past `limit`.
+
+    PyYAML shares an aliased object rather than copying it, so parsing an alias bomb is cheap; the cost
+    comes later, from anything that walks or prints the result (a deep copy, a repr in a message), which
+    sees 9^8 values. Counting on the node graph, each distinct node once (memoised), costs what the file costs.
+    """
+    sizes: dict[int, int] = {}
+
+    def size(n) -> int:
+        if id(n) in sizes:
+            return sizes[id(n)]
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            children = n.value
+        elif isinstance(n, yaml.MappingNode):
+            children = [c for pair in n.value for c in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > limit:
+                raise _TooLarge
+        sizes[id(n)] = total
+        return total
+
+    return size(node)
+
+
+def parse_yaml(text: str):
+    """`text` as plain data: safe tags only, no duplicate keys, aliases expanding to at most MAX_YAML_VALUES.
+
+    Raises `yaml.YAMLError` for bad YAML and `ValueError` for a bomb or nesting too deep to read.
+
+    >>> parse_yaml("trainer: {beta: 0.04}")
+    {'trainer': {'beta': 0.04}}
+    """
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            _expanded_size(node, MAX_YAML_VALUES)
+        except _TooLarge:
+            raise ValueError(f"YAML aliases expand to more than {MAX_YAML_VALUES:,} values (a recipe holds a few hundred); "
+                             "refused before reading it further") from None
+        return loader.construct_document(node)
+    except RecursionError:
+        raise ValueError("YAML nested too deeply to read (a recipe is a few levels deep)") from None
+    finally:
+        loader.dispose()
+
+
+def _tag_problem(what: str) -> str:
+    """PyYAML's "could not determine a constructor for the tag 'tag:yaml.org,2002:python/...'" as the tag a user wrote."""
+    found = re.search(r"tag '([^']+)'", what)
+    if not found:
+        return f"YAML tag not allowed ({what}): recipes are plain data, loaded with safe_load"
+    tag = found.group(1).replace("tag:yaml.org,2002:", "!!")
+    return f"YAML tag {tag} is not allowed: recipes are plain data, loaded with safe_load"
+
+
 def read_yaml(path: Path) -> Any:
-    """Parse one YAML file; every failure becomes a `RecipeError` naming the file and line."""
+    """Parse one YAML file; every failure becomes a `RecipeError` naming the file and line, never its content."""
     if not path.exists():
         raise RecipeError([Problem("", "recipe file does not exist", file=str(path))])
     if not path.is_file():
         raise RecipeError([Problem("", "recipe path is not a file", file=str(path))])
     try:
+        size = path.stat().st_size
+        if size > MAX_RECIPE_BYTES:
+            raise RecipeError([Problem("", f"the file is {size / 1e6:.1f} MB; a recipe is at most {MAX_RECIPE_BYTES / 1e6:g} MB "
+                                       "(is this a recipe?)", file=str(path))])
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise RecipeError([Problem("", f"cannot read the file: {err}", file=str(path))]) from None
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return parse_yaml(text)
+    except ValueError as err:
+        raise RecipeError([Problem("", str(err), file=str(path))]) from None
     except yaml.constructor.ConstructorError as err:
         mark = err.problem_mark
         what = err.problem or str(err)
         if "could not determine a constructor" in what:
-            what = f"YAML tag not allowed ({what.split('tag')[-1].strip()}): recipes are plain data, loaded with safe_load"
+            what = _tag_problem(what)
         line = f"line {mark.line + 1}: " if mark else ""
         raise RecipeError([Problem("", f"{line}{what}", file=str(path))]) from None
     except yaml.YAMLError as err:
@@ -82,6 +160,9 @@ def read_yaml(path: Path) -> Any:
         line = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(err, "problem", None) or str(err)
         raise RecipeError([Problem("", f"YAML syntax error at {line}{problem}", file=str(path))]) from None
+
+
+_KINDS = {str: "text", list: "a list", int: "a number", float: "a number", bool: "true/false"}
 
 
 def deep_merge(base: dict, child: dict) -> dict:
@@ -140,8 +221,10 @@ def _load_chain(path: Path, seen: list[Path], origins: dict) -> tuple[dict, list
     data = read_yaml(path)
     if data is None:
         data = {}
-    if not isinstance(data, dict):
-        raise RecipeError([Problem("", "a recipe must be a mapping of sections", data, file=str(path))])
+    if not isinstance(data, dict):  # its content is not shown: `base: /etc/passwd` must not print the file
+        kind = _KINDS.get(type(data), type(data).__name__)
+        read_as = f" (read as the base of {seen[-1]})" if seen else ""
+        raise RecipeError([Problem("", f"not a recipe: the file holds {kind}, not a mapping of sections{read_as}", file=str(path))])
     # A section left empty (`trainer:` with only comments under it) reads as null; merged as is, it would
     # wipe the base's whole section. It means "nothing to change" -- except `lora: null`, which says "full
     # fine-tune" and must replace the base's LoRA.
@@ -177,7 +260,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if any(not p for p in parts):
         raise ValueError(f"override {text!r} has an empty key in {key!r}")
     try:
-        value = yaml.load(raw, Loader=_StrictLoader) if raw.strip() else None  # noqa: S506
+        value = parse_yaml(raw) if raw.strip() else None
+    except ValueError as err:
+        raise ValueError(f"override {text.partition('=')[0]!r}: {err}") from None
     except yaml.YAMLError as err:
         raise ValueError(f"override {text!r}: value is not valid YAML ({getattr(err, 'problem', err)})") from None
     return parts, value

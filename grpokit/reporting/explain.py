@@ -110,6 +110,17 @@ def _copy_cost(model) -> str:
     return f", {weights / memory.GIB:.2f} GiB more GPU memory (estimated from the architecture)"
 
 
+def updates_per_generation(args) -> float:
+    """Optimizer steps taken on one generation batch: TRL generates every steps_per_generation x num_iterations
+    micro-steps and steps the optimizer every gradient_accumulation_steps (below 1: several generations per step).
+
+    >>> from types import SimpleNamespace as NS
+    >>> updates_per_generation(NS(steps_per_generation=8, num_iterations=1, gradient_accumulation_steps=2))
+    4.0
+    """
+    return args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps
+
+
 def importance_sampling(args) -> str:
     # TRL's own test (`_generate_and_score_completions`): old log-probs are needed only when a generation
     # batch outlives one optimizer step
@@ -118,9 +129,10 @@ def importance_sampling(args) -> str:
              f"steps_per_generation {args.steps_per_generation} x num_iterations {args.num_iterations}): "
              "π_old = π_θ, the ratio is 1 in value and the clip never binds"
              if on_policy else
-             f"off-policy here (num_iterations {args.num_iterations}, steps_per_generation "
-             f"{args.steps_per_generation} vs gradient_accumulation_steps {args.gradient_accumulation_steps}), "
-             "so the ratio and the clip matter")
+             f"off-policy here: {_g(round(updates_per_generation(args), 3))} optimizer steps per generation batch "
+             f"(steps_per_generation {args.steps_per_generation} x num_iterations {args.num_iterations} / "
+             f"gradient_accumulation_steps {args.gradient_accumulation_steps}); after the first, π_θ has moved "
+             "away from π_old (the policy that sampled), so the ratio leaves 1 and the clip range binds")
     if args.importance_sampling_level == "sequence":
         return f"per sequence (GSPO): ρ = exp(mean over tokens of log π_θ/π_old), one ratio per completion; {where}"
     return f"per token: ρ_t = π_θ(o_t) / π_old(o_t); {where}"

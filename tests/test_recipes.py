@@ -115,3 +115,37 @@ def test_check_is_offline_without_being_told():
     assert "is not in the local cache" in proc.stdout and "check passed" in proc.stdout
     assert "Retrying" not in proc.stderr and "huggingface.co" not in proc.stderr
 
+
+def clip_metrics(tmp_path, *overrides) -> list[dict]:
+    """The smoke recipe under DAPO's clip (epsilon 0.2, epsilon_high 0.28, loss_type dapo) for 2 optimizer steps of
+    one prompt group (4 completions of 8 tokens: seconds on a CPU), built the way `train()` builds it (no plots or
+    report); TRL's clip_ratio/* metrics per logged step."""
+    from grpokit import training
+    from grpokit.models import load_model
+
+    recipe = validate(load(RECIPES / "smoke.yaml", [f"trainer.output_dir={tmp_path}", "trainer.save_strategy=no",
+                                                    "trainer.disable_tqdm=true", "trainer.max_steps=2",
+                                                    "trainer.loss_type=dapo", "trainer.epsilon=0.2",
+                                                    "trainer.epsilon_high=0.28", "trainer.per_device_train_batch_size=4",
+                                                    "trainer.max_completion_length=8", *overrides]))
+    prep = training.prepare(recipe, log=lambda m: None, training=True)
+    trainer = training.make_trainer(prep, load_model(prep.model_path, recipe))
+    trainer.train()
+    return [h for h in trainer.state.log_history if "clip_ratio/region_mean" in h]
+
+
+@pytest.mark.slow
+def test_the_clip_binds_only_off_policy(tmp_path):
+    """'The clip binds' measured, not claimed: DAPO's structure (one generation of 8 completions, two optimizer
+    steps on one prompt group each) logs clipped tokens on the second step; the on-policy smoke (a fresh generation
+    every step) logs exactly 0 on both. The smoke's learning rate (1e-2, what LoRA on a random model needs to
+    learn at all) moves the policy far enough in one step for the second step's ratios to leave [0.8, 1.28];
+    seed 0 makes the run repeatable."""
+    on = clip_metrics(tmp_path / "on")  # steps_per_generation = gradient_accumulation_steps = 1
+    assert len(on) == 2
+    assert all(h["clip_ratio/region_mean"] == 0 and h["clip_ratio/high_max"] == 0 for h in on)
+
+    off = clip_metrics(tmp_path / "off", "trainer.steps_per_generation=2")
+    assert len(off) == 2
+    assert off[0]["clip_ratio/region_mean"] == 0  # the first step of a generation is on-policy
+    assert off[1]["clip_ratio/region_mean"] > 0 or off[1]["clip_ratio/high_max"] > 0, off[1]

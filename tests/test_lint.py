@@ -37,7 +37,8 @@ def test_clip_on_policy(tmp_path):
     assert "trainer.epsilon, trainer.epsilon_high" in text and "the clip never binds" in text
     assert "steps_per_generation" in text and "num_iterations" in text  # the knobs to turn
     # GSPO's sequence-level ratio is 1 on-policy too.
-    assert "trainer.importance_sampling_level" in fired(recipe_with(tmp_path, {"importance_sampling_level": "sequence"}))["clip-on-policy"]
+    gspo_on_policy = recipe_with(tmp_path, {"importance_sampling_level": "sequence"})
+    assert "trainer.importance_sampling_level" in fired(gspo_on_policy)["clip-on-policy"]
     # Off-policy, by mini-batches (DAPO) or by repeated passes (DeepSeekMath's mu): the clip acts, no warning.
     assert "clip-on-policy" not in fired(recipe_with(tmp_path, {"epsilon_high": 0.28, "steps_per_generation": 2}))
     assert "clip-on-policy" not in fired(recipe_with(tmp_path, {"epsilon_high": 0.28, "num_iterations": 2}))

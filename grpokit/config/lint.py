@@ -85,7 +85,7 @@ def answer_lengths(prep, sample: int = 2000) -> list[int] | None:
     if prep.tokenizer is None or prep.dataset is None or "answer" not in prep.dataset.column_names:
         return None
     rows = prep.dataset.select(range(min(sample, len(prep.dataset))))["answer"]
-    return [len(prep.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in rows] or None
+    return [len(ids) for ids in prep.tokenizer(list(rows), add_special_tokens=False)["input_ids"]] or None
 
 
 def _set(recipe, *keys) -> list[str]:

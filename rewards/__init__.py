@@ -59,6 +59,9 @@ def register(name: str | None = None, *, from_recipe: dict | None = None):
     >>> @register("shout")
     ... def shout(completions, **kwargs):
     ...     return [1.0 if text(c).isupper() else 0.0 for c in completions]
+    >>> build("shout")(completions=["HI", "hi"])
+    [1.0, 0.0]
+    >>> _ = _REGISTRY.pop("shout")  # only an example: --list-rewards (and README's copy of it) stay as shipped
     """
 
     def wrap(target):

@@ -18,6 +18,9 @@ TRL_VERSION = "1.16.0"
 # Log-probs of the fused LM head are computed in tiles of trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE tokens x
 # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE vocabulary entries (read by grpokit.planning.memory).
 LOGPROB_TILE = (4096, 32768)
+# fp32 temporaries of one tile the fused head's torch fold (`_forward_tile` / `_backward_tile`, devices without
+# Triton) holds at once; the Triton kernels fold in place. Counted in bench/plan_vs_measured.py's CPU runs.
+HEAD_TEMPORARIES = {"cuda": {"forward": 0, "backward": 0}, "cpu": {"forward": 3, "backward": 7}}
 _TILE_SOURCE = (("trl.kernels.chunked_logprob", "TOKEN_CHUNK_SIZE"), ("trl.trainer.utils", "_CHUNKED_LOGPROB_CHUNK_SIZE"))
 
 # GRPOTrainer methods overridden or relied on (grpokit.dynamic_sampling), with their parameters, and text that
@@ -104,6 +107,14 @@ def _tile_problems() -> list[str]:
         if found != expected:
             problems.append(f"{module_name}.{name} is {found}, the memory plan assumes {expected} (trl_compat.LOGPROB_TILE)")
     return problems
+
+
+def fused_head_function():
+    """The autograd function of TRL's fused LM head (`trl.kernels.chunked_logprob.ChunkedLogProbFunction`):
+    grpokit.planning.measure tags what its forward and backward allocate as the plan's "logits"."""
+    from trl.kernels.chunked_logprob import ChunkedLogProbFunction
+
+    return ChunkedLogProbFunction
 
 
 def last_generation_logs(trainer) -> dict | None:

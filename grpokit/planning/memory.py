@@ -1,27 +1,27 @@
-"""Where the GPU memory of one GRPO step goes, planned from the model's architecture before any weight loads.
+"""Where the memory of one GRPO step goes, planned from the model's architecture before any weight loads.
 
     >>> config, source = load_model_config("Qwen/Qwen2.5-3B-Instruct")
     >>> p = plan(config, lora={"r": 16, "target_modules": "all-linear"}, optim="adamw_bnb_8bit",
     ...          per_device_train_batch_size=8, generation_batch_size=32, max_completion_length=1024)
-    >>> p.fits, p.peak.name
-    (True, 'training')
+    >>> p.fits, p.peak.name, p.peak.moment
+    (True, 'training', 'backward')
 
-Every figure is *estimated from the architecture, not measured*; `bench/gpu_memory.py` measures the same
-settings on a GPU and records both. Units are GiB (2**30 bytes): a "16 GB" card has 16 GiB.
+Units are GiB (2**30 bytes): a "16 GB" card has 16 GiB. A step on TRL 1.16 (`GRPOTrainer`, transformers
+generation, one process) is a sequence of moments (`grpokit.planning.moments`: prefill and last decode step;
+layers forward, LM head forward and backward, layers backward, optimizer step); a phase's figure is the
+highest of its moments and the peak the higher phase, never a sum of things that do not coexist.
 
-A GRPO step on TRL 1.16 (`GRPOTrainer`, transformers generation, one process) has two memory phases, and
-the peak is the larger of them, never their sum:
-- generation: `generate()` over the per-device generation batch G (= micro-batch x steps_per_generation)
-  holds the KV cache; gradients are freed (`zero_grad(set_to_none=True)`), optimizer states persist.
-- training: forward + backward of one micro-batch of B sequences of P + C tokens, with gradients and
-  optimizer states alive. The scoring passes in between (old / reference log-probs, under no_grad) hold
-  less than the training pass and are not planned separately.
+How the figures were checked: `bench/plan_vs_measured.py` runs real GRPOTrainer steps on CPU under a
+live-tensor counter (`grpokit.planning.measure`) and compares every phase with this plan for the same
+settings; `validation_note()` quotes its committed result. What that cannot check -- the GPU's own kernels
+(TRL's Triton head scores only completion tokens, in place), the CUDA caching allocator and context -- is
+planned from the sources and stays labelled unmeasured until `bench/gpu_memory.py` has run on a GPU.
 
 Assumptions, each checked against the TRL 1.16 / transformers 5 / PEFT / bitsandbytes sources:
-- bf16 weights and activations (dtype `auto` plans as bfloat16, what a GPU run uses). 4-bit is NF4 with
-  double quantisation (as `grpokit.models.load_model` asks): 0.5 B/param + ~0.016 B/param of quant state for
-  the decoder's linear layers; embeddings, lm_head, norms and biases stay 16-bit. 8-bit (LLM.int8) is
-  1 B/param + one fp32 scale per output row.
+- dtype `auto` plans as bfloat16 (what a GPU run uses). 4-bit is NF4 with double quantisation (as
+  `grpokit.models.load_model` asks): 0.5 B/param + ~0.016 B/param of quant state for the decoder's linear
+  layers; embeddings, lm_head, norms and biases stay 16-bit. 8-bit (LLM.int8) is 1 B/param + one fp32 scale
+  per output row.
 - LoRA adapters are fp32 on a bf16 base (PEFT's `autocast_adapter_dtype`), bf16 under QLoRA (TRL casts them).
 - Optimizer states: torch AdamW keeps two states in the parameter's dtype; bitsandbytes 32-bit ones keep
   fp32 states (8 B/param for Adam); 8-bit ones 2 B/param plus a block scale per 256 values, except tensors
@@ -30,28 +30,25 @@ Assumptions, each checked against the TRL 1.16 / transformers 5 / PEFT / bitsand
 - The LM head is TRL 1.16's fused one (`add_fused_lm_head`): log-probs are computed in tiles of
   4096 tokens x 32768 vocab entries, so the full (tokens x vocab) logits -- the classic GRPO peak -- never
   exist; the unfused size is still printed, for comparison.
-- Activations, per token per decoder layer, bf16 (b = 2 bytes), with SDPA and a padding mask (which makes
-  transformers expand the GQA keys/values to all heads):
-      A = 2(4 + b)H [two RMSNorms: fp32 upcast + output] + 5 b q [q, k, v expanded, output, o_proj input]
-          + 4 b I [gate, up, silu, product]  (+ b per adapted input feature when fp32 LoRA runs under bf16
-          autocast, + (b + 1) per feature with LoRA dropout)
-  Without gradient checkpointing all L layers keep A; with it each layer keeps only its input (b H) and
-  one layer is recomputed (A) during backward. The backward of a layer adds ((2b + 8)H + 3bI) per token.
-- Runtime overhead: 0.5 GiB of CUDA context (outside PyTorch's counters) + 10 % of the peak for the
-  caching allocator's fragmentation.
+- `device`: cuda (the default: what the plan is for) or cpu, which runs other kernels -- the fused head
+  without Triton scores every position and folds each tile with fp32 temporaries; AdamW defaults to its
+  single-tensor path (foreach on CUDA).
+- Runtime overhead on a GPU: 0.5 GiB of CUDA context (outside PyTorch's counters) + 10 % of the peak for
+  the caching allocator's fragmentation.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
-from grpokit.trl_compat import LOGPROB_TILE
-from grpokit.planning.architecture import ALL_LINEAR, dims, lora_targets, linear_shapes, load_model_config, lora_tensors, param_counts
+from grpokit.planning.architecture import dims, linear_shapes, load_model_config, lora_tensors, param_counts
+from grpokit.planning.moments import DTYPE_BYTES, Component, Phase, adapter_bytes, step_moments
 
 GIB = 1024**3
 CONTEXT_BYTES = int(0.5 * GIB)  # CUDA context + cuBLAS/cuDNN handles: 0.3-0.6 GiB depending on card and driver
 FRAGMENTATION = 0.10  # reserved-but-unused share of the caching allocator at peak
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 NF4_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit codes + 8-bit absmax per 64 + fp32 absmax per 256 absmax
 BNB_8BIT_STATE = 1 + 4 / 256  # one byte per value + an fp32 block scale per 256 values
 # optimizer name -> (states per param, bytes per state: "param" = the param's dtype), after TRL/transformers
@@ -91,28 +88,13 @@ class Settings:
     prompt_length: int = 256
     max_completion_length: int = 512
     gpu_memory_gb: float = 16.0
+    device: str = "cuda"  # cuda | cpu: which kernels run (TRL's fused head, AdamW's default path)
+    foreach: bool | None = None  # AdamW's multi-tensor step; None = torch's default (CUDA yes, CPU no)
+    gradient_accumulation_steps: int = 1
 
     @property
     def gen_batch(self) -> int:
         return self.generation_batch_size or self.per_device_train_batch_size
-
-
-@dataclass
-class Component:
-    name: str
-    bytes: int
-    how: str
-
-
-@dataclass
-class Phase:
-    name: str  # "generation" | "training"
-    moment: str  # when within the phase the peak falls
-    components: list[Component]
-
-    @property
-    def bytes(self) -> int:
-        return sum(c.bytes for c in self.components)
 
 
 @dataclass
@@ -122,7 +104,8 @@ class Plan:
     model: str
     source: str
     settings: Settings
-    phases: list[Phase]
+    phases: list[Phase]  # generation, training: each the highest of its moments
+    moments: list[Phase] = field(default_factory=list)  # every moment planned, in step order
     suggestion: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -137,6 +120,8 @@ class Plan:
 
     @property
     def overhead_bytes(self) -> int:
+        if self.settings.device == "cpu":  # host memory: no CUDA context, no caching allocator
+            return 0
         return CONTEXT_BYTES + int(FRAGMENTATION * self.peak.bytes)
 
     @property
@@ -164,12 +149,14 @@ class Plan:
         base = {"4bit": f"4-bit NF4 base ({s.dtype} compute)", "8bit": f"8-bit base ({s.dtype} compute)"}.get(
             s.quantization, f"{s.dtype} base")
         how = (f"LoRA r={s.lora.get('r')} ({_targets_text(s.lora)})" if s.lora else "full fine-tune") + f" on a {base}"
-        lines = [f"Memory plan: {self.model} on a {s.gpu_memory_gb:g} GiB GPU -- estimated from the architecture"
-                 + (f" ({self.source})" if self.source else "") + ", not measured",
+        where = f"a {s.gpu_memory_gb:g} GiB GPU" if s.device == "cuda" else f"CPU (host memory; {s.gpu_memory_gb:g} GiB budget)"
+        lines = [f"Memory plan: {self.model} on {where} -- estimated from the architecture"
+                 + (f" ({self.source})" if self.source else "") + ", not measured for this recipe",
                  f"  {how}; optim {s.optim}; beta {s.beta:g}; gradient checkpointing "
                  f"{'on' if s.gradient_checkpointing else 'off'}; micro-batch {s.per_device_train_batch_size} x "
                  f"({s.prompt_length} prompt + {s.max_completion_length} completion) tokens; generation batch "
-                 f"{s.gen_batch} ({s.gen_batch // s.num_generations} prompts x {s.num_generations})"]
+                 f"{s.gen_batch} ({s.gen_batch // s.num_generations} prompts x {s.num_generations})",
+                 f"  validation: {validation_note()}"]
         names = list(dict.fromkeys(c.name for p in self.phases for c in p.components))
         lines.append(f"  {'component':<20}" + "".join(f"{p.name:>12}" for p in self.phases) + "   how")
         for name in names:
@@ -179,11 +166,12 @@ class Plan:
                          + "   " + " | ".join(hows))
         lines.append(f"  {'phase total':<20}" + "".join(f"{_gib(p.bytes):>12}" for p in self.phases)
                      + "   peak within each phase: " + "; ".join(f"{p.name}: {p.moment}" for p in self.phases))
-        lines.append(f"  {'overhead':<20}{_gib(self.overhead_bytes):>12}   CUDA context {CONTEXT_BYTES / GIB:.1f} GiB"
-                     f" + allocator fragmentation {FRAGMENTATION:.0%} of the peak phase")
+        if s.device == "cuda":
+            lines.append(f"  {'overhead':<20}{_gib(self.overhead_bytes):>12}   CUDA context {CONTEXT_BYTES / GIB:.1f} GiB"
+                         f" + allocator fragmentation {FRAGMENTATION:.0%} of the peak phase")
         verdict = (f"fits, headroom {self.headroom_gb:.1f} GiB" if self.fits else
                    f"does NOT fit: {-self.headroom_gb:.1f} GiB short; first knob to turn: {self.suggestion}")
-        lines.append(f"  peak {self.total_gb:.1f} GiB in the {self.peak.name} phase -> {verdict}")
+        lines.append(f"  peak {_gib(self.total_gb * GIB)} in the {self.peak.name} phase ({self.peak.moment}) -> {verdict}")
         return lines + [f"  note: {n}" for n in self.notes]
 
 
@@ -219,10 +207,12 @@ def _optimizer(s: Settings, tensors: list[tuple[int, bool]], param_bytes: int) -
     return int(total), how
 
 
-def planned_dtype(model: dict) -> str:
-    """The model section's dtype as planned: `auto` is bfloat16, what it resolves to on the GPU we plan for."""
+def planned_dtype(model: dict, device: str = "cuda") -> str:
+    """The model section's dtype as planned: `auto` is bfloat16 on a GPU, float32 on CPU (what it resolves to)."""
     dtype = model.get("dtype", "auto")
-    return "bfloat16" if dtype == "auto" else dtype
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if device == "cuda" else "float32"
 
 
 def weight_bytes(config: dict, dtype: str, quantization: str = "none") -> tuple[float, str]:
@@ -239,85 +229,35 @@ def weight_bytes(config: dict, dtype: str, quantization: str = "none") -> tuple[
     return total * b, f"{_count(total)} params x {b} B ({dtype})"
 
 
-def _compute(config: dict, s: Settings) -> list[Phase]:
-    d, counts, shapes = dims(config), param_counts(config), linear_shapes(config)
-    H, I, L, V, q, kv = d["H"], d["I"], d["L"], d["V"], d["q"], d["kv"]
+def _compute(config: dict, s: Settings) -> tuple[list[Phase], list[Phase]]:
+    """(the two phases, every moment): the moments from `moments.step_moments`, each phase their max."""
+    counts = param_counts(config)
     b, total = DTYPE_BYTES[s.dtype], counts["total"]
-    B, C, P, G = s.per_device_train_batch_size, s.max_completion_length, s.prompt_length, s.gen_batch
-    S, T, N = P + C, B * (P + C), B * C
-
     weights, w_how = weight_bytes(config, s.dtype, s.quantization)
-    dequant = max(i * o for i, o, _ in shapes.values()) * b if s.quantization != "none" else 0
-
-    # trainable parameters, gradients, optimizer
+    dequant = max(i * o for i, o, _ in linear_shapes(config).values()) * b if s.quantization != "none" else 0
     if s.lora:
         sizes = lora_tensors(config, s.lora.get("r", 8), s.lora.get("target_modules", "all-linear"),
                              bool(s.lora.get("use_dora")))
-        pb = 2 if s.quantization != "none" else max(b, 4)  # QLoRA: TRL casts to bf16; else PEFT upcasts to fp32
-        n = sum(sizes)
+        pb, n = adapter_bytes(s), sum(sizes)
         trainable = Component("trainable params", n * pb, f"LoRA {_count(n)} params x {pb} B")
         grads = Component("gradients", n * pb, f"{_count(n)} x {pb} B")
         opt_bytes, opt_how = _optimizer(s, [(x, False) for x in sizes], pb)
     else:
-        pb = b
         trainable = Component("trainable params", 0, "the weights themselves (full fine-tune)")
         grads = Component("gradients", total * b, f"{_count(total)} x {b} B")
         tensors = [(counts["embedding"], True), (counts["lm_head"], False), (counts["layers"] + counts["final_norm"], False)]
         opt_bytes, opt_how = _optimizer(s, tensors, b)
     optim = Component("optimizer states", opt_bytes, opt_how)
-
-    # reference model (beta > 0)
     if s.beta == 0:
         ref = Component("reference model", 0, "none: beta = 0, TRL loads no reference")
     elif s.lora:
         ref = Component("reference model", 0, "shared: the base with the adapter disabled")
     else:
         ref = Component("reference model", int(weights), "a full second copy of the weights")
-
-    # activations of one micro-batch (formula in the module docstring)
-    lora_extra = 0
-    if s.lora:
-        cast = pb != b  # fp32 adapters under bf16 autocast save a bf16 copy of each adapted input
-        dropout = float(s.lora.get("lora_dropout", 0) or 0) > 0
-        per_feature = (b if (cast or dropout) else 0) + (1 if dropout else 0)
-        for name, (i, _) in lora_targets(config, s.lora.get("target_modules", "all-linear")).items():
-            if name in ALL_LINEAR:
-                lora_extra += i * per_feature + s.lora.get("r", 8) * b
-    A = 2 * (4 + b) * H + 5 * b * q + 4 * b * I + lora_extra
-    backward = (2 * b + 8) * H + 3 * b * I
-    if s.gradient_checkpointing:
-        acts = L * T * b * H + T * (4 + b) * H + T * (A + backward)
-        a_how = f"checkpoints L x T x {b}H + one layer recomputed T x ({A} + {backward}) B/token, T = {T} tokens"
-    else:
-        acts = L * T * A + T * (4 + b) * H + T * backward
-        a_how = f"L x T x {A} B/token + backward T x {backward} B/token, T = {T} tokens"
-    if dequant:
-        a_how += " + one dequantized weight"
-    activations = Component("activations", int(acts + dequant), a_how)
-
-    tile = min(N, LOGPROB_TILE[0]) * min(V, LOGPROB_TILE[1]) * b
-    head = N * H * (b + 4) + N * 4 * 5 + tile + (0 if s.lora else V * H * 4)
-    logits = Component("logits", head, f"fused LM head (TRL 1.16): {N} completion tokens x H x ({b}+4) B + one "
-                       f"{LOGPROB_TILE[0]}x{LOGPROB_TILE[1]} tile" + ("" if s.lora else " + fp32 lm_head grad")
-                       + f"; unfused log-softmax would hold N x V x 4 B = {_gib(N * V * 4)}")
-
     static = [Component("weights", int(weights), w_how), ref, trainable]
-    training = Phase("training", "backward of one micro-batch", static + [grads, optim, activations, logits])
-
-    # generation: the larger of prefill (short cache, wide activations) and the last decode step (full cache)
-    kv_tok = L * 2 * kv * b
-    prefill = G * P * kv_tok, G * P * b * (2 * H + 2 * q + 3 * I) + G * V * 4 + dequant
-    decode = G * S * kv_tok, 2 * G * S * q * b + 2 * G * S * kv * b + 3 * G * V * 4 + dequant
-    (cache, ws), moment = max((prefill, "prefill"), (decode, "last decode step"), key=lambda x: sum(x[0]))
-    gen = Phase("generation", moment, static + [
-        Component("gradients", 0, "none yet: freed by zero_grad(set_to_none=True) after each optimizer step"),
-        Component("optimizer states", opt_bytes, opt_how),
-        Component("KV cache", cache, f"G x len x L x (k, v) x kv_heads x head_dim x {b} B = {G} x "
-                  f"{P if moment == 'prefill' else S} x {L} x 2 x {kv // d['head_dim']} x {d['head_dim']} x {b}"),
-        Component("generation workspace", ws, "one layer's no-grad activations (prefill)" if moment == "prefill"
-                  else "SDPA's GQA-expanded K/V of one layer + cache concat + fp32 sampling logits"),
-    ])
-    return [gen, training]
+    gen, train = step_moments(config, s, static, grads, optim, dequant)
+    phases = [replace(max(ms, key=lambda m: m.bytes), name=name) for name, ms in (("generation", gen), ("training", train))]
+    return phases, gen + train
 
 
 def plan(config: dict, *, model: str = "", source: str = "", suggest: bool = True, **knobs) -> Plan:
@@ -327,7 +267,10 @@ def plan(config: dict, *, model: str = "", source: str = "", suggest: bool = Tru
         raise ValueError(f"dtype {s.dtype!r} is not planned; use one of {', '.join(DTYPE_BYTES)}")
     if s.quantization not in ("none", "8bit", "4bit"):
         raise ValueError(f"quantization {s.quantization!r}: use none, 8bit or 4bit")
-    result = Plan(model or config.get("_name_or_path", config.get("model_type", "")), source, s, _compute(config, s))
+    if s.device not in ("cuda", "cpu"):
+        raise ValueError(f"device {s.device!r} is not planned; use cuda or cpu")
+    phases, moments = _compute(config, s)
+    result = Plan(model or config.get("_name_or_path", config.get("model_type", "")), source, s, phases, moments)
     if s.optim not in _OPTIM:
         result.notes.append(f"optimizer {s.optim!r} is not in the planner's table: assumed 2 fp32 states per param")
     if s.lora and s.lora.get("modules_to_save"):
@@ -363,7 +306,7 @@ def _suggest(config: dict, s: Settings, current: Plan) -> str:
         trial = replace(settings, **change)
         if "per_device_train_batch_size" in change and settings.generation_batch_size is None:
             trial = replace(trial, generation_batch_size=settings.gen_batch)
-        after = Plan("", "", trial, _compute(config, trial))
+        after = Plan("", "", trial, _compute(config, trial)[0])
         if after.total_gb < best:
             if "per_device_train_batch_size" in change and taken and taken[-1].startswith("trainer.per_device"):
                 taken.pop()  # a smaller micro-batch replaces the previous one, not adds to it
@@ -375,8 +318,9 @@ def _suggest(config: dict, s: Settings, current: Plan) -> str:
 
 
 def plan_for(args, *, model: dict, lora: dict | None, prompt_length: int | None = None,
-             gpu_memory_gb: float = 16.0, config: dict | None = None) -> Plan:
-    """Plan a resolved recipe: `args` is its real `trl.GRPOConfig`, `model` / `lora` its sections.
+             gpu_memory_gb: float = 16.0, config: dict | None = None, device: str = "cuda") -> Plan:
+    """Plan a resolved recipe: `args` is its real `trl.GRPOConfig`, `model` / `lora` its sections; `device`
+    the kernels that will run (`--check` passes the machine's: cpu where there is no CUDA).
 
     Raises `ConfigNotFound` when the model's config.json is not reachable offline.
     """
@@ -387,10 +331,34 @@ def plan_for(args, *, model: dict, lora: dict | None, prompt_length: int | None 
     world = max(1, getattr(args, "world_size", 1) or 1)
     return plan(
         config, model=model["name_or_path"], source=source,
-        dtype=planned_dtype(model),
+        dtype=planned_dtype(model, device), device=device,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
         quantization=model.get("quantization", "none"), lora=lora, optim=str(optim), beta=float(args.beta),
         gradient_checkpointing=bool(args.gradient_checkpointing),
         per_device_train_batch_size=args.per_device_train_batch_size, num_generations=args.num_generations,
         generation_batch_size=args.generation_batch_size // world, prompt_length=prompt_length or 256,
         max_completion_length=args.max_completion_length, gpu_memory_gb=gpu_memory_gb,
     )
+
+
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench" / "results"
+
+
+def validation_note(results_dir: Path = RESULTS_DIR) -> str:
+    """What the plan's figures rest on, read from the committed benchmark results (never hard-coded).
+
+    The CPU part from bench/plan_vs_measured.py's results file; the GPU part stays "not yet measured" until a
+    non-dry run of bench/gpu_memory.py has left its results there.
+    """
+    cpu_file = results_dir / "plan_vs_measured_cpu.json"
+    try:
+        summary = json.loads(cpu_file.read_text())["summary"]
+        cpu = (f"checked against measured tensors on CPU within {summary['worst_abs_error']:.1%} over "
+               f"{summary['settings']} settings (bench/plan_vs_measured.py)")
+    except (OSError, ValueError, KeyError, TypeError):
+        cpu = "not checked against measurement here (bench/results/plan_vs_measured_cpu.json not found)"
+    gpu_runs = sorted(p for p in results_dir.glob("gpu_memory-*.json") if not p.stem.endswith("dry-run"))
+    if not gpu_runs:
+        return cpu + "; GPU allocator and kernels not yet measured (bench/gpu_memory.py)"
+    gpu = json.loads(gpu_runs[-1].read_text())
+    return cpu + f"; on a GPU: {gpu.get('summary_line', 'measured, see ' + gpu_runs[-1].name)}"

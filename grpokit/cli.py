@@ -30,7 +30,7 @@ examples:
   python launch.py --recipe recipes/smoke.yaml --check
   python launch.py --merge runs/smoke                 # LoRA adapter + base -> runs/smoke/merged
   python launch.py --recipe recipes/smollm2-135m/arithmetic.yaml --eval runs/smollm2-135m/arithmetic   # held-out pass@1
-  accelerate launch launch.py --recipe recipes/qwen2.5-1.5b/dapo.yaml
+  python launch.py --recipe recipes/qwen2.5-1.5b/dapo.yaml --num-processes 4   # DDP on 4 GPUs, via accelerate
 """
 
 
@@ -45,7 +45,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="recipe overrides")
     p.add_argument("--check", action="store_true", help="validate and explain the recipe, plan its memory; load no weights")
     p.add_argument("--num-processes", type=int, default=None, metavar="N",
-                   help="processes the run will use, for --check's batch checks (default: from the launcher, else 1)")
+                   help="processes for the run: N > 1 checks the recipe here, then starts N through accelerate "
+                        "(DDP, recipes/accelerate/multi_gpu.yaml); with --check, the batch rule for N "
+                        "(default: from the launcher, else 1)")
+    p.add_argument("--accelerate-config", type=Path, metavar="FILE",
+                   help="start the run through accelerate with this config (e.g. recipes/accelerate/zero2.yaml)")
     p.add_argument("--gpu-memory", type=float, default=16.0, metavar="GB", help="GPU memory for --check's plan (default 16)")
     # --resume takes no value: an optional one swallowed the next argument (`--resume trainer.max_steps=40`).
     p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest complete checkpoint")
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_intermixed_args(argv)  # flags and overrides in any order
     args.continue_with = resume_command(argv)
+    args.argv = argv  # what --num-processes hands to the processes it starts
     quiet_known_noise()
     try:
         if args.list_rewards:
@@ -169,8 +174,12 @@ def run(args) -> int:
             plot(run_dir)
         print(evaluate.summary(result))
         return 0
-    from grpokit import training
+    from grpokit import launcher, training
 
+    if launcher.wanted(args.num_processes, args.accelerate_config):
+        # everything that needs no weights, checked here: a mistake ends before any process starts
+        training.prepare(recipe, log=lambda m: None, training=True, launching=True)
+        return launcher.launch(args.argv, args.num_processes, args.accelerate_config)
     return training.run(recipe, resume=resume_choice(args), overwrite=args.overwrite, continue_with=args.continue_with)
 
 

@@ -35,18 +35,19 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
 
 
-def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
+def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = False) -> Prepared:
     """Everything but the weights. Raises `RecipeError` listing every problem.
 
     For `--check` (training=False) a hub model or dataset that cannot be reached offline becomes a note;
-    for training it must load (from the cache, or downloaded where the hub is reachable).
+    for training it must load (from the cache, or downloaded where the hub is reachable). `launching`: checked
+    by the process that is about to start `recipe.num_processes` (grpokit.launcher), with training's rules.
     """
     import rewards
     from peft import LoraConfig
 
     from grpokit import data
 
-    args = grpo_args(recipe, num_processes=None if training else recipe.num_processes)
+    args = grpo_args(recipe, num_processes=None if training and not launching else recipe.num_processes)
     lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None
     reward_funcs = [rewards.build(r["name"], **r["args"]) for r in recipe.rewards]
     notes, problems = [], []

@@ -83,3 +83,45 @@ def test_hub_model_and_dataset_not_reachable_fail_at_once_and_plainly(tmp_path, 
     for line in problems:
         assert why in line and "HF_HUB_OFFLINE" in line
     assert not (tmp_path / "run").exists()  # refused before the run directory is made
+
+
+# --- issue 14.4: a multi-process launch keeps the promise: exit 2, grpokit's message only ---
+
+ACCELERATE_NOISE = ("Traceback", "CalledProcessError", "ChildFailedError", "defaults used", "were not passed to")
+
+# A reward module that cannot be imported in the started processes only: the one kind of mistake the launching
+# process cannot see first, so the processes' own exit 2 must travel through accelerate unchanged.
+FAILS_WHEN_LAUNCHED = '''
+import os
+
+if os.environ.get("GRPOKIT_LAUNCHED"):
+    raise RuntimeError("the grader's table is missing on this node")
+
+
+def score(completions, **kwargs):
+    return [0.0 for _ in completions]
+'''
+
+
+def test_num_processes_validates_before_any_process_starts(tmp_path):
+    bad = write_recipe(tmp_path, recipe_dict() | {"trainer": recipe_dict()["trainer"] | {"epsilon_hihg": 0.3}})
+    done = _launch("--recipe", str(bad), "--num-processes", "2")
+    assert done.returncode == 2
+    assert done.stderr.startswith("1 problem found:\n") and "did you mean 'epsilon_high'?" in done.stderr
+    assert not any(noise in done.stderr + done.stdout for noise in ACCELERATE_NOISE)
+
+
+@pytest.mark.parametrize("launch_args, batch", [
+    (["--accelerate-config", "recipes/accelerate/single_gpu.yaml"], 8),  # accelerate's one-process launcher
+    pytest.param(["--num-processes", "2"], 2, marks=pytest.mark.slow),  # DDP through torch's elastic agent
+])
+def test_a_mistake_found_in_the_started_processes_ends_as_theirs(tmp_path, launch_args, batch):
+    (tmp_path / "grader.py").write_text(FAILS_WHEN_LAUNCHED)
+    data = recipe_dict(rewards=[{"name": "grader.py:score"}])
+    data["trainer"] |= {"output_dir": str(tmp_path / "run"), "per_device_train_batch_size": batch}
+    recipe = write_recipe(tmp_path, data)
+    done = _launch("--recipe", str(recipe), *launch_args, env_extra={"OMP_NUM_THREADS": "1"}, timeout=400)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "problem found" in done.stderr and "the grader's table is missing on this node" in done.stderr
+    assert not any(noise in done.stderr + done.stdout for noise in ACCELERATE_NOISE), done.stderr[-3000:]
+    assert not (tmp_path / "run").exists()

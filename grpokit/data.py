@@ -7,13 +7,16 @@ A dataset left empty by that is a recipe error.
 
 from __future__ import annotations
 
+import logging
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from grpokit.errors import Problem, RecipeError, nearest
 
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
+_NEW_ANSWER = "__grpokit_answer"
 
 
 class NotReachable(Exception):
@@ -21,7 +24,12 @@ class NotReachable(Exception):
 
 
 def load_raw(spec: dict, origin: str = ""):
-    """The split as a `datasets.Dataset`; `RecipeError` for a bad local file, `NotReachable` offline."""
+    """The split as a `datasets.Dataset`; `RecipeError` for a bad local file, `NotReachable` offline.
+
+    A local file is screened before `datasets` reads it, so that each fault is said once, in the user's
+    terms, with its 1-based line: not UTF-8, empty, a line that is not JSON, a prompt or answer of the wrong
+    type (see `values`). `datasets` would say `StopIteration`, count rows from 0, or cast the value silently.
+    """
     import datasets
 
     datasets.disable_progress_bars()
@@ -31,9 +39,14 @@ def load_raw(spec: dict, origin: str = ""):
         if fmt is None:
             raise RecipeError([Problem("dataset.path", "unsupported file type", path.suffix, ", ".join(LOCAL_FORMATS), file=origin)])
         if not path.is_file():
-            raise RecipeError([Problem("dataset.path", "dataset file does not exist", str(path), file=origin)])
+            raise RecipeError([Problem("dataset.path", "dataset file does not exist (a path in a recipe is relative to the "
+                                       "recipe's folder; shipped data: builtin:<file>)", str(path), file=origin)])
+        from grpokit.datavalues import screen_file
+
+        screen_file(path, fmt, spec, origin)
         try:
-            return datasets.load_dataset(fmt, data_files=str(path), split="train")
+            with _quiet_datasets():
+                return datasets.load_dataset(fmt, data_files=str(path), split="train")
         except Exception as err:  # noqa: BLE001 - any parse failure is the file's fault: say which and why
             cause = err.__cause__ or err  # datasets wraps the parser's message (what, which row) in a vague one
             raise RecipeError([Problem("dataset.path", f"cannot read {path.name}: {type(cause).__name__}: {str(cause)[:300]}", file=origin)]) from None
@@ -44,6 +57,25 @@ def load_raw(spec: dict, origin: str = ""):
         if any(s in text for s in ("offline", "Offline", "ConnectionError", "couldn't be found", "Couldn't reach", "LocalEntryNotFound")):
             raise NotReachable(f"dataset {spec['name']!r} is not in the local cache") from None
         raise RecipeError([Problem("dataset", f"cannot load {spec['name']!r}: {text[:300]}", file=origin)]) from None
+
+
+@contextmanager
+def _quiet_datasets():
+    """datasets logs its own "Failed to load JSON ... in row 2" (0-based) before raising: the error is said once, by us."""
+    logger = logging.getLogger("datasets")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def source_name(spec: dict) -> str:
+    """How messages name the data: the file's name, or the hub dataset and its split."""
+    if spec.get("path"):
+        return Path(spec["path"]).name
+    return f"{spec.get('name')} ({spec.get('split', 'train')})"
 
 
 def template_columns(template: str) -> list[str]:
@@ -90,6 +122,12 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
         raise RecipeError(problems)
     prompt_col, answer_col = spec.get("prompt_column", "prompt"), spec.get("answer_column")
     total = len(raw)
+    if total == 0:
+        raise RecipeError([Problem("dataset", f"{source_name(spec)} is empty: no rows", file=origin)])
+    if not (spec.get("path") and LOCAL_FORMATS.get(Path(spec["path"]).suffix.lower()) == "json"):  # JSON: screened by line
+        from grpokit.datavalues import check_dataset
+
+        check_dataset(raw, spec, source_name(spec), origin)
     # TRL reads `prompt`: a source column already named so is used as it is (or with the template).
     keep = raw.filter(
         lambda row: not _missing(row[prompt_col]) and (answer_col is None or not _missing(row[answer_col])),
@@ -112,10 +150,14 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
             else:
                 out = {"prompt": (f"{system}\n\n" if system else "") + str(content)}
         if answer_col is not None:
-            out["answer"] = str(row[answer_col])
+            out[_NEW_ANSWER] = str(row[answer_col])
         return out
 
     ds = keep.map(build)
+    if _NEW_ANSWER in ds.column_names:
+        # Written under a new name, then renamed: map() casts a value written into an existing column back to that
+        # column's type (datasets 5.2, even with remove_columns), so a numeric gold str(5) came back as the int 5.
+        ds = ds.remove_columns([c for c in ("answer",) if c in ds.column_names]).rename_column(_NEW_ANSWER, "answer")
     if spec.get("max_prompt_tokens") and tokenizer is not None:
         limit = spec["max_prompt_tokens"]
         before = len(ds)

@@ -72,7 +72,7 @@ CASES = {
     # --- the data
     "missing_dataset_file": ["dataset.path: dataset file does not exist", "no_such_data.jsonl"],
     "unsupported_dataset_type": ["dataset.path: unsupported file type", "got '.txt'", ".jsonl, .json, .parquet, .csv"],
-    "malformed_dataset_file": ["dataset.path: cannot read broken.jsonl", "JSON parse error"],  # the parser's words, not datasets' wrapper
+    "malformed_dataset_file": ["dataset.path: broken.jsonl line 2 is not valid JSON", "(column 1)"],  # 1-based, said once
     "no_prompt_column": ["dataset.prompt_column: names no column of the dataset", "got 'prompt'", "allowed: question, answer"],
     "no_gold_column": ["dataset.answer_column: names no column of the dataset", "allowed: prompt, solution"],
     "template_typo": ["placeholder {promt} names no column", "did you mean 'prompt'?"],

@@ -1,0 +1,229 @@
+"""What a dataset's prompt and answer cells may hold, checked before training: every fault a clear message.
+
+A prompt is text or a list of chat messages (`{role, content}` with text content), one form per dataset; a
+gold answer is text or a number (numbers become text: rewards compare text). Anything else -- a number or
+true/false as a prompt, a mapping (which was read as its Python repr), bytes, a list of plain strings, a
+message with no content (which passed --check and then raised KeyError in TRL's chat template) -- is refused
+at `--check` with its 1-based line (JSON Lines) or row (parquet, CSV, hub), and a count of the rows like it.
+Missing or blank cells are holes, dropped and counted by `grpokit.data.prepare`, not refused here.
+
+Local files are screened as bytes first (`screen_file`): not UTF-8, empty, a line that is not JSON.
+
+>>> check = Checker({"prompt_column": "prompt"}, "data.jsonl", "line")
+>>> check.row({"prompt": 7}, 2); [p.format() for p in check.problems()]
+["dataset.prompt_column: data.jsonl line 2: 'prompt' holds a number (got 7); allowed: text or a list of chat messages ({role, content})"]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+from grpokit.errors import Problem, RecipeError
+
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
+PROMPT_ALLOWED = "text or a list of chat messages ({role, content})"
+ANSWER_ALLOWED = "a gold answer is text or a number"
+SHOWN_ROWS = 5  # row numbers listed after the first of a kind
+
+
+def _kind(value) -> str:
+    """A cell's type in a user's words."""
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value)
+
+
+def prompt_fault(value) -> tuple[str, str] | None:
+    """(what is wrong, what is allowed) for a prompt cell, or None when it is text or chat messages."""
+    if isinstance(value, str):
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        return "holds bytes", "text: store it as text (UTF-8), not binary"
+    if isinstance(value, list):
+        if all(isinstance(m, str) for m in value):
+            return "holds a list of plain strings", "text; a chat prompt is a list of {role, content} messages"
+        for i, message in enumerate(value, 1):
+            if not isinstance(message, dict):
+                return f"message {i} is {_kind(message)}", "each message a {role, content} mapping"
+            if not isinstance(message.get("role"), str) or not message["role"].strip():
+                return f"message {i} has no 'role'", "each message a {role, content} mapping with text content"
+            if message.get("content") is None:
+                return f"message {i} has no 'content'", "each message a {role, content} mapping with text content"
+            if not isinstance(message["content"], str):
+                return f"message {i}'s 'content' is {_kind(message['content'])}", "text content in every message"
+        return None
+    return f"holds {_kind(value)}", PROMPT_ALLOWED
+
+
+def answer_fault(value) -> tuple[str, str] | None:
+    """(what is wrong, what is allowed) for a gold-answer cell, or None when it is text or a finite number."""
+    if isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
+        return None
+    if isinstance(value, bool):
+        return "holds true/false", ANSWER_ALLOWED + " (quote it: \"true\")"
+    if isinstance(value, float):
+        return f"holds {value}", ANSWER_ALLOWED
+    return f"holds {_kind(value)}", ANSWER_ALLOWED
+
+
+def template_fault(value) -> tuple[str, str] | None:
+    if value is None or isinstance(value, (str, int, float)):
+        return None
+    return f"holds {_kind(value)}", "text or a number in a template placeholder"
+
+
+class Checker:
+    """Collects faults row by row: the first of each kind in full, then a count and a few row numbers."""
+
+    def __init__(self, spec: dict, source: str, unit: str, origin: str = ""):
+        self.source, self.unit, self.origin = source, unit, origin
+        self.prompt_col, self.answer_col = spec.get("prompt_column", "prompt"), spec.get("answer_column")
+        template = spec.get("template")
+        self.template_cols = [m.group(1) for m in _PLACEHOLDER.finditer(template) if m.group(1)] if template else []
+        self.faults: dict[tuple, list] = {}  # (key, column, what) -> [first row, its value, allowed, [later rows]]
+        self.form: tuple[str, int] | None = None  # the first prompt's form ('text' or 'chat') and its row
+
+    def _add(self, key: str, column: str, what: str, allowed: str, value, n: int) -> None:
+        found = self.faults.get((key, column, what))
+        if found is None:
+            self.faults[(key, column, what)] = [n, value, allowed, []]
+        else:
+            found[3].append(n)
+
+    def row(self, row: dict, n: int) -> None:
+        if not self.template_cols:
+            value = row.get(self.prompt_col)
+            if not _blank(value):
+                fault = prompt_fault(value)
+                if fault:
+                    self._add("prompt_column", self.prompt_col, *fault, value, n)
+                else:
+                    form = "text" if isinstance(value, str) else "chat"
+                    if self.form is None:
+                        self.form = (form, n)
+                    elif form != self.form[0]:
+                        first = f"{self.unit} {self.form[1]}'s is {'text' if self.form[0] == 'text' else 'chat messages'}"
+                        self._add("prompt_column", self.prompt_col,
+                                  f"holds {'text' if form == 'text' else 'chat messages'}, but {first}",
+                                  "one form per dataset: all text or all chat messages", value, n)
+        for col in self.template_cols:
+            fault = template_fault(row.get(col))
+            if fault:
+                self._add("template", col, *fault, row.get(col), n)
+        if self.answer_col is not None and not _blank(row.get(self.answer_col)):
+            fault = answer_fault(row[self.answer_col])
+            if fault:
+                self._add("answer_column", self.answer_col, *fault, row[self.answer_col], n)
+
+    def problems(self) -> list[Problem]:
+        out = []
+        for (key, column, what), (n, value, allowed, more) in self.faults.items():
+            text = f"{self.source} {self.unit} {n}: {column!r} {what}"
+            if more:
+                shown = ", ".join(map(str, more[:SHOWN_ROWS])) + (", ..." if len(more) > SHOWN_ROWS else "")
+                text += f" (and {len(more)} more {self.unit}{'s' if len(more) > 1 else ''} like it: {self.unit}{'s' if len(more) > 1 else ''} {shown})"
+            out.append(Problem(f"dataset.{key}", text, value, allowed, file=self.origin))
+        return out
+
+    def raise_if_any(self) -> None:
+        if self.faults:
+            raise RecipeError(self.problems())
+
+
+def check_dataset(ds, spec: dict, source: str, origin: str = "") -> None:
+    """Screen the prompt, answer and template columns of a loaded dataset; rows counted from 1."""
+    check = Checker(spec, source, "row", origin)
+    cols = [c for c in dict.fromkeys([check.prompt_col, check.answer_col, *check.template_cols]) if c in ds.column_names]
+    if not cols:
+        return
+    n = 0
+    for batch in ds.select_columns(cols).iter(batch_size=1000):
+        for i in range(len(batch[cols[0]])):
+            n += 1
+            check.row({c: batch[c][i] for c in cols}, n)
+    check.raise_if_any()
+
+
+def screen_file(path: Path, fmt: str, spec: dict, origin: str = "") -> None:
+    """A local file's faults before `datasets` reads it: empty, not UTF-8, bad JSON lines, bad cells (JSON)."""
+    name = path.name
+
+    def fail(message, allowed=None):
+        raise RecipeError([Problem("dataset.path", f"{name} {message}", allowed=allowed, file=origin)])
+
+    if path.stat().st_size == 0:
+        fail("is empty (0 bytes)")
+    if fmt == "parquet":
+        return
+    blank = True
+    with path.open("rb") as f:
+        for line in f:
+            if line.strip():
+                blank = False
+                break
+    if blank:
+        fail("is empty (only blank lines)")
+    if fmt == "json":
+        _screen_json(path, spec, origin, fail)
+
+
+def _screen_json(path: Path, spec: dict, origin: str, fail) -> None:
+    """JSON Lines (or one JSON array): every line decoded and parsed once, cells checked, faults by 1-based line."""
+    check = Checker(spec, path.name, "line", origin)
+    bad_json: list[tuple[int, json.JSONDecodeError]] = []
+    with path.open("rb") as f:
+        first = f.read(1)
+    if first == b"[":  # one JSON array: rows counted from 1
+        try:
+            rows = json.loads(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as err:
+            fail(f"is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})", "save the file as UTF-8")
+        except json.JSONDecodeError as err:
+            fail(f"line {err.lineno} is not valid JSON: {err.msg} (column {err.colno})")
+        check.unit = "row"
+        for n, row in enumerate(rows, 1):
+            if isinstance(row, dict):
+                check.row(row, n)
+        check.raise_if_any()
+        return
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                fail(f"line {n} is not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1})", "save the file as UTF-8")
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line.lstrip("\ufeff") if n == 1 else line)
+            except json.JSONDecodeError as err:
+                bad_json.append((n, err))
+                continue
+            if not isinstance(row, dict):
+                bad_json.append((n, f"a JSON Lines row is an object ({{...}}), this is {_kind(row)}"))
+                continue
+            if not bad_json:
+                check.row(row, n)
+    if bad_json:
+        n, err = bad_json[0]
+        why = f"{err.msg} (column {err.colno})" if isinstance(err, json.JSONDecodeError) else err
+        more = f"; {len(bad_json) - 1} more line(s) like it: {', '.join(str(b[0]) for b in bad_json[1:6])}" if len(bad_json) > 1 else ""
+        fail(f"line {n} is not valid JSON: {why}{more}")
+    check.raise_if_any()

@@ -218,3 +218,49 @@ def resume_command(argv: list[str], extra: tuple[str, ...] = ()) -> str:
     program = sys.argv[0] if Path(sys.argv[0]).name == "launch.py" else "launch.py"
     launcher = ["accelerate", "launch"] if num_processes_from_env() > 1 else ["python"]
     return shlex.join(launcher + [program] + kept + list(extra) + ["--resume"])
+
+
+# What a checkpoint holds only to resume training; the rest (weights, adapter and tokenizer files, the model card,
+# training_args.bin) is what the trainer's final save writes into output_dir.
+_RESUME_ONLY = ("optimizer", "scheduler", "scaler", "rng_state")
+
+
+def complete_final_save(checkpoint: Path, output_dir: Path) -> None:
+    """Redo a finished run's final save from its final checkpoint (a kill or full disk cut the real one short).
+
+    Each file is copied beside its target and renamed over it, so a second kill leaves whole files; the
+    trainer state, which marks the run finished, goes last.
+    """
+    import os
+    import shutil
+
+    files = [p for p in sorted(Path(checkpoint).iterdir()) if p.is_file() and not p.name.startswith(_RESUME_ONLY)]
+    for src in sorted(files, key=lambda p: p.name == STATE_FILE):
+        partial = Path(output_dir) / f".{src.name}.partial"
+        shutil.copyfile(src, partial)
+        os.replace(partial, Path(output_dir) / src.name)
+
+
+def writable_problems(output_dir: Path, origin: str) -> list[Problem]:
+    """`--check`'s look at trainer.output_dir: it (or the folder it will be created in) must take a file.
+
+    Tried for real -- a probe file created and removed in the nearest existing folder -- because permission
+    bits do not tell: root ignores them, and a read-only mount refuses root too.
+
+    >>> writable_problems(Path("/proc/version/run"), "my.yaml")[0].message
+    'cannot be written: /proc/version is a file, not a folder; choose a writable trainer.output_dir=...'
+    """
+    import tempfile
+
+    folder = Path(output_dir).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        why = f"{folder} is a file, not a folder"
+    else:
+        try:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".grpokit-probe-"):
+                return []
+        except OSError as err:
+            why = f"{folder}: {err.strerror or err}"
+    return [Problem("trainer.output_dir", f"cannot be written: {why}; choose a writable trainer.output_dir=...", file=origin)]

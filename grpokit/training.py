@@ -20,7 +20,7 @@ from grpokit.errors import Problem, RecipeError
 from grpokit.models import describe_error, load_model, load_tokenizer, model_source, not_cached
 
 EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
+EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C; SIGTERM ends with 143 (lifecycle.EXIT_CODES)
 
 
 @dataclass
@@ -35,19 +35,18 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
 
 
-def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = False) -> Prepared:
+def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
     """Everything but the weights. Raises `RecipeError` listing every problem.
 
     For `--check` (training=False) a hub model or dataset that cannot be reached offline becomes a note;
-    for training it must load (from the cache, or downloaded where the hub is reachable). `launching`: checked
-    by the process that is about to start `recipe.num_processes` (grpokit.launcher), with training's rules.
+    for training it must load (from the cache, or downloaded where the hub is reachable).
     """
     import rewards
     from peft import LoraConfig
 
     from grpokit import data
 
-    args = grpo_args(recipe, num_processes=None if training and not launching else recipe.num_processes)
+    args = grpo_args(recipe, num_processes=None if training else recipe.num_processes)
     lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None
     reward_funcs = [rewards.build(r["name"], **r["args"]) for r in recipe.rewards]
     notes, problems = [], []
@@ -89,6 +88,8 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
             notes.append(f"{not_cached('dataset', recipe.dataset['name'])}; its columns are not checked")
     except RecipeError as err:
         problems += err.problems
+    if not training:  # --check; a run finds out when it locks the folder (rundir.RunLock), before any weights load
+        problems += rundir.writable_problems(Path(recipe.trainer["output_dir"]), str(recipe.path))
     if problems:
         raise RecipeError(problems)
     return Prepared(recipe, args, lora, reward_funcs, model_path, tokenizer, dataset, notes)
@@ -126,7 +127,7 @@ def make_trainer(prep: Prepared, model):
     return GRPOTrainer(**kwargs)
 
 
-def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False):
+def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False, continue_with: str | None = None):
     """Train a validated recipe; returns the trainer. Writes the resolved recipe first, then the run.
 
     The run directory is locked first, for the whole run (`rundir.RunLock`): a second run into it -- new,
@@ -134,12 +135,48 @@ def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False):
     """
     output_dir = Path(recipe.trainer["output_dir"])
     with rundir.RunLock(output_dir, str(recipe.path)):
-        return _train_locked(recipe, output_dir, resume, overwrite)
+        return _train_locked(recipe, output_dir, resume, overwrite, continue_with)
 
 
-def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrite: bool):
+def already_finished(recipe: Recipe, output_dir: Path, resume: str, continue_with: str | None) -> bool:
+    """True when `--resume` meets a run that already reached `trainer.max_steps`: nothing is trained.
+
+    What a kill may have cut short is completed instead -- the final save from the final checkpoint (the
+    trainer checkpoints the last step), then the curves and report -- and the run says it is finished and how
+    to extend it. Without this, TRL trains past max_steps (`step 5/4`) and replaces the final adapter.
+    An epoch-based run (no max_steps) is left to the trainer.
+    """
+    max_steps = recipe.trainer.get("max_steps", -1)
+    if not isinstance(max_steps, int) or max_steps <= 0:
+        return False
+    final_path = output_dir / rundir.STATE_FILE
+    final, _ = rundir.read_state(final_path)
+    done = final["global_step"] if final else 0
+    last = rundir.latest_checkpoint(output_dir, quiet=True) if resume == "latest" else resume
+    last_state = rundir.read_state(Path(last) / rundir.STATE_FILE)[0] if last else None
+    from_checkpoint = last_state["global_step"] if last_state else 0
+    if max(done, from_checkpoint) < max_steps:
+        return False
+    args = grpo_args(recipe)  # on every rank: building it joins a multi-process launch's process group
+    if is_main_process():
+        if done < max_steps:
+            say(f"the run reached step {from_checkpoint} but its final save is incomplete: completing it from {last}")
+            rundir.complete_final_save(Path(last), output_dir)
+            done = from_checkpoint
+        report = output_dir / "report.md"
+        if not report.is_file() or report.stat().st_mtime_ns < final_path.stat().st_mtime_ns:
+            finish_run(output_dir, recipe, args)
+    extend = continue_with or "python launch.py --recipe RECIPE --resume"
+    say(f"the run in {output_dir} is finished (step {done} of trainer.max_steps {max_steps}); nothing to train. "
+        f"To train it longer, raise trainer.max_steps: {extend} trainer.max_steps={2 * max_steps}")
+    return True
+
+
+def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrite: bool, continue_with: str | None):
     origin = str(recipe.path)
     rundir.guard_output_dir(output_dir, resume, overwrite, origin)
+    if resume is not None and already_finished(recipe, output_dir, resume, continue_with):
+        return None
     checkpoint = rundir.resolve_resume(resume, output_dir, origin)
     prep = prepare(recipe, training=True)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -158,13 +195,29 @@ def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrit
     from grpokit.reporting.report import keep_first_completions
 
     keep_first_completions(trainer)  # report.md shows the first logged step's completions next to the last's
+    from grpokit.lifecycle import SafeStop, SaveFailed, StopOnSignal, Stopped
+
     say(f"training: {prep.args.max_steps if prep.args.max_steps > 0 else prep.args.num_train_epochs} "
         f"{'steps' if prep.args.max_steps > 0 else 'epochs'} -> {output_dir}" + (f" (resuming {checkpoint})" if checkpoint else ""))
-    trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(str(output_dir))
-    trainer.save_state()
-    if is_main_process():
-        finish_run(output_dir, recipe, prep.args, trainer)
+    with StopOnSignal() as stop:
+        safe = SafeStop(stop)
+        trainer.add_callback(safe)
+        try:
+            trainer.train(resume_from_checkpoint=checkpoint)
+        except Exception as err:  # noqa: BLE001 - only a failure while a checkpoint is being written is ours to explain
+            if safe.saving:
+                raise SaveFailed(safe.saving, output_dir / safe.saving, err) from err
+            raise
+        if safe.stopped_at is not None and trainer.state.global_step < trainer.state.max_steps:
+            raise Stopped(stop.signum, step=safe.stopped_at)  # not finished: no final save, the checkpoint is the run
+        # Finished: a signal now waits until the final save and the report are written (seconds).
+        try:
+            trainer.save_model(str(output_dir))
+            trainer.save_state()  # trainer_state.json last: present and readable only once the final save is whole
+        except Exception as err:  # noqa: BLE001
+            raise SaveFailed("the final model", output_dir, err) from err
+        if is_main_process():
+            finish_run(output_dir, recipe, prep.args, trainer)
     return trainer
 
 
@@ -186,22 +239,52 @@ def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None) -> list[Pat
 def run(recipe: Recipe, resume: str | None = None, overwrite: bool = False, continue_with: str | None = None) -> int:
     """Train a validated recipe as `launch.py` does; returns the exit code. A failing reward or Ctrl-C ends with
     a message saying where the run can go on from and the whole command that continues it (`continue_with`,
-    from `rundir.resume_command`), not a traceback; under a distributed launcher the process ends here
+    from `rundir.resume_command`), not a traceback. Ctrl-C and SIGTERM stop at the end of the current step with a
+    checkpoint (exit 130 / 143; a second signal stops at once); under a distributed launcher the process ends here
     (`dist.end_distributed`)."""
     import sys
 
     from rewards import RewardFailure
 
+    from grpokit.lifecycle import SaveFailed
+
+    output_dir = Path(recipe.trainer["output_dir"])
     try:
-        train(recipe, resume=resume, overwrite=overwrite)
+        train(recipe, resume=resume, overwrite=overwrite, continue_with=continue_with)
+    except SaveFailed as err:
+        print(f"run stopped: {err}", file=sys.stderr)
+        print(save_failure_help(err, output_dir), file=sys.stderr)
+        print(stopped_at(output_dir, continue_with), file=sys.stderr)
+        code = EXIT_FAILED
     except (RewardFailure, KeyboardInterrupt) as err:  # Ctrl-C too: say where the run can go on from
         print(f"run stopped: {str(err) or 'interrupted'}", file=sys.stderr)
-        print(stopped_at(Path(recipe.trainer["output_dir"]), continue_with), file=sys.stderr)
-        code = EXIT_FAILED if isinstance(err, RewardFailure) else EXIT_INTERRUPTED
+        print(stopped_at(output_dir, continue_with), file=sys.stderr)
+        code = EXIT_FAILED if isinstance(err, RewardFailure) else getattr(err, "exit_code", EXIT_INTERRUPTED)
     else:
         code = 0
     end_distributed(code)
     return code
+
+
+def save_failure_help(err, output_dir: Path) -> str:
+    """After a failed save: the free space where it was writing, and the incomplete checkpoint removed.
+
+    The removal is belt and braces -- its trainer_state.json, written last, is missing or cut short, so resume
+    skips it anyway -- but it frees the space the next try needs and leaves nothing that looks like a checkpoint.
+    """
+    import shutil
+
+    lines = []
+    try:
+        usage = shutil.disk_usage(output_dir)
+        lines.append(f"free space in {output_dir}: {usage.free / 1e9:.2f} GB of {usage.total / 1e9:.1f} GB")
+    except OSError as usage_err:
+        lines.append(f"free space in {output_dir}: unknown ({usage_err.strerror or usage_err})")
+    folder = Path(err.folder)
+    if is_main_process() and folder != output_dir and folder.is_dir() and rundir.read_state(folder / rundir.STATE_FILE)[0] is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        lines.append(f"removed the incomplete {folder}")
+    return "\n".join(lines)
 
 
 def stopped_at(output_dir: Path, continue_with: str | None) -> str:

@@ -242,3 +242,147 @@ def test_a_second_run_into_a_training_runs_directory_is_refused(tmp_path):
         _, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-3000:]
     assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 2
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 13.4: SIGTERM (schedulers, `kill`) stops at the end of the step with a checkpoint, like Ctrl-C
+
+# Sends its own process SIGTERM from inside step 2's reward call (global_step 1 there), once: as a scheduler's
+# `scancel` or `kill` would, at a known point.
+TERMINATING = """
+import os, signal
+
+def terminate(completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step == 1 and os.environ.pop("SEND_SIGTERM", None):
+        os.kill(os.getpid(), signal.SIGTERM)
+    return [0.0 for _ in completions]
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_stops_at_the_step_end_with_a_checkpoint_and_resumes(tmp_path):
+    (tmp_path / "term.py").write_text(TERMINATING)
+    data = with_trainer(tmp_path, max_steps=3, save_strategy="no", optim="adamw_torch", per_device_train_batch_size=4,
+                        num_generations=4)
+    data["rewards"].append({"name": "term.py:terminate"})
+    path = write_recipe(tmp_path, data)
+    run = tmp_path / "run"
+    stopped = launch("--recipe", str(path), "trainer.seed=1", env={**os.environ, "SEND_SIGTERM": "1"})
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "run stopped: SIGTERM at step 2, after saving a checkpoint" in stopped.stderr
+    assert f"last checkpoint: {run / 'checkpoint-2'}\ncontinue with: python launch.py --recipe {path} trainer.seed=1 --resume" \
+        in stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert rundir.read_state(run / "checkpoint-2" / rundir.STATE_FILE)[0]["global_step"] == 2  # complete, though save_strategy is "no"
+    assert not (run / rundir.STATE_FILE).exists()  # not finished: no final save
+
+    resumed = launch("--recipe", str(path), "trainer.seed=1", "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"(resuming {run / 'checkpoint-2'})" in resumed.stdout
+    assert json.loads((run / rundir.STATE_FILE).read_text())["global_step"] == 3
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 13.5: resuming a finished run changes nothing; raising trainer.max_steps extends it
+
+
+def run_files(run: Path) -> dict[str, bytes]:
+    """Every file of a run but the lock, by relative path: what 'changes nothing' compares."""
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != rundir.LOCK_FILE}
+
+
+@pytest.mark.slow
+def test_a_finished_run_is_left_alone_extended_on_request_and_completed_after_a_kill_in_its_final_save(tmp_path, capsys):
+    from grpokit.cli import main
+
+    path = write_recipe(tmp_path, with_trainer(tmp_path, max_steps=2, save_strategy="steps", save_steps=1, optim="adamw_torch",
+                                               per_device_train_batch_size=4, num_generations=4))
+    run = tmp_path / "run"
+    assert main(["--recipe", str(path)]) == 0
+    before = run_files(run)
+    capsys.readouterr()
+
+    assert main(["--recipe", str(path), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert f"the run in {run} is finished (step 2 of trainer.max_steps 2); nothing to train" in out
+    assert f"raise trainer.max_steps: python launch.py --recipe {path} --resume trainer.max_steps=4" in out
+    assert run_files(run) == before  # not a byte changed: no step 3, no new checkpoint, the adapter kept
+
+    # A kill during the final save: the trainer state (written last) never came, the adapter is cut short, no report.
+    (run / rundir.STATE_FILE).unlink()
+    (run / "adapter_model.safetensors").write_bytes(before["adapter_model.safetensors"][:100])
+    (run / "report.md").unlink()
+    assert main(["--recipe", str(path), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert f"final save is incomplete: completing it from {run / 'checkpoint-2'}" in out and "is finished (step 2 of" in out
+    after = run_files(run)
+    assert after["adapter_model.safetensors"] == before["checkpoint-2/adapter_model.safetensors"]
+    assert json.loads(after[rundir.STATE_FILE])["global_step"] == 2 and "report.md" in after
+    assert not any(name.startswith("checkpoint-3") for name in after)
+
+    # Extending: raise max_steps on the command line.
+    assert main(["--recipe", str(path), "--resume", "trainer.max_steps=3"]) == 0
+    assert f"(resuming {run / 'checkpoint-2'})" in capsys.readouterr().out
+    state = json.loads((run / rundir.STATE_FILE).read_text())
+    assert state["global_step"] == 3 and [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 13.6: a failed save is said plainly and leaves nothing --resume would pick; --check sees an unwritable dir
+
+# From inside step 3's reward call on, this process may write no file over 32 KB -- as when the disk fills up
+# mid-run: checkpoint-3's adapter weights (69 KB) fail part-written. SIGXFSZ is ignored so the write fails
+# with EFBIG instead of killing the process.
+DISK_FILLS = """
+import os, resource, signal
+
+def fill(completions, trainer_state=None, **kwargs):
+    if trainer_state.global_step == 2 and os.environ.get("FILL_DISK"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (32768, 32768))
+    return [0.0 for _ in completions]
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_save_stops_with_a_clear_message_and_no_damaged_checkpoint(tmp_path):
+    (tmp_path / "fill.py").write_text(DISK_FILLS)
+    data = with_trainer(tmp_path, max_steps=4, save_strategy="steps", save_steps=1, optim="adamw_torch",
+                        per_device_train_batch_size=4, num_generations=4)
+    data["rewards"].append({"name": "fill.py:fill"})
+    path = write_recipe(tmp_path, data)
+    run = tmp_path / "run"
+    failed = launch("--recipe", str(path), env={**os.environ, "FILL_DISK": "1"})
+    print(failed.stderr[-1500:])  # shown when the test fails
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert "run stopped: saving checkpoint-3 failed: " in failed.stderr
+    assert f"free space in {run}: " in failed.stderr and " GB of " in failed.stderr
+    assert f"removed the incomplete {run / 'checkpoint-3'}" in failed.stderr
+    assert f"last checkpoint: {run / 'checkpoint-2'}\ncontinue with: python launch.py --recipe {path} --resume" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    assert rundir.latest_checkpoint(run) == str(run / "checkpoint-2") and not (run / "checkpoint-3").exists()
+
+    resumed = launch("--recipe", str(path), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((run / rundir.STATE_FILE).read_text())["global_step"] == 4
+
+
+def test_check_refuses_an_output_dir_that_cannot_be_written(tmp_path, capsys):
+    from grpokit.cli import main
+
+    (tmp_path / "taken").write_text("a file where the runs folder should be")
+    path = write_recipe(tmp_path, with_trainer(tmp_path, output_dir=str(tmp_path / "taken" / "run")))
+    assert main(["--recipe", str(path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert f"trainer.output_dir: cannot be written: {tmp_path / 'taken'} is a file, not a folder" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through permission bits")
+def test_check_refuses_a_read_only_output_dir(tmp_path, capsys):
+    from grpokit.cli import main
+
+    (tmp_path / "ro").mkdir(mode=0o555)
+    path = write_recipe(tmp_path, with_trainer(tmp_path, output_dir=str(tmp_path / "ro" / "run")))
+    assert main(["--recipe", str(path), "--check"]) == 2
+    assert f"cannot be written: {tmp_path / 'ro'}: Permission denied" in capsys.readouterr().err

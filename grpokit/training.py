@@ -18,6 +18,7 @@ from grpokit.config.trainer_args import grpo_args, resolved_dtype
 from grpokit.dist import end_distributed, is_main_process, say
 from grpokit.errors import Problem, RecipeError
 from grpokit.models import describe_error, load_model, load_tokenizer, model_source, not_cached
+from grpokit.reporting.model_card import write_model_card
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C; SIGTERM ends with 143 (lifecycle.EXIT_CODES)
@@ -35,18 +36,19 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
 
 
-def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
+def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = False) -> Prepared:
     """Everything but the weights. Raises `RecipeError` listing every problem.
 
     For `--check` (training=False) a hub model or dataset that cannot be reached offline becomes a note;
-    for training it must load (from the cache, or downloaded where the hub is reachable).
+    for training it must load (from the cache, or downloaded where the hub is reachable). `launching`: checked
+    by the process that is about to start `recipe.num_processes` (grpokit.launcher), with training's rules.
     """
     import rewards
     from peft import LoraConfig
 
     from grpokit import data
 
-    args = grpo_args(recipe, num_processes=None if training else recipe.num_processes)
+    args = grpo_args(recipe, num_processes=None if training and not launching else recipe.num_processes)
     lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None
     reward_funcs = [rewards.build(r["name"], **r["args"]) for r in recipe.rewards]
     notes, problems = [], []
@@ -78,7 +80,8 @@ def prepare(recipe: Recipe, log=say, training: bool = False) -> Prepared:
         conversational = recipe.dataset["conversational"]
         if conversational == "auto":
             conversational = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
-        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=str(recipe.path))
+        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=str(recipe.path),
+                               context_length=data.context_length(model_path), completion_length=args.max_completion_length)
         missing = _reward_columns_missing(recipe, dataset.column_names)
         problems += missing
     except data.NotReachable:
@@ -162,6 +165,7 @@ def already_finished(recipe: Recipe, output_dir: Path, resume: str, continue_wit
         if done < max_steps:
             say(f"the run reached step {from_checkpoint} but its final save is incomplete: completing it from {last}")
             rundir.complete_final_save(Path(last), output_dir)
+            write_model_card(recipe, output_dir, from_checkpoint)
             done = from_checkpoint
         report = output_dir / "report.md"
         if not report.is_file() or report.stat().st_mtime_ns < final_path.stat().st_mtime_ns:
@@ -181,10 +185,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrit
     prep = prepare(recipe, training=True)
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
-        (output_dir / rundir.RECIPE_FILE).write_text(
-            f"# resolved from {recipe.path} (overrides applied); rerun: python launch.py --recipe {output_dir / rundir.RECIPE_FILE}\n"
-            + dump(recipe.as_dict())
-        )
+        write_recipe_file(recipe, output_dir)
     say(f"building model: {recipe.model['name_or_path']} ({resolved_dtype(recipe.model)}, quantization {recipe.model['quantization']}, "
         + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
     model = load_model(prep.model_path, recipe)
@@ -217,8 +218,49 @@ def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrit
         except Exception as err:  # noqa: BLE001
             raise SaveFailed("the final model", output_dir, err) from err
         if is_main_process():
+            write_model_card(recipe, output_dir, trainer.state.global_step)
             finish_run(output_dir, recipe, prep.args, trainer)
     return trainer
+
+
+def write_recipe_file(recipe: Recipe, output_dir: Path) -> Path:
+    """Save the resolved recipe beside the run as `recipe.yaml`, rerunnable as is and portable with its folder.
+
+    Files are written relative to the run folder (the loader reads a recipe's paths relative to its own folder)
+    when they share more than the filesystem root with it, so a project copied elsewhere with its runs still
+    reruns; `*_steps` counts that GRPOConfig types as float (a value below 1 is a fraction of the run) are
+    written as the ints a person writes.
+    """
+    import copy
+    import os
+
+    from rewards import user_reward_file
+
+    here = output_dir.resolve()
+
+    def portable(path: str) -> str:
+        target = Path(path)
+        if not target.is_absolute() or os.path.commonpath([target, here]) == target.anchor:
+            return path
+        relative = os.path.relpath(target, here)
+        return relative if relative.startswith("..") else f"./{relative}"
+
+    data = copy.deepcopy(recipe.as_dict())
+    if data["dataset"].get("path"):
+        data["dataset"]["path"] = portable(data["dataset"]["path"])
+    if Path(data["model"]["name_or_path"]).is_absolute():
+        data["model"]["name_or_path"] = portable(data["model"]["name_or_path"])
+    for reward in data["rewards"]:
+        found = user_reward_file(reward["name"])
+        if found:
+            reward["name"] = f"{portable(found[0])}:{found[1]}"
+    for key, value in data["trainer"].items():
+        if key.endswith("_steps") and isinstance(value, float) and value.is_integer():
+            data["trainer"][key] = int(value)
+    path = output_dir / rundir.RECIPE_FILE
+    path.write_text(f"# resolved from {recipe.path} (overrides applied); paths are relative to this folder. Rerun: "
+                    f"python launch.py --recipe {path}\n" + dump(data))
+    return path
 
 
 def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None) -> list[Path]:

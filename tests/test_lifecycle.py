@@ -300,6 +300,7 @@ def test_a_finished_run_is_left_alone_extended_on_request_and_completed_after_a_
     run = tmp_path / "run"
     assert main(["--recipe", str(path)]) == 0
     before = run_files(run)
+    assert "[None]" not in before["README.md"].decode() and "builtin:tiny-llama" in before["README.md"].decode()
     capsys.readouterr()
 
     assert main(["--recipe", str(path), "--resume"]) == 0
@@ -386,3 +387,77 @@ def test_check_refuses_a_read_only_output_dir(tmp_path, capsys):
     path = write_recipe(tmp_path, with_trainer(tmp_path, output_dir=str(tmp_path / "ro" / "run")))
     assert main(["--recipe", str(path), "--check"]) == 2
     assert f"cannot be written: {tmp_path / 'ro'}: Permission denied" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Issue 14.8: the run's own files -- recipe.yaml portable and typed as written, a true model card
+
+USER_REWARD = "def score(completions, **kwargs):\n    return [0.0 for _ in completions]\n"
+
+
+def test_the_saved_recipe_is_portable_and_writes_step_counts_as_ints(tmp_path):
+    import shutil
+
+    from grpokit.config import load, validate
+    from grpokit.training import write_recipe_file
+    from helpers import SMOKE_DATA
+
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    shutil.copy(SMOKE_DATA, project / "data" / "smoke.jsonl")
+    (project / "my_rewards.py").write_text(USER_REWARD)
+    data = with_trainer(project, output_dir=str(project / "runs" / "a"), logging_steps=1, save_steps=10)
+    data["dataset"]["path"] = "data/smoke.jsonl"
+    data["rewards"].append({"name": "my_rewards.py:score"})
+    recipe = validate(load(write_recipe(project, data)))
+    (project / "runs" / "a").mkdir(parents=True)
+    saved = write_recipe_file(recipe, project / "runs" / "a")
+    text = saved.read_text()
+    assert "path: ../../data/smoke.jsonl" in text and "name: ../../my_rewards.py:score" in text
+    assert "logging_steps: 1\n" in text and "save_steps: 10\n" in text
+    # Past the comment line no absolute path of the project is left but output_dir, kept as given (relative to
+    # where a command runs, like any output_dir).
+    assert [line for line in text.splitlines()[1:] if str(project) in line] == [f"  output_dir: {project / 'runs' / 'a'}"]
+
+    moved = tmp_path / "elsewhere"
+    shutil.move(project, moved)  # the project travels with its runs
+    again = validate(load(moved / "runs" / "a" / "recipe.yaml"))
+    assert again.dataset["path"] == str(moved / "data" / "smoke.jsonl")
+    assert again.rewards[-1]["name"] == f"{moved / 'my_rewards.py'}:score"
+    assert again.trainer["logging_steps"] == 1 and again.trainer["save_steps"] == 10
+
+
+def test_the_model_card_names_the_real_base_model_dataset_and_recipe(tmp_path):
+    from grpokit.config import load, validate
+    from grpokit.reporting.model_card import write_model_card
+
+    (tmp_path / "my_rewards.py").write_text(USER_REWARD)
+    data = with_trainer(tmp_path)
+    data["rewards"].append({"name": "my_rewards.py:score", "weight": 0.5})
+    recipe = validate(load(write_recipe(tmp_path, data)))
+    (tmp_path / "run").mkdir()
+    card = write_model_card(recipe, tmp_path / "run", 30).read_text()
+    assert "None" not in card
+    assert "This is a LoRA adapter (r=8) for builtin:tiny-llama, trained with GRPO" in card
+    assert "- base model: `builtin:tiny-llama`" in card and "- dataset: `smoke.jsonl` (split `train`)" in card
+    assert "- rewards: 1 x char_fraction + 0.5 x my_rewards.py:score" in card and str(tmp_path / "my_rewards.py") not in card
+    assert "- steps trained: 30" in card and "`recipe.yaml`" in card
+
+    hub = validate(load(write_recipe(tmp_path, {**data, "model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"},
+                                                "dataset": {"name": "openai/gsm8k", "config": "main", "prompt_column": "question"}})))
+    card = write_model_card(hub, tmp_path / "run", 30).read_text()
+    assert "base_model: Qwen/Qwen2.5-1.5B-Instruct" in card and "datasets: [openai/gsm8k]" in card
+    assert "[Qwen/Qwen2.5-1.5B-Instruct](https://huggingface.co/Qwen/Qwen2.5-1.5B-Instruct)" in card
+
+
+def test_a_user_reward_shows_as_its_file_name_in_the_explain_table(tmp_path):
+    from grpokit.config import load, validate
+    from grpokit.config.trainer_args import grpo_args
+    from grpokit.reporting.explain import explain_table
+
+    (tmp_path / "my_rewards.py").write_text(USER_REWARD)
+    data = with_trainer(tmp_path)
+    data["rewards"].append({"name": "my_rewards.py:score"})
+    recipe = validate(load(write_recipe(tmp_path, data)))
+    table = "\n".join(explain_table(recipe, grpo_args(recipe)))
+    assert "1 x my_rewards.py:score" in table and str(tmp_path) not in table

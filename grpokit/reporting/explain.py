@@ -148,7 +148,9 @@ def truncation(args) -> str:
 def reward_rows(rewards: list[dict]) -> list[tuple[str, str]]:
     def show(r):
         args = ", ".join(f"{k}={v}" for k, v in sorted((r.get("args") or {}).items()))
-        return f"{_g(float(r.get('weight', 1.0)))} x {r['name']}" + (f" ({args})" if args else "")
+        where, sep, fn = r["name"].rpartition(":")  # a user reward file: its name, not this machine's absolute path
+        name = f"{where.rsplit('/', 1)[-1]}:{fn}" if sep and where.endswith(".py") else r["name"]
+        return f"{_g(float(r.get('weight', 1.0)))} x {name}" + (f" ({args})" if args else "")
 
     rows = [("rewards", " + ".join(show(r) for r in rewards) if rewards else "none")]
     for r in rewards:

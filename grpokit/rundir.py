@@ -216,7 +216,10 @@ def resume_command(argv: list[str], extra: tuple[str, ...] = ()) -> str:
             continue
         kept.append(arg)
     program = sys.argv[0] if Path(sys.argv[0]).name == "launch.py" else "launch.py"
-    launcher = ["accelerate", "launch"] if num_processes_from_env() > 1 else ["python"]
+    # Started by `accelerate launch launch.py ...`, the run continues the same way; started by grpokit's own
+    # `--num-processes N` / `--accelerate-config`, which the argv still holds, plain python starts the processes again.
+    own_launcher = any(a.partition("=")[0] in ("--num-processes", "--accelerate-config") for a in kept)
+    launcher = ["accelerate", "launch"] if num_processes_from_env() > 1 and not own_launcher else ["python"]
     return shlex.join(launcher + [program] + kept + list(extra) + ["--resume"])
 
 

@@ -461,3 +461,12 @@ def test_a_user_reward_shows_as_its_file_name_in_the_explain_table(tmp_path):
     recipe = validate(load(write_recipe(tmp_path, data)))
     table = "\n".join(explain_table(recipe, grpo_args(recipe)))
     assert "1 x my_rewards.py:score" in table and str(tmp_path) not in table
+
+
+def test_the_continue_command_of_a_multi_process_run_keeps_its_launcher(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # inside one of the started processes
+    # Started by grpokit's own launcher (--num-processes): the same python command starts them again.
+    assert rundir.resume_command(["--recipe", "my.yaml", "--num-processes", "2"]) == \
+        "python launch.py --recipe my.yaml --num-processes 2 --resume"
+    # Started by `accelerate launch launch.py ...`: so is the continuation.
+    assert rundir.resume_command(["--recipe", "my.yaml"]) == "accelerate launch launch.py --recipe my.yaml --resume"

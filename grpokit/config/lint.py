@@ -108,13 +108,13 @@ def _clip_on_policy(recipe, args, facts):
         knobs.append("importance_sampling_level")
     if not knobs:
         return None
+    gspo = " (GSPO's sequence ratio is 1 too: the loss is loss_type's own)" if "importance_sampling_level" in knobs else ""
     return LintWarning("clip-on-policy", tuple(f"trainer.{k}" for k in knobs), (
         f"cannot act: every optimizer step is on-policy (gradient_accumulation_steps {args.gradient_accumulation_steps} "
         f"is a multiple of steps_per_generation {args.steps_per_generation} x num_iterations {args.num_iterations}), "
-        "so pi_old = pi_theta, the ratio is 1 and the clip never binds (a sequence-level ratio is 1 too); "
-        "to take several optimizer steps per generation set trainer.steps_per_generation to k x "
-        f"gradient_accumulation_steps (k > 1, as DAPO's mini-batches do) or trainer.num_iterations > 1 "
-        "(DeepSeekMath's mu)"))
+        f"so pi_old = pi_theta, the ratio is 1 and the clip never binds{gspo}; to take several optimizer steps per "
+        "generation set trainer.steps_per_generation to k x gradient_accumulation_steps (k > 1, as DAPO's "
+        "mini-batches do) or trainer.num_iterations > 1 (DeepSeekMath's mu)"))
 
 
 @rule("beta-full-copy", "beta > 0 without LoRA: a second full copy of the weights as the reference model")

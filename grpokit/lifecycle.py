@@ -18,13 +18,17 @@ from transformers import TrainerCallback
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # the shell's 128 + signal number
 
 
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
 class Stopped(KeyboardInterrupt):
     """The run stopped on a signal: at a safe point (`step` set, a checkpoint saved) or at once (a second
     signal, or one before training began). A KeyboardInterrupt, so no library's `except Exception` eats it."""
 
     def __init__(self, signum: int, step: int | None = None):
         self.signum, self.step = signum, step
-        name = signal.Signals(signum).name
+        name = signal_name(signum)
         super().__init__(f"{name} at step {step}, after saving a checkpoint" if step is not None else f"{name}, at once")
 
     @property
@@ -52,13 +56,15 @@ class StopOnSignal:
     def __init__(self):
         self.signum: int | None = None
         self.deferring = False
+        self.finishing = False  # training is done: the final save and the report are being written
         self._previous: dict = {}
 
     def handle(self, signum, frame) -> None:
         if self.deferring and self.signum is None:
             self.signum = signum
-            print(f"\n[grpokit] {signal.Signals(signum).name}: stopping after this step with a checkpoint "
-                  "(send it again to stop at once)", file=sys.stderr, flush=True)
+            what = ("the run is finished: completing its final save and report first" if self.finishing
+                    else "stopping after this step with a checkpoint")
+            print(f"\n[grpokit] {signal_name(signum)}: {what} (send it again to stop at once)", file=sys.stderr, flush=True)
             return
         self.signum = self.signum or signum
         raise Stopped(signum)

@@ -196,7 +196,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrit
     from grpokit.reporting.report import keep_first_completions
 
     keep_first_completions(trainer)  # report.md shows the first logged step's completions next to the last's
-    from grpokit.lifecycle import SafeStop, SaveFailed, StopOnSignal, Stopped
+    from grpokit.lifecycle import SafeStop, SaveFailed, StopOnSignal, Stopped, signal_name
 
     say(f"training: {prep.args.max_steps if prep.args.max_steps > 0 else prep.args.num_train_epochs} "
         f"{'steps' if prep.args.max_steps > 0 else 'epochs'} -> {output_dir}" + (f" (resuming {checkpoint})" if checkpoint else ""))
@@ -212,6 +212,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrit
         if safe.stopped_at is not None and trainer.state.global_step < trainer.state.max_steps:
             raise Stopped(stop.signum, step=safe.stopped_at)  # not finished: no final save, the checkpoint is the run
         # Finished: a signal now waits until the final save and the report are written (seconds).
+        stop.finishing = True
         try:
             trainer.save_model(str(output_dir))
             trainer.save_state()  # trainer_state.json last: present and readable only once the final save is whole
@@ -220,6 +221,8 @@ def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrit
         if is_main_process():
             write_model_card(recipe, output_dir, trainer.state.global_step)
             finish_run(output_dir, recipe, prep.args, trainer)
+        if stop.signum is not None:
+            say(f"{signal_name(stop.signum)} came as the run finished: its final save and report were completed first")
     return trainer
 
 

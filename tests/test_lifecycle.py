@@ -470,3 +470,32 @@ def test_the_continue_command_of_a_multi_process_run_keeps_its_launcher(monkeypa
         "python launch.py --recipe my.yaml --num-processes 2 --resume"
     # Started by `accelerate launch launch.py ...`: so is the continuation.
     assert rundir.resume_command(["--recipe", "my.yaml"]) == "accelerate launch launch.py --recipe my.yaml --resume"
+
+
+def test_a_first_signal_waits_for_the_step_end_and_a_second_stops_at_once():
+    import signal
+
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from grpokit.lifecycle import SafeStop, StopOnSignal, Stopped
+
+    before = signal.getsignal(signal.SIGTERM)
+    with StopOnSignal() as stop:
+        with pytest.raises(Stopped) as early:  # while loading: nothing to save, stop now
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert early.value.exit_code == 143 and early.value.step is None
+        stop.signum = None
+        safe = SafeStop(stop)
+        safe.on_train_begin(None, None, None)
+        os.kill(os.getpid(), signal.SIGINT)  # mid-step: remembered, the step goes on
+        assert stop.signum == signal.SIGINT
+        control, state = TrainerControl(), TrainerState(global_step=7, max_steps=10)
+        safe.on_step_end(TrainingArguments(output_dir="unused", report_to=[]), state, control)
+        assert control.should_save and control.should_training_stop and safe.stopped_at == 7
+        assert safe.saving == "checkpoint-7"  # until on_save says the checkpoint is whole
+        safe.on_save(None, state, control)
+        assert safe.saving is None
+        with pytest.raises(Stopped) as second:
+            os.kill(os.getpid(), signal.SIGINT)  # a second signal: at once
+        assert second.value.exit_code == 130
+    assert signal.getsignal(signal.SIGTERM) is before  # handlers restored

@@ -13,17 +13,19 @@ from grpokit.training import prepare
 
 def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
     """Print --check's report for a validated recipe; returns the exit code (0). Problems raise `RecipeError`."""
-    prep = prepare(recipe, log=lambda m: None)
+    dataset_lines: list[str] = []  # what data preparation dropped and why: a user must see it before training
+    prep = prepare(recipe, log=lambda m: dataset_lines.append(m) if m.startswith("dataset: ") else None)
     print(f"# {recipe.name}: resolved recipe ({recipe.path})")
     print(dump(recipe.as_dict()).rstrip())
     prompt_length, prompt_how = recipe.dataset.get("max_prompt_tokens"), "dataset.max_prompt_tokens, the longest a prompt may be"
     if prep.dataset is not None:
         print(f"\n# first formatted rows ({len(prep.dataset)} prompts)")
+        print("\n".join(dataset_lines))
         for row in prep.dataset.select(range(min(2, len(prep.dataset)))):
-            print(f"- {row}")
+            print(f"- {shorten(row)}")
         measured = longest_prompt(prep)
         if measured is not None:
-            prompt_length, prompt_how = measured, "the longest formatted prompt of the dataset"
+            prompt_length, prompt_how = measured
     print("\n# what this recipe computes, from the resolved GRPOConfig, in the terms of DeepSeekMath's GRPO objective,"
           "\n# DAPO and Dr. GRPO (eq. 8.1-8.3 and each knob: README.md, \"GRPO in one screen\")")
     print("\n".join(explain_table(recipe, prep.args)))
@@ -57,11 +59,28 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
     return 0
 
 
-def longest_prompt(prep, sample: int = 2000) -> int | None:
-    """Tokens of the longest formatted prompt (over at most `sample` rows), as the trainer will feed it."""
-    if prep.tokenizer is None:
-        return None
-    from grpokit.data import prompt_tokens
+MEASURED_ROWS = 200_000  # every row up to this; beyond it an evenly spaced sample of this many (said so)
 
-    rows = prep.dataset.select(range(min(sample, len(prep.dataset))))
-    return max(prompt_tokens(prep.tokenizer, p) for p in rows["prompt"])
+
+def longest_prompt(prep, limit: int = MEASURED_ROWS) -> tuple[int, str] | None:
+    """(tokens of the longest formatted prompt, how it was measured), tokenized as TRL does, in batches."""
+    if prep.tokenizer is None or not len(prep.dataset):
+        return None
+    from grpokit.data import prompt_lengths
+
+    n = len(prep.dataset)
+    rows = None if n <= limit else [i * n // limit for i in range(limit)]
+    longest = max(prompt_lengths(prep.tokenizer, prep.dataset, rows=rows))
+    how = f"all {n:,} rows measured" if rows is None else f"an evenly spaced sample of {limit:,} of {n:,} rows measured"
+    return longest, f"the longest formatted prompt (chat template included; {how})"
+
+
+def shorten(value, limit: int = 200):
+    """A row as printed by --check: long text cut to `limit` characters, saying how long it was."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else f"{value[:limit]}... [{len(value):,} characters]"
+    if isinstance(value, dict):
+        return {k: shorten(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shorten(v, limit) for v in value[:20]] + ([f"... [{len(value)} items]"] if len(value) > 20 else [])
+    return value

@@ -115,8 +115,14 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value)
 
 
-def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=print, origin: str = ""):
-    """Build the `prompt` (and `answer`) columns TRL and the rewards read; drop holes and long prompts."""
+def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=print, origin: str = "",
+            context_length: int | None = None, completion_length: int = 0):
+    """Build the `prompt` (and `answer`) columns TRL and the rewards read; drop holes and long prompts.
+
+    A prompt is dropped, with a count, when it is over `max_prompt_tokens` or leaves the completion no room in
+    the model's context (`context_length - completion_length` tokens): TRL 1.16 does not truncate prompts, and
+    a longer one runs past the model's positions or out of memory mid-training.
+    """
     problems = check_columns(spec, raw.column_names, origin)
     if problems:
         raise RecipeError(problems)
@@ -158,28 +164,75 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
         # Written under a new name, then renamed: map() casts a value written into an existing column back to that
         # column's type (datasets 5.2, even with remove_columns), so a numeric gold str(5) came back as the int 5.
         ds = ds.remove_columns([c for c in ("answer",) if c in ds.column_names]).rename_column(_NEW_ANSWER, "answer")
-    if spec.get("max_prompt_tokens") and tokenizer is not None:
-        limit = spec["max_prompt_tokens"]
-        before = len(ds)
-        ds = ds.filter(lambda row: prompt_tokens(tokenizer, row["prompt"]) <= limit)
-        if before - len(ds):
-            log(f"dataset: dropped {before - len(ds)} of {before} prompts longer than {limit} tokens (max_prompt_tokens)")
+    lengths = prompt_lengths(tokenizer, ds) if tokenizer is not None and (spec.get("max_prompt_tokens") or context_length) else None
+    limit = spec.get("max_prompt_tokens")
+    room = context_length - completion_length if context_length else None
+    over_limit = over_context = 0
+    if lengths is not None:
+        kept = []
+        for i, n in enumerate(lengths):
+            if limit and n > limit:
+                over_limit += 1
+            elif room is not None and n > room:
+                over_context += 1
+            else:
+                kept.append(i)
+        if over_limit:
+            log(f"dataset: dropped {over_limit} of {len(ds)} prompts longer than {limit} tokens (max_prompt_tokens)")
+        if over_context:
+            log(f"dataset: dropped {over_context} of {len(ds)} prompts longer than the model's context leaves them: "
+                f"{context_length} positions - max_completion_length {completion_length} = {room} tokens")
+        if len(kept) < len(ds):
+            ds = ds.select(kept)
     if spec.get("limit") and len(ds) > spec["limit"]:
         ds = ds.select(range(spec["limit"]))
     if len(ds) == 0:
-        raise RecipeError([Problem("dataset", f"no rows left to train on ({total} read, all dropped as holes or too long)", file=origin)])
+        parts = [f"{n} {why}" for n, why in ((dropped, "missing or empty"), (over_limit, f"over max_prompt_tokens ({limit})"),
+                                              (over_context, f"longer than the model's context leaves for a prompt ({context_length} "
+                                                             f"positions - max_completion_length {completion_length} = {room} tokens)")) if n]
+        raise RecipeError([Problem("dataset", f"no rows left to train on ({total} read: {', '.join(parts)})", file=origin)])
     log(f"dataset: {len(ds)} prompts ready (of {total} rows)")
     return ds
 
 
+def context_length(model_path: str | None) -> int | None:
+    """The model's positions (`max_position_embeddings` of its config.json, read offline), or None when unknown."""
+    if not model_path:
+        return None
+    from grpokit.planning.architecture import ConfigNotFound, load_model_config
+
+    try:
+        config, _ = load_model_config(model_path)
+    except (ConfigNotFound, OSError, ValueError):
+        return None
+    n = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def prompt_lengths(tokenizer, ds, batch_size: int = 512, rows=None) -> list[int]:
+    """Token count of every prompt of `ds` (or of `rows`, a list of indices), as TRL 1.16 tokenizes it.
+
+    TRL's `_tokenize_prompts` calls `apply_chat_template(..., add_generation_prompt=True, tokenize=True)` on a batch
+    of chat prompts, and the tokenizer itself (special tokens included) on text prompts: the same calls, in batches,
+    so measuring every row of a 7,000-row dataset takes about as long as reading it.
+    """
+    source = ds.select(rows) if rows is not None else ds
+    out: list[int] = []
+    for batch in source.select_columns(["prompt"]).iter(batch_size=batch_size):
+        prompts = batch["prompt"]
+        if prompts and isinstance(prompts[0], list):
+            ids = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        else:
+            ids = tokenizer(text=list(prompts))["input_ids"]
+        out.extend(len(x) for x in ids)
+    return out
+
+
 def prompt_tokens(tokenizer, prompt) -> int:
-    """Token count of a prompt exactly as the trainer will feed it (chat template included)."""
+    """Token count of one prompt as TRL feeds it (chat template included)."""
     if isinstance(prompt, list):
-        ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return len(ids)
-    return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        return len(tokenizer.apply_chat_template([prompt], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"][0])
+    return len(tokenizer(text=[prompt])["input_ids"][0])
 
 
 def heldout_spec(dataset: dict) -> dict | None:

@@ -74,7 +74,7 @@ def test_an_all_holes_file_fails_check(tmp_path, capsys):
     data_dict["dataset"]["path"] = str(write_jsonl(tmp_path / "holes.jsonl", rows))
     assert main(["--recipe", str(write_recipe(tmp_path, data_dict)), "--check"]) == 2
     err = capsys.readouterr().err
-    assert "dataset: no rows left to train on (7 read, all dropped as holes or too long)" in err
+    assert "dataset: no rows left to train on (7 read: 7 missing or empty)" in err
     assert "Traceback" not in err
 
 

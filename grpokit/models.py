@@ -170,7 +170,23 @@ def load_model(path: str, recipe: Recipe):
     quant = quantization_config(recipe.model.get("quantization", "none"), dtype)
     if quant is not None:
         kwargs["quantization_config"] = quant
+    _no_loading_weights_bar()
     return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+
+
+def _no_loading_weights_bar() -> None:
+    """Drop transformers 5's "Loading weights" bar (a blink for small models; grpokit already says "building model"),
+    keeping every other bar: huggingface_hub draws its download bars itself, and those are real progress.
+    `set_tqdm_hook` is transformers' own hook for its bars; where it is missing the bar simply stays."""
+    from transformers.utils import logging as hf_logging
+
+    def hook(factory, args, kwargs):
+        if kwargs.get("desc") == "Loading weights":
+            kwargs = {**kwargs, "disable": True}
+        return factory(*args, **kwargs)
+
+    if hasattr(hf_logging, "set_tqdm_hook"):
+        hf_logging.set_tqdm_hook(hook)
 
 
 def quantization_config(quantization: str, dtype):

@@ -23,6 +23,22 @@ SHOWN = (
 )
 
 
+def summary(logs: dict, step: int) -> str | None:
+    """The end-of-training log as one sentence (transformers prints it as a raw dict); None for other logs.
+
+    >>> summary({"train_runtime": 40.89, "train_steps_per_second": 0.734, "train_loss": 0.0007}, 30)
+    'trained 30 steps in 40.9 s (0.734 steps/s); mean loss over the run 0.0007'
+    """
+    if "train_runtime" not in logs:
+        return None
+    text = f"trained {step} steps in {float(logs['train_runtime']):.1f} s"
+    if logs.get("train_steps_per_second") is not None:
+        text += f" ({float(logs['train_steps_per_second']):.3g} steps/s)"
+    if logs.get("train_loss") is not None:  # GRPO's loss hovers near 0 by construction; the reward tells progress
+        text += f"; mean loss over the run {float(logs['train_loss']):.4g}"
+    return text
+
+
 def line(logs: dict, step: int, max_steps: int) -> str:
     """`step 13/30  reward 0.354 ± 0.166  zero-std groups 0.00  len 14 ...`"""
     parts = [f"step {step}/{max_steps}" if max_steps > 0 else f"step {step}"]
@@ -39,7 +55,11 @@ class CompactProgress(ProgressCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or self.training_bar is None or not logs:
             return
-        if "reward" not in logs:  # the train summary at the end, eval logs: keep transformers' form
+        end = summary(logs, state.global_step)
+        if end is not None:
+            self.training_bar.write(end)
+            return
+        if "reward" not in logs:  # eval logs: keep transformers' form
             return super().on_log(args, state, control, logs=logs, **kwargs)
         self.training_bar.write(line(logs, state.global_step, state.max_steps))
 
@@ -50,9 +70,38 @@ class CompactPrinter(PrinterCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
+        end = summary(logs, state.global_step)
+        if end is not None:
+            print(end, flush=True)
+            return
         if "reward" not in logs:
             return super().on_log(args, state, control, logs=logs, **kwargs)
         print(line(logs, state.global_step, state.max_steps), flush=True)
+
+
+def events(args) -> list[str]:
+    """Where the run's metrics go besides the console (`trainer.report_to`), one line each, to print at the start.
+
+    Sets TensorBoard's directory to `output_dir/tensorboard` unless TENSORBOARD_LOGGING_DIR is set: transformers 5
+    otherwise writes to `./runs/<date>_<host>`, among grpokit's own run folders. Call before the trainer is built.
+
+    >>> from types import SimpleNamespace
+    >>> events(SimpleNamespace(report_to=["trackio"], project="smoke", output_dir="runs/smoke"))
+    ["metrics: Trackio, project 'smoke' (view: trackio show --project smoke)"]
+    """
+    import os
+    from pathlib import Path
+
+    lines = []
+    for target in args.report_to or []:
+        if target == "tensorboard":
+            where = os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(args.output_dir) / "tensorboard"))
+            lines.append(f"metrics: TensorBoard, {where} (view: tensorboard --logdir {where})")
+        elif target == "trackio":
+            lines.append(f"metrics: Trackio, project '{args.project}' (view: trackio show --project {args.project})")
+        else:
+            lines.append(f"metrics: {target} (its own settings decide where)")
+    return lines
 
 
 def install(trainer) -> None:

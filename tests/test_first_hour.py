@@ -125,3 +125,95 @@ def test_a_mistake_found_in_the_started_processes_ends_as_theirs(tmp_path, launc
     assert "problem found" in done.stderr and "the grader's table is missing on this node" in done.stderr
     assert not any(noise in done.stderr + done.stdout for noise in ACCELERATE_NOISE), done.stderr[-3000:]
     assert not (tmp_path / "run").exists()
+
+
+# --- issue 14.11: noise a user cannot act on is gone; real progress stays ---
+
+def test_loading_the_model_prints_no_loading_weights_bar(tmp_path, tiny_model_dir, capfd):
+    """transformers 5 draws a 'Loading weights' bar for every load, 21/21 in a blink for the tiny model; grpokit
+    already says 'building model: ...'. Download bars (huggingface_hub's own) are real progress and stay."""
+    from grpokit.config import load, validate
+    from grpokit.models import load_model
+
+    recipe = validate(load(write_recipe(tmp_path, recipe_dict())))
+    capfd.readouterr()
+    model = load_model(str(tiny_model_dir), recipe)
+    assert model is not None and "Loading weights" not in capfd.readouterr().err
+
+
+def test_the_end_of_training_is_one_line_not_a_dict(capsys):
+    """The raw {'train_runtime': '40.89', ...} dict transformers prints at the end becomes one sentence."""
+    import io
+
+    from tqdm.auto import tqdm
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from grpokit.progress import CompactProgress
+
+    callback, out = CompactProgress(), io.StringIO()
+    callback.training_bar = tqdm(total=30, file=out)
+    state = TrainerState(global_step=30, max_steps=30)
+    logs = {"train_runtime": 40.89, "train_samples_per_second": 5.87, "train_steps_per_second": 0.734,
+            "train_loss": 0.0007017, "epoch": 0.9375}
+    callback.on_log(TrainingArguments(output_dir="/tmp/unused", report_to=[]), state, TrainerControl(), logs=logs)
+    text = capsys.readouterr().out  # tqdm.write prints above the bar, on stdout
+    assert "{" not in text and "train_runtime" not in text
+    assert "trained 30 steps in 40.9 s (0.734 steps/s); mean loss over the run 0.0007017" in text
+
+
+def test_metrics_destinations_are_said_and_trackio_project_is_the_recipe(tmp_path, monkeypatch):
+    from grpokit.config import load, validate
+    from grpokit.config.trainer_args import grpo_args
+    from grpokit.progress import events
+
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    data = recipe_dict()
+    data["trainer"] |= {"output_dir": str(tmp_path / "run"), "report_to": ["tensorboard", "trackio"]}
+    args = grpo_args(validate(load(write_recipe(tmp_path, data, name="my-run.yaml"))))
+    assert args.project == "my-run"  # not transformers' "huggingface"
+    assert args.ddp_find_unused_parameters is False  # LoRA: no per-step unused-parameter search, no DDP warning
+    lines = events(args)
+    board = str(tmp_path / "run" / "tensorboard")
+    assert lines == [f"metrics: TensorBoard, {board} (view: tensorboard --logdir {board})",
+                     "metrics: Trackio, project 'my-run' (view: trackio show --project my-run)"]
+    assert os.environ["TENSORBOARD_LOGGING_DIR"] == board  # where transformers' TensorBoard callback will write
+
+
+@pytest.mark.slow
+def test_a_two_process_run_through_the_launcher_is_quiet(tmp_path):
+    """A real 2-step DDP run on CPU via --num-processes 2: it trains, and prints neither DDP's
+    find_unused_parameters warning (once per rank) nor transformers' end-of-run dict nor a loading bar."""
+    data = recipe_dict()
+    data["trainer"] |= {"output_dir": str(tmp_path / "run"), "per_device_train_batch_size": 2, "disable_tqdm": False}
+    done = _launch("--recipe", str(write_recipe(tmp_path, data)), "--num-processes", "2",
+                   env_extra={"OMP_NUM_THREADS": "1"}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    both = done.stdout + done.stderr
+    for noise in ("find_unused_parameters", "train_runtime", "Loading weights", "Traceback", "defaults used"):
+        assert noise not in both, noise
+    assert "trained 2 steps in " in both and (tmp_path / "run" / "report.md").is_file()
+
+
+def test_make_setup_says_what_it_does_without_echoing_its_shell(tmp_path):
+    """The set-up recipe runs for real, against a stand-in venv whose python and uv only record their calls: the
+    user sees make's progress lines, not the shell block (if ... then ... fi) make used to echo."""
+    import shutil
+
+    if not shutil.which("make"):
+        pytest.skip("no make on this machine")
+    venv_dir = tmp_path / "venv"
+    (venv_dir / "bin").mkdir(parents=True)
+    for tool in ("python", "uv"):
+        stub = venv_dir / "bin" / tool
+        stub.write_text(f'#!/bin/sh\necho "{tool} $*" >> {tmp_path}/calls\n')
+        stub.chmod(0o755)
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # no nvidia-smi: the CPU branch
+    done = subprocess.run(["make", "--no-print-directory", "setup", f"VENV={venv_dir}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].startswith("set-up: ") and lines[-1].startswith("set-up done: further commands run with ")
+    assert "  torch 2.13.0: the CPU build (no CUDA GPU)" in lines
+    assert not any(word in done.stdout for word in ("if command", "pip install", "touch", "test -x", "fi"))
+    calls = (tmp_path / "calls").read_text()
+    assert "-m pip install -q torch==2.13.0" in calls and "pip install -q --python" in calls  # the work still ran

@@ -18,6 +18,11 @@ def grpo_args(recipe, num_processes: int | None = None):
     if init:
         kwargs["model_init_kwargs"] = init
     kwargs["trust_remote_code"] = recipe.model.get("trust_remote_code", False)
+    kwargs.setdefault("project", recipe.name)  # Trackio's project (transformers' default is "huggingface")
+    if recipe.lora is not None:
+        # transformers asks DDP to search for unused parameters in any model that is not its own (a PEFT model
+        # is not): a graph traversal per step and a warning per rank, though every adapter weight is used
+        kwargs.setdefault("ddp_find_unused_parameters", False)
     return build_grpo_config(kwargs, recipe.model, recipe.rewards, num_processes=num_processes)
 
 

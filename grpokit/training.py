@@ -189,6 +189,10 @@ def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrit
     say(f"building model: {recipe.model['name_or_path']} ({resolved_dtype(recipe.model)}, quantization {recipe.model['quantization']}, "
         + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
     model = load_model(prep.model_path, recipe)
+    from grpokit.progress import events
+
+    for where in events(prep.args):  # before the trainer: it fixes TensorBoard's directory at construction
+        say(where)
     trainer = make_trainer(prep, model)
     from grpokit import progress
 

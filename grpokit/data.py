@@ -14,6 +14,8 @@ from pathlib import Path
 
 from grpokit.errors import Problem, RecipeError, nearest
 
+ASSETS = Path(__file__).resolve().parent / "assets"
+BUILTIN = "builtin:"
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
 _NEW_ANSWER = "__grpokit_answer"
@@ -34,13 +36,15 @@ def load_raw(spec: dict, origin: str = ""):
 
     datasets.disable_progress_bars()
     if spec.get("path"):
-        path = Path(spec["path"])
+        path = builtin_path(spec["path"], origin) if spec["path"].startswith(BUILTIN) else Path(spec["path"])
         fmt = LOCAL_FORMATS.get(path.suffix.lower())
         if fmt is None:
             raise RecipeError([Problem("dataset.path", "unsupported file type", path.suffix, ", ".join(LOCAL_FORMATS), file=origin)])
         if not path.is_file():
-            raise RecipeError([Problem("dataset.path", "dataset file does not exist (a path in a recipe is relative to the "
-                                       "recipe's folder; shipped data: builtin:<file>)", str(path), file=origin)])
+            folder = f" ({Path(origin).resolve().parent})" if origin else ""
+            raise RecipeError([Problem("dataset.path", f"dataset file does not exist; a relative path is read from the folder of "
+                                       f"the recipe that sets it{folder}, and data shipped with grpokit is named "
+                                       f"{', '.join(builtin_names())}", str(path), file=origin)])
         from grpokit.datavalues import screen_file
 
         screen_file(path, fmt, spec, origin)
@@ -57,6 +61,24 @@ def load_raw(spec: dict, origin: str = ""):
         if any(s in text for s in ("offline", "Offline", "ConnectionError", "couldn't be found", "Couldn't reach", "LocalEntryNotFound")):
             raise NotReachable(f"dataset {spec['name']!r} is not in the local cache") from None
         raise RecipeError([Problem("dataset", f"cannot load {spec['name']!r}: {text[:300]}", file=origin)]) from None
+
+
+def builtin_names() -> list[str]:
+    """Data files shipped in grpokit/assets, as a recipe names them: `builtin:smoke.jsonl`, `builtin:arithmetic/train.jsonl`."""
+    return sorted(f"{BUILTIN}{p.relative_to(ASSETS).as_posix()}" for p in ASSETS.rglob("*")
+                  if p.suffix.lower() in LOCAL_FORMATS and "model_configs" not in p.parts)
+
+
+def builtin_path(name: str, origin: str = "") -> Path:
+    """`builtin:smoke.jsonl` -> the shipped file; a name that ships nothing is a recipe problem with the nearest name.
+
+    >>> builtin_path("builtin:smoke.jsonl").name
+    'smoke.jsonl'
+    """
+    if name not in builtin_names():
+        raise RecipeError([Problem("dataset.path", f"no data file shipped as {name!r}", allowed=", ".join(builtin_names()),
+                                   suggestion=nearest(name, builtin_names()), file=origin)])
+    return ASSETS / name[len(BUILTIN):]
 
 
 @contextmanager

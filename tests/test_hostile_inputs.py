@@ -207,3 +207,33 @@ def test_batched_lengths_are_trl_s_own(tiny_model_dir):
         assert lengths == [data.prompt_tokens(tokenizer, p) for p in prompts]
     single = tokenizer.apply_chat_template(chats[1], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
     assert data.prompt_lengths(tokenizer, Dataset.from_dict({"prompt": chats}))[1] == len(single)
+
+
+# --- issue 14.5-14.7: a copied recipe keeps its data; --check catches a reward's missing column; overrides blamed right
+
+
+def test_a_copied_smoke_recipe_still_finds_its_data(tmp_path, capsys, tiny_model_dir):
+    """smoke.yaml names its data `builtin:smoke.jsonl`: copied anywhere, it still checks (and the resolved recipe says so)."""
+    copy = tmp_path / "elsewhere" / "my.yaml"
+    copy.parent.mkdir()
+    copy.write_text((ROOT / "recipes" / "smoke.yaml").read_text())
+    assert main(["--recipe", str(copy), "--check", f"trainer.output_dir={tmp_path / 'run'}"]) == 0, capsys.readouterr().err
+    assert "path: builtin:smoke.jsonl" in capsys.readouterr().out
+
+
+def test_a_lost_relative_path_says_where_it_was_read_from(tmp_path, capsys):
+    recipe = (ROOT / "tests" / "hostile" / "fixtures" / "valid.yaml").read_text()
+    (tmp_path / "copied.yaml").write_text(recipe)  # its ../../../grpokit/assets/smoke.jsonl now points nowhere
+    assert main(["--recipe", str(tmp_path / "copied.yaml"), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset.path: dataset file does not exist" in err
+    assert f"a relative path is read from the folder of the recipe that sets it ({tmp_path})" in err
+    assert "builtin:smoke.jsonl" in err and "Traceback" not in err
+
+
+def test_an_unknown_builtin_data_file_names_the_shipped_ones(tmp_path, capsys):
+    recipe = with_trainer(tmp_path)
+    recipe["dataset"]["path"] = "builtin:smoke.jsnol"
+    assert main(["--recipe", str(write_recipe(tmp_path, recipe)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset.path: no data file shipped as 'builtin:smoke.jsnol'" in err and "did you mean 'builtin:smoke.jsonl'?" in err

@@ -198,7 +198,8 @@ def _anchor_paths(data: dict, folder: Path) -> None:
     """Make file paths written in a recipe relative to that recipe's folder (bases included)."""
     dataset = data.get("dataset")
     for key in ("path", "eval_path"):
-        if isinstance(dataset, dict) and isinstance(dataset.get(key), str):
+        # `builtin:smoke.jsonl` names data shipped with grpokit, the same from any folder: kept as written
+        if isinstance(dataset, dict) and isinstance(dataset.get(key), str) and not dataset[key].startswith("builtin:"):
             dataset[key] = str((folder / Path(dataset[key]).expanduser()).resolve())
     model = data.get("model")
     if isinstance(model, dict) and isinstance(model.get("name_or_path"), str) and _is_local_path(model["name_or_path"]):

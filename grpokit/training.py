@@ -82,7 +82,9 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
             conversational = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
         dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=str(recipe.path),
                                context_length=data.context_length(model_path), completion_length=args.max_completion_length)
-        missing = _reward_columns_missing(recipe, dataset.column_names)
+        from grpokit.config.validate import reward_call_problems
+
+        missing = _reward_columns_missing(recipe, dataset.column_names) + reward_call_problems(recipe.rewards, dataset.column_names, str(recipe.path))
         problems += missing
     except data.NotReachable:
         if training:

@@ -281,8 +281,8 @@ class Guarded:
         return self._check(out, completions, kwargs)
 
     def _step(self, kwargs) -> str:
-        step = getattr(kwargs.get("trainer_state"), "global_step", None)
-        return f" at step {step}" if is_integer(step) else ""
+        step = getattr(kwargs.get("trainer_state"), "global_step", None)  # steps completed: 0 during the first
+        return f" at step {step + 1}" if is_integer(step) else ""  # counted from 1, as the console counts
 
     def _explain(self, err: Exception, completions, kwargs) -> "RewardFailure":
         n = len(completions)

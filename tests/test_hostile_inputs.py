@@ -237,3 +237,52 @@ def test_an_unknown_builtin_data_file_names_the_shipped_ones(tmp_path, capsys):
     assert main(["--recipe", str(write_recipe(tmp_path, recipe)), "--check"]) == 2
     err = capsys.readouterr().err
     assert "dataset.path: no data file shipped as 'builtin:smoke.jsnol'" in err and "did you mean 'builtin:smoke.jsonl'?" in err
+
+
+REWARD_NEEDS_SOLUTION = "def f(completions, solution, **kwargs):\n    return [float(s in c) for c, s in zip(completions, solution)]\n"
+
+
+def test_a_reward_parameter_that_is_no_column_fails_check(tmp_path, capsys):
+    """`def f(completions, solution, **kwargs)` passed --check and raised TypeError at the first step."""
+    (tmp_path / "needs.py").write_text(REWARD_NEEDS_SOLUTION)
+    recipe = with_trainer(tmp_path)
+    recipe["rewards"] = [{"name": "char_fraction", "args": {"char": "a"}}, {"name": "needs.py:f"}]
+    assert main(["--recipe", str(write_recipe(tmp_path, recipe)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "rewards[1].name: reward 'f' requires 'solution', which TRL does not pass" in err
+    assert "dataset columns: id, answer" in err and "Traceback" not in err
+
+
+def test_a_reward_parameter_that_is_a_column_passes(tmp_path, capsys, tiny_model_dir):
+    (tmp_path / "needs.py").write_text(REWARD_NEEDS_SOLUTION.replace("solution", "answer"))
+    recipe = with_trainer(tmp_path)
+    recipe["rewards"] = [{"name": "needs.py:f"}]
+    assert main(["--recipe", str(write_recipe(tmp_path, recipe)), "--check"]) == 0, capsys.readouterr().err
+
+
+def test_reward_failures_count_steps_from_1_as_the_console_does():
+    """During the first step TRL's global_step is still 0: the message said 'step 0' while the console said 'step 1'."""
+    import types
+
+    import rewards
+
+    def boom(completions, **kwargs):
+        raise ValueError("no")
+
+    guarded = rewards.Guarded("boom", boom)
+    with pytest.raises(Exception) as caught:
+        guarded(["x"], trainer_state=types.SimpleNamespace(global_step=0))
+    assert "reward 'boom' raised at step 1 on sample 0" in str(caught.value)
+
+
+def test_an_override_is_blamed_on_the_command_line(capsys):
+    """`rewards.0.name=char_fracton` was reported as `valid.yaml: rewards[0].name`."""
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", "rewards.0.name=char_fracton"]) == 2
+    err = capsys.readouterr().err
+    assert "  - command line: rewards[0].name: unknown reward 'char_fracton'" in err and "valid.yaml" not in err
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", "rewards.0.args.char=ab"]) == 2
+    err = capsys.readouterr().err
+    assert "  - command line: rewards[0].args: reward 'char_fraction': bad arguments" in err
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", "rewards.0.wieght=2"]) == 2
+    err = capsys.readouterr().err
+    assert "  - command line: rewards[0].wieght: is not a known key" in err

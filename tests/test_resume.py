@@ -100,7 +100,7 @@ def test_a_reward_that_raises_stops_the_run_with_a_resumable_checkpoint(tmp_path
     out = tmp_path / "run"
     assert main(["--recipe", str(path)]) == 1
     err = capsys.readouterr().err
-    assert "run stopped: reward 'flaky' raised at step 2 on sample 0: ValueError: the grader service is down; completion: " in err
+    assert "run stopped: reward 'flaky' raised at step 3 on sample 0: ValueError: the grader service is down; completion: " in err
     assert f"last checkpoint: {out / 'checkpoint-2'}\ncontinue with: python launch.py --recipe {path} --resume" in err
     assert "Traceback" not in err
 

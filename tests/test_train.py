@@ -112,7 +112,7 @@ def test_failing_reward_names_reward_step_and_sample(tmp_path, capsys):
     data["rewards"] = [{"name": "bad_reward.py:picky"}]
     assert main(["--recipe", str(write_recipe(tmp_path, data))]) == 1
     err = capsys.readouterr().err
-    found = re.search(r"reward 'picky' raised at step 0 on sample (\d+): ZeroDivisionError: division by zero; completion: ", err)
+    found = re.search(r"reward 'picky' raised at step 1 on sample (\d+): ZeroDivisionError: division by zero; completion: ", err)
     assert found, err
     assert "no checkpoint was saved yet" in err
 

@@ -19,7 +19,7 @@ from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, 
                                      SAMPLING, SECTIONS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
 from grpokit.config.trainer_args import build_grpo_config
 from grpokit.dist import num_processes_from_env
-from grpokit.errors import Problems, nearest
+from grpokit.errors import Problem, Problems, nearest
 
 @dataclass
 class Recipe:
@@ -161,13 +161,13 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[di
         path = f"rewards[{i}]"
         if isinstance(item, str):  # shorthand: "- accuracy"
             item = {"name": item}
-        entry = validate_fields(item, REWARD_ENTRY, path, problems, lambda p: origin("rewards"))
+        entry = validate_fields(item, REWARD_ENTRY, path, problems, lambda p: origin(_dotted(p)))
         if "name" not in entry:
             continue
         args = dict(entry.get("args") or {})
         bad = {arg: non_finite(value) for arg, value in args.items() if non_finite(value) is not None}
         for arg, value in bad.items():  # a user reward's own checks may miss it: refused for every reward alike
-            problems.add(f"{path}.args.{arg}", "must be a finite number", value, file=origin("rewards"))
+            problems.add(f"{path}.args.{arg}", "must be a finite number", value, file=origin(f"rewards.{i}.args.{arg}"))
         if bad:
             continue
         try:
@@ -178,15 +178,58 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[di
                     args[arg] = _knob(trainer, key) if section == "trainer" else None
             rewards.build(entry["name"], **args)
         except rewards.RewardError as err:
-            problems.add(f"{path}.name" if "unknown reward" in str(err) or "user reward" in str(err) else f"{path}.args",
-                         str(err), file=origin("rewards"))
+            if "unknown reward" in str(err) or "user reward" in str(err):
+                problems.add(f"{path}.name", str(err), file=origin(f"rewards.{i}.name"))
+            else:  # blamed on where the argument the message names was set (a command-line override, say)
+                named = [a for a in args if f"'{a}'" in str(err) or f"{a} " in str(err) or f"{a}=" in str(err)]
+                problems.add(f"{path}.args", str(err), file=origin(f"rewards.{i}.args.{named[0]}" if named else f"rewards.{i}.args"))
             continue
         if e.name in seen:
             problems.add(f"{path}.name", f"reward {e.name!r} is listed twice (also rewards[{seen[e.name]}]); TRL logs them under one name",
-                         file=origin("rewards"))
+                         file=origin(f"rewards.{i}.name"))
         seen[e.name] = i
         out.append({"name": entry["name"], "weight": entry["weight"], "args": args, "logged_as": e.name})
     return out
+
+
+def _dotted(path: str) -> str:
+    """`rewards[0].args.char` -> `rewards.0.args.char`: how the loader records where a key was set."""
+    return path.replace("[", ".").replace("]", "")
+
+
+# What TRL 1.16's GRPOTrainer._calculate_rewards passes every reward besides the dataset's columns ("prompt" goes as
+# `prompts`; "completion" and "completion_ids" columns are not passed as such).
+TRL_REWARD_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+
+
+def reward_call_problems(entries: list[dict], columns: list[str], file: str | None = None) -> list[Problem]:
+    """A reward's required call parameters must be among what TRL passes: its keywords and the dataset's columns.
+
+    `def f(completions, solution, **kwargs)` on data without a `solution` column passed --check, then raised
+    TypeError at the first step. Parameters with a default are optional and not checked.
+    """
+    import inspect
+
+    import rewards
+
+    passed = [c for c in columns if c not in ("prompt", "completion", "completion_ids")]
+    problems = []
+    for i, entry in enumerate(entries):
+        target = rewards.resolve(entry["name"]).target
+        try:
+            sig = inspect.signature(target.__call__ if inspect.isclass(target) else target)
+        except (TypeError, ValueError):
+            continue  # validation already refused a reward whose signature cannot be read
+        for name, param in sig.parameters.items():
+            if (name == "self" or param.default is not param.empty or name in passed or name in TRL_REWARD_KEYWORDS
+                    or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD)):
+                continue
+            hint = "; set dataset.answer_column to pass a gold column as `answer`" if name == "answer" else ""
+            problems.append(Problem(f"rewards[{i}].name", f"reward {getattr(target, '__name__', entry['name'])!r} requires {name!r}, "
+                                    f"which TRL does not pass: it passes {', '.join(TRL_REWARD_KEYWORDS[:4])} and the "
+                                    f"dataset columns: {', '.join(passed)}{hint}",
+                                    suggestion=nearest(name, passed), file=file))
+    return problems
 
 
 def _knob(trainer: dict, key: str):

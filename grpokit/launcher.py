@@ -65,6 +65,10 @@ def launch(script_args: list[str], num_processes: int | None, config: Path | Non
     """
     from accelerate.commands.launch import launch_command, launch_command_parser
 
+    from grpokit.dist import say
+
+    say(f"recipe checked; starting {num_processes or 'the configured number of'} processes through accelerate "
+        f"({os.path.relpath(config or DEFAULT_CONFIG)})")
     # torch's elastic agent logs each failed rank and every SIGTERM it sends; the ranks already said why
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     os.environ[LAUNCHED] = "1"  # inherited: the started processes train; they never launch again

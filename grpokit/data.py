@@ -206,8 +206,13 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
                 f"{context_length} positions - max_completion_length {completion_length} = {room} tokens")
         if len(kept) < len(ds):
             ds = ds.select(kept)
+            lengths = [lengths[i] for i in kept]
     if spec.get("limit") and len(ds) > spec["limit"]:
         ds = ds.select(range(spec["limit"]))
+        lengths = lengths[: spec["limit"]] if lengths is not None else None
+    if lengths is not None:  # --check reads them again: measured once (only the latest dataset is kept)
+        _measured.clear()
+        _measured[(ds._fingerprint, id(tokenizer))] = lengths
     if len(ds) == 0:
         parts = [f"{n} {why}" for n, why in ((dropped, "missing or empty"), (over_limit, f"over max_prompt_tokens ({limit})"),
                                               (over_context, f"longer than the model's context leaves for a prompt ({context_length} "
@@ -215,6 +220,9 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
         raise RecipeError([Problem("dataset", f"no rows left to train on ({total} read: {', '.join(parts)})", file=origin)])
     log(f"dataset: {len(ds)} prompts ready (of {total} rows)")
     return ds
+
+
+_measured: dict[tuple, list[int]] = {}  # (dataset fingerprint, tokenizer id) -> prompt lengths, from prepare()
 
 
 def context_length(model_path: str | None) -> int | None:
@@ -238,6 +246,8 @@ def prompt_lengths(tokenizer, ds, batch_size: int = 512, rows=None) -> list[int]
     of chat prompts, and the tokenizer itself (special tokens included) on text prompts: the same calls, in batches,
     so measuring every row of a 7,000-row dataset takes about as long as reading it.
     """
+    if rows is None and (ds._fingerprint, id(tokenizer)) in _measured:
+        return list(_measured[(ds._fingerprint, id(tokenizer))])
     source = ds.select(rows) if rows is not None else ds
     out: list[int] = []
     for batch in source.select_columns(["prompt"]).iter(batch_size=batch_size):

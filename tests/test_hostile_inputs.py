@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 from helpers import ROOT, with_trainer, write_recipe
 
 from grpokit import data

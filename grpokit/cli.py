@@ -87,7 +87,24 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except RecipeError as err:
         print(err.render(), file=sys.stderr)
+        if under_plain_accelerate_launch():
+            print(ACCELERATE_NOTE, file=sys.stderr)
         return EXIT_USAGE
+
+
+# `accelerate launch launch.py` re-raises any non-zero exit of its processes as CalledProcessError (or torch's
+# ChildFailedError), and nothing in the script can stop it: say once what that traceback is, and the command without it.
+ACCELERATE_NOTE = ("(accelerate launch follows this with a traceback of its own, as it does after any run that exits "
+                   "non-zero; it adds nothing to the above. `python launch.py ... --num-processes N` checks the recipe "
+                   "before starting the processes and ends without it.)")
+
+
+def under_plain_accelerate_launch() -> bool:
+    """In the main process started by `accelerate launch` itself, not by grpokit's launcher."""
+    from grpokit.dist import is_main_process
+    from grpokit.launcher import LAUNCHED
+
+    return "ACCELERATE_MIXED_PRECISION" in os.environ and not os.environ.get(LAUNCHED) and is_main_process()
 
 
 def quiet_known_noise() -> None:

@@ -217,3 +217,17 @@ def test_make_setup_says_what_it_does_without_echoing_its_shell(tmp_path):
     assert not any(word in done.stdout for word in ("if command", "pip install", "touch", "test -x", "fi"))
     calls = (tmp_path / "calls").read_text()
     assert "-m pip install -q torch==2.13.0" in calls and "pip install -q --python" in calls  # the work still ran
+
+
+@pytest.mark.slow
+def test_plain_accelerate_launch_says_what_its_traceback_is(tmp_path):
+    """`accelerate launch launch.py` cannot be kept from adding its traceback (it re-raises any non-zero exit);
+    grpokit's message comes first, then one line saying the traceback adds nothing and which command has none."""
+    bad = write_recipe(tmp_path, recipe_dict() | {"trainer": recipe_dict()["trainer"] | {"epsilon_hihg": 0.3}})
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate/single_gpu.yaml",
+           LAUNCH, "--recipe", str(bad)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 1  # accelerate's own code for a failed script
+    message, note = done.stderr.index("1 problem found:"), done.stderr.index("(accelerate launch follows this")
+    assert message < note < done.stderr.index("Traceback")
+    assert "--num-processes N` checks the recipe" in done.stderr

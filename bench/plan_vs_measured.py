@@ -101,6 +101,11 @@ SETTINGS = [
             optim="adamw_bnb_8bit"),
     Setting("qwen7b-lora-bf16", "Qwen/Qwen2.5-7B-Instruct", layers=1, dtype="bfloat16",
             per_device_train_batch_size=2, num_generations=2, note="untied 152064-row head"),
+    Setting("qwen0.5b-lora-bf16-ga2", "Qwen/Qwen2.5-0.5B-Instruct", layers=2, dtype="bfloat16", optim="adamw_bnb_8bit",
+            per_device_train_batch_size=2, gradient_accumulation_steps=2, prompt_length=16, max_completion_length=24,
+            note="gradients of the first micro-batch alive through the second"),
+    Setting("qwen0.5b-full-foreach-nockpt", "Qwen/Qwen2.5-0.5B-Instruct", layers=2, lora=None, foreach=True,
+            gradient_checkpointing=False, per_device_train_batch_size=2, num_generations=2),
     TINY,
 ]
 # --------------------------------------------------------------------------------------------------
@@ -262,7 +267,8 @@ def plan(setting: Setting, device: str = "cpu"):
         model_config(setting), model=setting.name, dtype=setting.dtype, quantization=setting.quantization,
         lora=setting.lora, optim=setting.optim, beta=setting.beta, gradient_checkpointing=setting.gradient_checkpointing,
         per_device_train_batch_size=setting.per_device_train_batch_size, num_generations=setting.num_generations,
-        generation_batch_size=setting.generation_batch, prompt_length=setting.prompt_length,
+        generation_batch_size=setting.generation_batch, gradient_accumulation_steps=setting.gradient_accumulation_steps,
+        prompt_length=setting.prompt_length,
         max_completion_length=setting.max_completion_length, device=device, foreach=setting.foreach, suggest=False)
 
 

@@ -33,16 +33,15 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
     try:
         import torch
 
-        # plan the kernels that will run: on a machine without CUDA (or use_cpu) TRL's head and AdamW take other paths
-        device = "cpu" if prep.args.use_cpu or not torch.cuda.is_available() else "cuda"
         plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
-                               gpu_memory_gb=gpu_memory_gb, device=device)
+                               gpu_memory_gb=gpu_memory_gb)
         print("\n".join(plan.render()))
-        if device == "cpu":  # what the same recipe would need on the GPU it is meant for
-            gpu = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
-                                  gpu_memory_gb=gpu_memory_gb, device="cuda")
-            print(f"  on a {gpu_memory_gb:g} GiB GPU instead: peak {gpu.total_gb:.1f} GiB in the {gpu.peak.name} phase -> "
-                  + (f"fits, headroom {gpu.headroom_gb:.1f} GiB" if gpu.fits else f"does NOT fit; first knob: {gpu.suggestion}"))
+        if prep.args.use_cpu or not torch.cuda.is_available():  # a run here takes other kernels: plan those too
+            cpu = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
+                                  gpu_memory_gb=gpu_memory_gb, device="cpu")
+            print(f"  on this machine (no CUDA) a run takes the CPU path ({cpu.settings.dtype}, TRL's head without "
+                  f"Triton scores every position): peak {cpu.allocated_gb:.2f} GiB of host memory in the "
+                  f"{cpu.peak.name} phase ({cpu.peak.moment})")
         if prompt_length is None:
             print("  note: prompt length not measured (dataset not reachable) and not bounded: assumed 256 tokens")
         else:

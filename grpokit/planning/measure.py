@@ -182,16 +182,30 @@ def instrument(trainer, live: LiveTensors, warmup_steps: int = 0):
             live.track(t, "weights")
     for b in model.buffers():
         live.track(b, "weights")
-    if trainer.optimizer is not None:  # created (and stepped) before: its states exist already
-        for state in trainer.optimizer.state.values():
-            for t in state.values():
-                if isinstance(t, torch.Tensor):
-                    live.track(t, "optimizer states")
     if getattr(trainer, "ref_model", None) is not None:
         for t in list(trainer.ref_model.parameters()) + list(trainer.ref_model.buffers()):
             live.track(t, "reference model")
     hooks = [p.register_post_accumulate_grad_hook(lambda p: live.track(p.grad, "gradients"))
              for p in params if p.requires_grad]
+
+    def tag_optimizer_states(optimizer) -> None:
+        for state in optimizer.state.values():
+            for t in state.values():
+                if isinstance(t, torch.Tensor):
+                    live.track(t, "optimizer states")
+
+    from transformers import TrainerCallback
+
+    class _States(TrainerCallback):
+        # accelerate's prepare() reloads the optimizer's state dict (bitsandbytes copies its states): tag again
+        def on_train_begin(self, args, state, control, **kwargs):
+            if trainer.optimizer is not None:
+                tag_optimizer_states(trainer.optimizer)
+
+    callback = _States()
+    trainer.add_callback(callback)
+    if trainer.optimizer is not None:  # created (and stepped) before: its states exist already
+        tag_optimizer_states(trainer.optimizer)
     steps = [0]
     saved = {}
 
@@ -200,10 +214,7 @@ def instrument(trainer, live: LiveTensors, warmup_steps: int = 0):
         live.tag = "optimizer step"
 
     def step_post(optimizer, args, kwargs):
-        for state in optimizer.state.values():
-            for t in state.values():
-                if isinstance(t, torch.Tensor):
-                    live.track(t, "optimizer states")
+        tag_optimizer_states(optimizer)
         live.tag = saved["tag"]
         live.moment("other")
         steps[0] += 1
@@ -274,6 +285,7 @@ def instrument(trainer, live: LiveTensors, warmup_steps: int = 0):
                 setattr(obj, name, own)
         for h in hooks:
             h.remove()
+        trainer.remove_callback(callback)
 
 
 def _quant_tensors(p) -> list:

@@ -234,7 +234,10 @@ def _compute(config: dict, s: Settings) -> tuple[list[Phase], list[Phase]]:
     counts = param_counts(config)
     b, total = DTYPE_BYTES[s.dtype], counts["total"]
     weights, w_how = weight_bytes(config, s.dtype, s.quantization)
-    dequant = max(i * o for i, o, _ in linear_shapes(config).values()) * b if s.quantization != "none" else 0
+    # a quantized layer's matmul with gradients: bitsandbytes dequantizes the weight to the compute dtype on CUDA;
+    # on CPU the largest temporary bench/plan_vs_measured.py sees is the packed size (0.5 B per value, 4-bit)
+    largest = max(i * o for i, o, _ in linear_shapes(config).values())
+    dequant = 0 if s.quantization == "none" else int(largest * (b if s.device == "cuda" or s.quantization == "8bit" else 0.5))
     if s.lora:
         sizes = lora_tensors(config, s.lora.get("r", 8), s.lora.get("target_modules", "all-linear"),
                              bool(s.lora.get("use_dora")))

@@ -119,9 +119,18 @@ def head_bytes(config: dict, s, tokens: int, backward: bool) -> tuple[int, str]:
     a = activation_bytes(s)
     rows, width = min(tokens, LOGPROB_TILE[0]), min(V, LOGPROB_TILE[1])
     temps = HEAD_TEMPORARIES[s.device]["backward" if backward else "forward"]
-    total = tokens * H * a + tokens * 4 * (3 if backward else 7) + rows * LOGPROB_TILE[1] * a + temps * rows * width * 4
-    how = (f"{tokens} positions x H x {a} B + one {rows}x{LOGPROB_TILE[1]} tile"
-           + (f" + {temps} fp32 tile temporaries (torch fold, {s.device})" if temps else ""))
+    upcast = s.device == "cpu" and a != 4  # torch's fold and addmm work in fp32: a 16-bit tile (and weight) is copied up
+    if upcast and not backward:
+        temps += 1
+    total = tokens * H * a + tokens * 4 * (3 if backward else 7) + rows * LOGPROB_TILE[1] * a
+    how = f"{tokens} positions x H x {a} B + one {rows}x{LOGPROB_TILE[1]} tile"
+    fold = temps * rows * width * 4
+    if upcast and backward:  # the gradient GEMMs upcast the tile and the weight chunk, after the fold has freed its own
+        total += max(fold, rows * width * 4 + width * H * 4)
+        how += f" + the larger of {temps} fp32 tile temporaries and the fp32 copies of a tile and a weight chunk (CPU)"
+    elif temps:
+        total += fold
+        how += f" + {temps} fp32 tile temporaries (torch fold, {s.device})"
     if backward:
         total += tokens * H * 4
         how += " + fp32 grad of the hidden rows"
@@ -171,9 +180,10 @@ def step_moments(config: dict, s, static: list[Component], grads: Component, opt
     # -- generation: the prefill, and the last decode step (longest cache)
     kv_tok = L * 2 * kv * a
     mask_prefill = G * P * P * a  # the float padding mask of the prompt, one layer at a time
-    prefill_ws = G * P * a * (2 * H + 2 * q + 2 * kv + 3 * I) + mask_prefill + G * V * (a + 4) + dequant
+    # no dequantized weight without gradients: bitsandbytes' gemm_4bit reads the packed weight
+    prefill_ws = G * P * a * (2 * H + 2 * q + 2 * kv + 3 * I) + mask_prefill + G * V * (a + 4)
     cache = G * (S - 1) * kv_tok  # the last token is sampled, never fed back: P + C - 1 positions
-    decode_ws = 2 * G * (S - 1) * kv * a + G * V * (a + 4 * 7) + dequant
+    decode_ws = 2 * G * (S - 1) * kv * a + G * V * (a + 4 * 7)
     gen = [
         Phase("generation", "prefill", static + [none_grads, optim,
                Component("KV cache", G * P * kv_tok, f"G x P x L x (k, v) x kv_dim x {a} B"),
@@ -201,18 +211,32 @@ def step_moments(config: dict, s, static: list[Component], grads: Component, opt
         kept_how = f"L x T x {A} B/token ({a_how}) + final norm"
         backward_acts = kept + T * back
         b_how = kept_how + f" + backward T x {back} B"
-    if dequant:
-        kept, kept_how = kept + dequant, kept_how + " + one dequantized weight"
-        backward_acts, b_how = backward_acts + dequant, b_how + " + one dequantized weight"
     N = scored_positions(s)
     hf, hf_how = head_bytes(config, s, N, backward=False)
     hb, hb_how = head_bytes(config, s, N, backward=True)
+    # the layers' forward: what is kept so far, plus one layer's transient MLP and a dequantized weight (4/8-bit)
+    transient = T * (4 * a * I + 2 * a * H) + dequant
+    deq = " + one dequantized weight" if dequant else ""
     train = [
-        Phase("training", "forward", static + [held, optim, Component("activations", kept, kept_how)]),
-        Phase("training", "head forward", static + [held, optim, Component("activations", kept, kept_how), Component("logits", hf, hf_how)]),
-        Phase("training", "head backward", static + [held, optim, Component("activations", kept, kept_how), Component("logits", hb, hb_how)]),
-        Phase("training", "backward", static + [grads, optim, Component("activations", backward_acts, b_how)]),
+        Phase("training", "forward", static + [held, optim, Component(
+            "activations", kept + transient, kept_how + f" + one layer's transient T x (4x{a}I + 2x{a}H){deq}")]),
+        Phase("training", "head forward", static + [held, optim, Component("activations", kept, kept_how),
+                                                    Component("logits", hf, hf_how)]),
+        Phase("training", "head backward", static + [held, optim, Component("activations", kept, kept_how),
+                                                     Component("logits", hb, hb_how)]),
     ]
+    if s.lora:  # the adapters' gradients are small: the backward peaks at its first recomputed layer
+        train.append(Phase("training", "backward", static + [grads, optim, Component(
+            "activations", backward_acts + dequant, b_how + deq)]))
+    else:  # a full fine-tune: the head's weight gradient from the start; at the end every gradient, and
+        # with tied embeddings the head's gradient waits for the embedding's dense one, and their sum is a third
+        head_grad = V * H * activation_bytes(s)
+        start = [Component("gradients", head_grad + held.bytes, "the head's weight (V x H), from its backward"),
+                 optim, Component("activations", backward_acts + dequant, b_how + deq)]
+        tied = 2 * head_grad if d["tied"] else 0
+        end = [grads, optim, Component("activations", tied, "tied embeddings: the embedding's dense gradient and its sum "
+                                       "with the head's (V x H each)" if tied else "the last layers' gradients in flight")]
+        train.append(Phase("training", "backward", static + max(start, end, key=lambda parts: sum(c.bytes for c in parts))))
     step, step_how = optimizer_step_bytes(s, _trainable_sizes(config, s), _state_bytes(s))
     train.append(Phase("training", "optimizer step", static + [grads, optim, Component("optimizer step", step, step_how)]))
     return gen, train

@@ -79,10 +79,11 @@ def timing(state: dict) -> dict:
 def eval_run(run_dir: Path | None, out: Path) -> dict:
     from grpokit import evaluate
 
-    if run_dir is None and out.is_file():  # the base model's greedy eval, from an earlier bench or `--eval --eval-out`
+    if out.is_file():  # scored already (e.g. by `launch.py --eval` run in parallel): greedy, so the same figures
         saved = json.loads(out.read_text())
         recipe = load_recipe([])
-        if saved.get("model") == recipe.model["name_or_path"] and saved.get("heldout") == recipe.dataset["eval_path"]:
+        if (saved.get("model") == recipe.model["name_or_path"] and saved.get("heldout") == recipe.dataset["eval_path"]
+                and saved.get("run_dir") == (str(run_dir) if run_dir else None)):
             print(f"reusing {out}: " + evaluate.summary(saved), flush=True)
             return saved
     recipe = load_recipe([f"trainer.output_dir={run_dir or RESULTS / 'real_model_runs' / 'base'}"])

@@ -149,3 +149,24 @@ def test_a_killed_conversion_leaves_no_directory_a_later_run_would_trust(monkeyp
     assert not target.exists()
     gguf._remove_stale_tmp(target)  # the next conversion clears what dead processes left
     assert list(tmp_path.iterdir()) == []
+
+
+def test_shipped_arithmetic_splits_are_the_generators_output():
+    from grpokit import arithmetic
+    from rewards.math import gold_answer
+
+    train, heldout = arithmetic.splits()
+    for split, rows in (("train", train), ("heldout", heldout)):
+        assert (arithmetic.ASSET_DIR / arithmetic.FILES[split]).read_text() == arithmetic.render_jsonl(rows)
+    assert not {r["question"] for r in train} & {r["question"] for r in heldout}  # held out means never trained on
+    for row in heldout:  # every gold is the sum, in the form the accuracy reward reads
+        a, b = map(int, row["question"].removeprefix("What is ").rstrip("?").split(" + "))
+        assert gold_answer(row["answer"]) == str(a + b)
+
+
+@pytest.mark.parametrize("module", ["grpokit.arithmetic", "grpokit.evaluate", "grpokit.gguf", "grpokit.data"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    assert doctest.testmod(importlib.import_module(module)).failed == 0

@@ -100,14 +100,18 @@ def plot(results: dict, path: Path) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [2, 1]})
     for run in results["seeds"]:
-        ax1.plot(range(1, len(run["rewards"]) + 1), run["rewards"], marker=".", alpha=0.8, label=f"seed {run['seed']}")
+        steps, rewards = range(1, len(run["rewards"]) + 1), run["rewards"]
+        line = ax1.plot(steps, rewards, marker=".", linestyle="none", alpha=0.35)[0]
+        # 16 completions a step make each point noisy (a binary reward's std error is up to 0.125): a 5-step mean
+        smooth = [sum(rewards[max(0, i - 4) : i + 1]) / len(rewards[max(0, i - 4) : i + 1]) for i in range(len(rewards))]
+        ax1.plot(steps, smooth, color=line.get_color(), label=f"seed {run['seed']} (5-step mean)")
     ax1.set_xlabel("step")
     ax1.set_ylabel("mean accuracy of the step's 16 completions")
     ax1.set_title("training reward (sampled, temperature 1)")
     ax1.set_ylim(-0.02, 1.02)
     ax1.legend()
     base = results["base"]["pass@1"]
-    labels = [f"seed {r['seed']}" for r in results["seeds"]]
+    labels = [f"seed {r['seed']}\n{r.get('steps', '?')} steps" for r in results["seeds"]]
     x = range(len(labels))
     ax2.bar([i - 0.2 for i in x], [base] * len(labels), width=0.4, label="base")
     ax2.bar([i + 0.2 for i in x], [r["after"]["pass@1"] for r in results["seeds"]], width=0.4, label="after GRPO")

@@ -285,3 +285,34 @@ def test_an_override_is_blamed_on_the_command_line(capsys):
     assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", "rewards.0.wieght=2"]) == 2
     err = capsys.readouterr().err
     assert "  - command line: rewards[0].wieght: is not a known key" in err
+
+
+def test_the_reward_keywords_are_trl_s_own():
+    """reward_call_problems trusts a list of what TRL passes a reward: a TRL upgrade that changes it fails here."""
+    import inspect
+    import re
+
+    from trl import GRPOTrainer
+
+    from grpokit.config.validate import TRL_REWARD_KEYWORDS
+
+    source = inspect.getsource(GRPOTrainer._calculate_rewards)
+    extra = set(re.findall(r'(?<!row_)reward_kwargs\["(\w+)"\]', source)) - {"environments"}  # only with environment_factories
+    assert "prompts=prompts, completions=completions, completion_ids=completion_ids_list, **reward_kwargs" in source
+    assert set(TRL_REWARD_KEYWORDS) == {"prompts", "completions", "completion_ids"} | extra
+
+
+SUBPROCESS_CASES = ["data_not_utf8", "alias_bomb", "nan_learning_rate"]  # the data, YAML and value stages
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES)
+def test_hostile_input_as_a_real_command(case):
+    """As a user runs it: library loggers, warnings and the exit code of a real process."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "launch.py", "--recipe", str(CORPUS / f"{case}.yaml"), "--check"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert all(fragment in proc.stderr for fragment in CASES[case]), proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout

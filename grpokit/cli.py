@@ -34,6 +34,17 @@ examples:
 """
 
 
+def _gigabytes(text: str) -> float:
+    """`--gpu-memory`: float() takes 'nan' and 'inf', which planned for 'a nan GiB GPU' and said the recipe fits."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of GB > 0 (got {text!r})")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="launch.py",
@@ -50,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
                         "(default: from the launcher, else 1)")
     p.add_argument("--accelerate-config", type=Path, metavar="FILE",
                    help="start the run through accelerate with this config (e.g. recipes/accelerate/zero2.yaml)")
-    p.add_argument("--gpu-memory", type=float, default=16.0, metavar="GB", help="GPU memory for --check's plan (default 16)")
+    p.add_argument("--gpu-memory", type=_gigabytes, default=16.0, metavar="GB", help="GPU memory for --check's plan (default 16)")
     # --resume takes no value: an optional one swallowed the next argument (`--resume trainer.max_steps=40`).
     p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest complete checkpoint")
     p.add_argument("--resume-from", metavar="CHECKPOINT", help="continue the run from this checkpoint directory")

@@ -316,3 +316,13 @@ def test_hostile_input_as_a_real_command(case):
     assert proc.returncode == 2, proc.stderr
     assert all(fragment in proc.stderr for fragment in CASES[case]), proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-5", "0"])
+def test_gpu_memory_must_be_a_finite_positive_number(value, capsys):
+    """`--gpu-memory nan` planned for 'a nan GiB GPU' and said the recipe fits (item 10: the command line too)."""
+    with pytest.raises(SystemExit) as caught:
+        main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", f"--gpu-memory={value}"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --gpu-memory: must be a finite number of GB > 0 (got {value!r})" in err and "Traceback" not in err

@@ -187,7 +187,7 @@ def screen_file(path: Path, fmt: str, spec: dict, origin: str = "") -> None:
 def _screen_json(path: Path, spec: dict, origin: str, fail) -> None:
     """JSON Lines (or one JSON array): every line decoded and parsed once, cells checked, faults by 1-based line."""
     check = Checker(spec, path.name, "line", origin)
-    bad_json: list[tuple[int, json.JSONDecodeError]] = []
+    bad_json: list[tuple[int, str]] = []  # (line, why): the first is said in full, the rest counted
     with path.open("rb") as f:
         first = f.read(1)
     if first == b"[":  # one JSON array: rows counted from 1
@@ -214,16 +214,16 @@ def _screen_json(path: Path, spec: dict, origin: str, fail) -> None:
             try:
                 row = json.loads(line.lstrip("\ufeff") if n == 1 else line)
             except json.JSONDecodeError as err:
-                bad_json.append((n, err))
+                bad_json.append((n, f"is not valid JSON: {err.msg} (column {err.colno})"))
                 continue
             if not isinstance(row, dict):
-                bad_json.append((n, f"a JSON Lines row is an object ({{...}}), this is {_kind(row)}"))
+                bad_json.append((n, f"is not a JSON object ({{...}}, one row): it holds {'null' if row is None else _kind(row)}"))
                 continue
             if not bad_json:
                 check.row(row, n)
     if bad_json:
-        n, err = bad_json[0]
-        why = f"{err.msg} (column {err.colno})" if isinstance(err, json.JSONDecodeError) else err
-        more = f"; {len(bad_json) - 1} more line(s) like it: {', '.join(str(b[0]) for b in bad_json[1:6])}" if len(bad_json) > 1 else ""
-        fail(f"line {n} is not valid JSON: {why}{more}")
+        n, why = bad_json[0]
+        later = [str(b[0]) for b in bad_json[1:]]
+        more = f" (and {len(later)} more bad line{'s' if len(later) > 1 else ''}: {', '.join(later[:SHOWN_ROWS])}{', ...' if len(later) > SHOWN_ROWS else ''})" if later else ""
+        fail(f"line {n} {why}{more}")
     check.raise_if_any()

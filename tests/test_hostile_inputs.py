@@ -326,3 +326,13 @@ def test_gpu_memory_must_be_a_finite_positive_number(value, capsys):
     assert caught.value.code == 2
     err = capsys.readouterr().err
     assert f"argument --gpu-memory: must be a finite number of GB > 0 (got {value!r})" in err and "Traceback" not in err
+
+
+def test_lines_that_are_not_rows_are_counted_after_the_first(tmp_path, capsys):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "Say apple.", "answer": "a"}\nnull\n[1]\n{oops\n')
+    recipe = with_trainer(tmp_path)
+    recipe["dataset"]["path"] = str(path)
+    assert main(["--recipe", str(write_recipe(tmp_path, recipe)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "rows.jsonl line 2 is not a JSON object ({...}, one row): it holds null (and 2 more bad lines: 3, 4)" in err

@@ -146,7 +146,7 @@ def summary_line(results: dict) -> str:
     s = pvm.summary(rows)
     extra = [(r["allocator"][ph]["reserved"] + r["context_bytes"]) / max(1, r["comparison"]["phases"][ph]["planned"]) - 1
              for r in rows for ph in ("generation", "training") if r["allocator"][ph]["reserved"]]
-    gpu = results["versions"].get("gpu", "a GPU")
+    gpu = results["versions"].get("gpu", "CPU (dry run)")
     line = f"live tensors within {s['worst_abs_error']:.1%} of the plan over {s['settings']} cases on {gpu}"
     if extra:
         line += f"; allocator reserved + context {max(extra):+.0%} over the live-tensor plan at worst"

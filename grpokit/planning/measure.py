@@ -207,43 +207,41 @@ def instrument(trainer, live: LiveTensors, warmup_steps: int = 0):
     if trainer.optimizer is not None:  # created (and stepped) before: its states exist already
         tag_optimizer_states(trainer.optimizer)
     steps = [0]
-    saved = {}
+    outer_tag = []
 
     def step_pre(optimizer, args, kwargs):
-        saved["moment"], saved["tag"] = live.moment("optimizer step"), live.tag
-        live.tag = "optimizer step"
+        live.moment("optimizer step")
+        outer_tag.append(live.tag)
+        live.tag = "optimizer step"  # what the step allocates and frees again: its temporaries
 
     def step_post(optimizer, args, kwargs):
         tag_optimizer_states(optimizer)
-        live.tag = saved["tag"]
+        live.tag = outer_tag.pop()
         live.moment("other")
         steps[0] += 1
         if steps[0] == warmup_steps:
             live.reset_peaks()
 
-    hooks += [register_optimizer_step_pre_hook(step_pre),
-              register_optimizer_step_post_hook(step_post)]
+    hooks += [register_optimizer_step_pre_hook(step_pre), register_optimizer_step_post_hook(step_post)]
 
-    def around(moment, tag=None, after=None):
-        def wrap(fn):
-            def wrapped(*a, **k):
-                previous = live.moment(moment) if moment else None
-                outer = live.tag
-                live.tag = tag or outer
-                try:
-                    return fn(*a, **k)
-                finally:
-                    live.tag = outer
-                    live.moment(after or previous) if (after or previous) else None
-            return wrapped
-        return wrap
+    def around(fn, moment: str, after: str, tag: str | None = None):
+        def wrapped(*a, **k):
+            live.moment(moment)
+            outer = live.tag
+            live.tag = tag or outer
+            try:
+                return fn(*a, **k)
+            finally:
+                live.tag = outer
+                live.moment(after)
+        return wrapped
 
     target = trainer.accelerator.unwrap_model(trainer.model_wrapped)  # what TRL calls generate on
     patched = [(obj, name, vars(obj).get(name)) for obj, name in
                ((target, "generate"), (trainer, "compute_loss"), (trainer.accelerator, "backward"))]
-    target.generate = around(GENERATION, "generation workspace", after="scoring")(target.generate)
-    trainer.compute_loss = around("forward", after="other")(trainer.compute_loss)
-    trainer.accelerator.backward = around("backward", after="other")(trainer.accelerator.backward)
+    target.generate = around(target.generate, GENERATION, "scoring", tag="generation workspace")
+    trainer.compute_loss = around(trainer.compute_loss, "forward", "other")
+    trainer.accelerator.backward = around(trainer.accelerator.backward, "backward", "other")
 
     head_forward, head_backward = head.forward, head.backward
 
@@ -265,7 +263,7 @@ def instrument(trainer, live: LiveTensors, warmup_steps: int = 0):
         finally:
             live.moment(previous)
 
-    update = DynamicLayer.update
+    update = DynamicLayer.update  # transformers' KV cache layer: each decode step concatenates onto it
 
     def update_and_tag(layer, *a, **k):
         out = update(layer, *a, **k)

@@ -336,3 +336,23 @@ def test_lines_that_are_not_rows_are_counted_after_the_first(tmp_path, capsys):
     assert main(["--recipe", str(write_recipe(tmp_path, recipe)), "--check"]) == 2
     err = capsys.readouterr().err
     assert "rows.jsonl line 2 is not a JSON object ({...}, one row): it holds null (and 2 more bad lines: 3, 4)" in err
+
+
+@pytest.mark.slow
+def test_numeric_gold_answers_reach_a_reward_as_text_in_a_real_step(tmp_path, capsys):
+    """Through data preparation and TRL's reward call: a reward comparing text never sees the int 5."""
+    (tmp_path / "gold.py").write_text(
+        "def is_text(completions, answer, **kwargs):\n"
+        "    kinds = {type(a).__name__ for a in answer}\n"
+        "    if kinds != {'str'}:\n"
+        "        raise TypeError(f'gold answers arrived as {kinds}')\n"
+        "    return [float(a == '4') for a in answer]\n"
+    )
+    path = tmp_path / "numbers.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"{n}+{n}?", "answer": 2 * n}) + "\n" for n in range(8)))
+    recipe = with_trainer(tmp_path, max_steps=1)
+    recipe["dataset"]["path"] = str(path)
+    recipe["rewards"] = [{"name": "gold.py:is_text"}]
+    assert main(["--recipe", str(write_recipe(tmp_path, recipe))]) == 0, capsys.readouterr().err
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert state["global_step"] == 1 and "rewards/is_text/mean" in state["log_history"][0]

@@ -224,12 +224,12 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
                 " If this recurs, raise sampling.max_rounds or check that the reward can differ between "
                 "completions of one prompt (later occurrences are reported in one line).")
             self._warned_short = True
-            logger.warning(
+            logger.warning(  # the step being generated for, counted from 1 as the console counts
                 "dynamic sampling ran out of generation rounds at step %d (sampling.max_rounds=%d): only %d of %d "
                 "prompt groups (on the process with the fewest) had a spread in '%s'. Those are trained on; the "
                 "other %d slots hold zero-spread groups masked out of the loss (advantage 0, no tokens counted), "
                 "and the step logs sampling/filled_short=1.%s",
-                self.state.global_step, self.sampling["max_rounds"], fewest, target, self.sampling["metric"],
+                self.state.global_step + 1, self.sampling["max_rounds"], fewest, target, self.sampling["metric"],
                 target - fewest, advice)
         batch = self._assemble(kept, fill)
         return self._finish(batch, round_metrics, rounds=rnd, dropped=dropped, generated=generated,

@@ -23,6 +23,10 @@ LOGPROB_TILE = (4096, 32768)
 HEAD_TEMPORARIES = {"cuda": {"forward": 0, "backward": 0}, "cpu": {"forward": 3, "backward": 7}}
 _TILE_SOURCE = (("trl.kernels.chunked_logprob", "TOKEN_CHUNK_SIZE"), ("trl.trainer.utils", "_CHUNKED_LOGPROB_CHUNK_SIZE"))
 
+# What GRPOTrainer._calculate_rewards passes every reward besides the dataset's columns ("prompt" goes as
+# `prompts`; "completion" and "completion_ids" columns are not passed as such). A test reads TRL's source for it.
+TRL_REWARD_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+
 # GRPOTrainer methods overridden or relied on (grpokit.dynamic_sampling), with their parameters, and text that
 # must still be in their source; trainer attributes the subclass reads.
 SIGNATURES = {

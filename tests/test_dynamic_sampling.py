@@ -255,6 +255,7 @@ def test_all_degenerate_completes_with_warning(tmp_path, tiny_model_dir, caplog)
     with caplog.at_level(logging.WARNING, logger="grpokit.dynamic_sampling"):
         trainer.train()
     assert "ran out of generation rounds" in caplog.text and "sampling.max_rounds=2" in caplog.text
+    assert "at step 1 " in caplog.text and "at step 0 " not in caplog.text  # steps count from 1, as the console does
     for batch in seen:  # full shape, but nothing in it counts: no advantage, no tokens, no KL
         assert batch["advantages"].shape == (8,) and torch.all(batch["advantages"] == 0)
         assert torch.all(batch["tool_mask"] == 0) and batch["num_items_in_batch"] == 0

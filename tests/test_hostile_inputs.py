@@ -294,7 +294,7 @@ def test_the_reward_keywords_are_trl_s_own():
 
     from trl import GRPOTrainer
 
-    from grpokit.config.validate import TRL_REWARD_KEYWORDS
+    from grpokit.trl_compat import TRL_REWARD_KEYWORDS
 
     source = inspect.getsource(GRPOTrainer._calculate_rewards)
     extra = set(re.findall(r'(?<!row_)reward_kwargs\["(\w+)"\]', source)) - {"environments"}  # only with environment_factories

@@ -20,6 +20,7 @@ from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, 
 from grpokit.config.trainer_args import build_grpo_config
 from grpokit.dist import num_processes_from_env
 from grpokit.errors import Problem, Problems, nearest
+from grpokit.trl_compat import TRL_REWARD_KEYWORDS
 
 @dataclass
 class Recipe:
@@ -195,11 +196,6 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[di
 def _dotted(path: str) -> str:
     """`rewards[0].args.char` -> `rewards.0.args.char`: how the loader records where a key was set."""
     return path.replace("[", ".").replace("]", "")
-
-
-# What TRL 1.16's GRPOTrainer._calculate_rewards passes every reward besides the dataset's columns ("prompt" goes as
-# `prompts`; "completion" and "completion_ids" columns are not passed as such).
-TRL_REWARD_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 
 
 def reward_call_problems(entries: list[dict], columns: list[str], file: str | None = None) -> list[Problem]:

@@ -19,6 +19,7 @@ LEAVES = {
     "grpokit.rundir": {"grpokit.errors", "grpokit.dist"},
     "grpokit.trl_compat": set(),
     "grpokit.progress": set(),
+    "grpokit.lifecycle": set(),
 }
 
 

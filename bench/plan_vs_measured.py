@@ -1,12 +1,14 @@
 """The memory plan against the live tensors of real GRPO steps on CPU: per phase, per moment, per component.
 
-    nice -n 10 .venv/bin/python bench/plan_vs_measured.py                 # every setting, ~10 min on 2 cores
-    nice -n 10 .venv/bin/python bench/plan_vs_measured.py --settings smollm2-lora,qwen0.5b-full
+    nice -n 10 .venv/bin/python bench/plan_vs_measured.py                 # every setting: ~2 h on a loaded 2-core box
+    nice -n 10 .venv/bin/python bench/plan_vs_measured.py --settings tiny-qwen-lora,qwen0.5b-full-beta
+    .venv/bin/python bench/plan_vs_measured.py --replan                  # plan the stored runs again, measure nothing
     .venv/bin/python bench/plan_vs_measured.py --list
 
-For each setting: a real `GRPOTrainer` (TRL 1.16) runs two optimizer steps on CPU under
-`grpokit.planning.measure.LiveTensors`, a counter of live tensor storages at PyTorch's dispatch level. The
-first step is a warm-up (it creates the optimizer states); the second is measured: the peak of live bytes
+For each setting: a real `GRPOTrainer` (TRL 1.16) runs one optimizer step on CPU under
+`grpokit.planning.measure.LiveTensors`, a counter of live tensor storages at PyTorch's dispatch level,
+after one step on zero gradients has created the optimizer states (as every step after a run's first sees
+them). Measured per setting: the peak of live bytes
 in each moment of the step (generation; scoring, forward, LM head forward / backward, backward, optimizer
 step) and how it splits by component at that instant. Next to it, `memory.plan` for exactly the same
 settings, planned for the CPU path (`device="cpu"`: TRL's fused head without Triton). Written to
@@ -381,10 +383,12 @@ def main(argv=None) -> int:
         records = json.loads(out.read_text())["records"]
         for r in records:
             r["comparison"] = compare(every[r["setting"]["name"]], r["measured"])
-    else:
-        records = []
+    else:  # a run of some settings replaces theirs in the file and keeps the others' measurements
+        order = {x.name: i for i, x in enumerate(SETTINGS)}
+        records = json.loads(out.read_text())["records"] if out.is_file() else []
         for s in (every[n] for n in names):
-            records += run([s], a.steps)
+            records = [r for r in records if r["setting"]["name"] != s.name] + run([s], a.steps)
+            records.sort(key=lambda r: order.get(r["setting"]["name"], len(order)))
             write(out, records, a.steps)  # after every setting: a run cut short keeps what it measured
     write(out, records, a.steps)
     for r in records:

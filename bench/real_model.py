@@ -1,6 +1,6 @@
 """A real model learns: held-out pass@1 of SmolLM2-135M-Instruct before and after the arithmetic recipe, per seed.
 
-    nice -n 10 .venv/bin/python bench/real_model.py                 # 3 seeds; ~10 min a seed on a 2-core CPU
+    nice -n 10 .venv/bin/python bench/real_model.py                 # 3 seeds; ~7 min a seed on 2 idle cores
     .venv/bin/python bench/real_model.py --seeds 0 --steps 5        # a quick look at the pipeline
 
 What it runs, all through the recipe (recipes/smollm2-135m/arithmetic.yaml) and grpokit's own code:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpokit import rundir, trl_compat
+from grpokit import rundir
 from grpokit.config import Recipe, dump
 from grpokit.config.trainer_args import grpo_args, resolved_dtype
 from grpokit.dist import end_distributed, is_main_process, say

@@ -21,6 +21,18 @@ def tiny_model_dir():
     return ensure_tiny_model()
 
 
+@pytest.fixture
+def no_weights(monkeypatch, tiny_model_dir):
+    """Any attempt to load weights fails the test (the tiny model is built first, outside the guard)."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        pytest.fail("weights were loaded during --check")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse))
+
+
 class _CurrentStderr:
     def write(self, text):
         return sys.stderr.write(text)

@@ -53,3 +53,15 @@ def with_trainer(folder: Path, **trainer) -> dict:
     data["trainer"].update(trainer)
     data["trainer"].setdefault("output_dir", str(folder / "run"))
     return data
+
+
+def load_bench(name: str):
+    """A script of bench/ as a module (bench/ is not a package), e.g. load_bench("gpu_memory")."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module

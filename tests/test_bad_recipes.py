@@ -101,18 +101,6 @@ def test_corpus_and_table_agree():
     assert sorted(p.stem for p in CORPUS.glob("*.yaml")) == sorted(CASES)
 
 
-@pytest.fixture
-def no_weights(monkeypatch, tiny_model_dir):
-    """Any attempt to load weights fails the test (the tiny model is built first, outside the guard)."""
-    import transformers
-
-    def refuse(*args, **kwargs):
-        pytest.fail("weights were loaded during --check")
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
-    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse))
-
-
 def test_the_base_is_valid(no_weights, capsys):
     """So that each case fails for the one thing it breaks."""
     assert main(["--recipe", str(CORPUS / "fixtures" / "valid.yaml"), "--check"]) == 0, capsys.readouterr().err

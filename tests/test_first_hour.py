@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import venv
-from pathlib import Path
 
 import pytest
 from helpers import ROOT, recipe_dict, write_recipe

@@ -4,9 +4,9 @@ Everything here runs on the meta device or tiny CPU modules: no weights, no GPU,
 """
 
 import json
-import sys
 
 import pytest
+from helpers import load_bench
 import torch
 
 from grpokit.planning import memory
@@ -232,15 +232,7 @@ def test_bad_knobs_are_refused_with_the_allowed_values():
 
 
 def _bench():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "bench" / "gpu_memory.py"
-    spec = importlib.util.spec_from_file_location("bench_gpu_memory", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("gpu_memory")
 
 
 def test_bench_cases_are_planned_to_fit_and_compared_per_phase():

@@ -8,27 +8,19 @@ what a step holds fails here. The committed results file, which `--check` cites,
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT, load_bench
 
 from grpokit.planning import memory
 from grpokit.planning.measure import LiveTensors
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _harness():
-    path = ROOT / "bench" / "plan_vs_measured.py"
-    spec = importlib.util.spec_from_file_location("bench_plan_vs_measured", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("plan_vs_measured")
 
 
 def test_counter_counts_views_once_and_frees_on_last_reference():

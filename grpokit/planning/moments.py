@@ -165,7 +165,7 @@ def step_moments(config: dict, s, static: list[Component], grads: Component, opt
                  dequant: int = 0) -> tuple[list[Phase], list[Phase]]:
     """(generation moments, training moments), each a full list of components (the static ones repeated);
     `dequant` is the largest dequantized weight a quantized base holds while one layer runs."""
-    d, counts = dims(config), param_counts(config)
+    d = dims(config)
     H, I, L, V, q, kv = d["H"], d["I"], d["L"], d["V"], d["q"], d["kv"]
     a = activation_bytes(s)
     B, C, P, G = s.per_device_train_batch_size, s.max_completion_length, s.prompt_length, s.gen_batch

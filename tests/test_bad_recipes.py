@@ -118,6 +118,7 @@ def test_bad_recipe(case, no_weights, capsys):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SUBPROCESS_CASES)
 def test_bad_recipe_as_a_real_command(case):
     proc = subprocess.run([sys.executable, "launch.py", "--recipe", str(CORPUS / f"{case}.yaml"), "--check"],

@@ -39,6 +39,7 @@ def test_pass_at_k_is_the_unbiased_estimator(n, c, k, expected):
     assert evaluate.pass_at_k(n, c, k) == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_eval_json_for_base_then_trained_run_and_the_report_compares_them(tmp_path, capsys):
     path = tiny_recipe(tmp_path)
     run = tmp_path / "run"

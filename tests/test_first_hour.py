@@ -60,6 +60,7 @@ HUB_RECIPE = recipe_dict(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_extra, why", [
     # nothing listens on port 9: the hub cannot be reached, as on a machine without network
     ({"HF_ENDPOINT": "http://127.0.0.1:9"}, "cannot be reached"),
@@ -102,6 +103,7 @@ def score(completions, **kwargs):
 '''
 
 
+@pytest.mark.slow
 def test_num_processes_validates_before_any_process_starts(tmp_path):
     bad = write_recipe(tmp_path, recipe_dict() | {"trainer": recipe_dict()["trainer"] | {"epsilon_hihg": 0.3}})
     done = _launch("--recipe", str(bad), "--num-processes", "2")
@@ -110,6 +112,7 @@ def test_num_processes_validates_before_any_process_starts(tmp_path):
     assert not any(noise in done.stderr + done.stdout for noise in ACCELERATE_NOISE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launch_args, batch", [
     (["--accelerate-config", "recipes/accelerate/single_gpu.yaml"], 8),  # accelerate's one-process launcher
     pytest.param(["--num-processes", "2"], 2, marks=pytest.mark.slow),  # DDP through torch's elastic agent

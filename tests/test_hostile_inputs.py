@@ -293,6 +293,7 @@ def test_the_reward_keywords_are_trl_s_own():
 SUBPROCESS_CASES = ["data_not_utf8", "alias_bomb", "nan_learning_rate"]  # the data, YAML and value stages
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SUBPROCESS_CASES)
 def test_hostile_input_as_a_real_command(case):
     """As a user runs it: library loggers, warnings and the exit code of a real process."""

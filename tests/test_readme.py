@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import ROOT
 
 from grpokit.cli import main
@@ -31,6 +33,7 @@ def test_first_screen_gives_exactly_two_commands():
     assert "make test" in (ROOT / ".ci" / "run").read_text()  # CI runs what a newcomer runs
 
 
+@pytest.mark.slow
 def test_first_screen_names_the_next_command_and_it_works():
     """After the two commands, one line says how every further command runs (.venv's Python) and gives the
     next one; run as written (issue 14.1: a bare `python launch.py ...` traced back on `import peft`)."""

@@ -176,6 +176,7 @@ def test_num_processes_enters_the_batch_check(tmp_path):
     assert "2 x 3 process(es)" in lines[0]
 
 
+@pytest.mark.slow
 def test_cli_exit_code_2_no_traceback_before_weights(tmp_path):
     """The done-when of issue 2: a typo'd key exits 2 naming the key and the fix, before any weights load."""
     path = write_recipe(tmp_path, with_trainer(tmp_path, epsilon_hihg=0.28))

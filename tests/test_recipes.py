@@ -102,6 +102,7 @@ def test_algorithm_knobs_as_published(path):
         assert recipe.model["quantization"] == "4bit"  # QLoRA
 
 
+@pytest.mark.slow
 def test_check_is_offline_without_being_told():
     """`--check` itself never reaches for the hub: no HF_HUB_OFFLINE in the environment, no retries, exit 0."""
     import os

@@ -1,6 +1,6 @@
 """A corpus of hostile recipes and data files (tests/hostile/): each ends in clear messages and exit code 2.
 
-Issue 13, items 7 (bad dataset values), 10 (NaN and infinities), 11 (prompts over the model's context) and
+Issue 13, items 1 (a recipe that would run code), 7 (bad dataset values), 10 (NaN and infinities), 11 (prompts over the model's context) and
 12 (messages: empty files, YAML tags, a base that is not a recipe, an alias bomb). Every case runs
 `launch.py --check` in-process and must exit 2, name the problem (row or line numbers 1-based), print no
 traceback and load no weights. Each YAML file's first line says what it breaks; the data files come from
@@ -10,6 +10,7 @@ tests/hostile/fixtures/make_data.py.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from helpers import ROOT, with_trainer, write_recipe
@@ -22,6 +23,8 @@ FIXTURES = CORPUS / "fixtures"
 
 # case file (without .yaml) -> fragments the message must contain
 CASES = {
+    # --- item 1: a recipe is data; naming a callable that is not a reward runs nothing
+    "reward_runs_code": ["subprocess:Popen", "standard library"],
     # --- item 7: bad dataset values, each with its 1-based line (.jsonl) or row (parquet, csv)
     "data_not_utf8": ["dataset.path: not_utf8.jsonl line 2 is not UTF-8 text", "byte 0xe9", "save the file as UTF-8"],
     "data_empty_jsonl": ["dataset.path: empty.jsonl is empty"],  # was `StopIteration:` and nothing else
@@ -60,6 +63,7 @@ CASES = {
 }
 PROBLEM_COUNT = {}  # every case is exactly one problem
 NEVER_SHOWN = {"base_not_a_recipe": ["root:", "/bin/"]}  # the content of a file that is not a recipe
+NEVER_CREATED = {"reward_runs_code": Path("/tmp/grpokit-hostile-pwned")}  # what the case's code would have made
 
 
 def test_corpus_and_table_agree():
@@ -73,7 +77,11 @@ def test_the_base_is_valid(no_weights, capsys):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_hostile_input(case, no_weights, capsys):
+    marker = NEVER_CREATED.get(case)
+    if marker:
+        marker.unlink(missing_ok=True)
     assert main(["--recipe", str(CORPUS / f"{case}.yaml"), "--check"]) == 2
+    assert marker is None or not marker.exists(), "the recipe ran code"
     captured = capsys.readouterr()
     err = captured.err
     for fragment in CASES[case]:

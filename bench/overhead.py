@@ -1,8 +1,9 @@
 """Per-step overhead of grpokit over calling TRL directly with the same config (target: <= 2 %).
 
 Both sides train the same tiny model on the same data with the same GRPOConfig; the grpokit side is
-built by `grpokit.training.make_trainer` from the smoke recipe (its only per-step addition is the reward
-guard), the TRL side by hand. Runs alternate to share the machine's noise; the median of the per-step
+built by `grpokit.training.make_trainer` from the smoke recipe, with the reward guard and the callbacks a
+run adds to every step (`training.add_run_callbacks`: progress lines, first completions kept, stop on a
+signal), the TRL side by hand. Runs alternate to share the machine's noise; the median of the per-step
 times of each side is reported. Prints figures; not a test.
 
     python bench/overhead.py [--steps 40] [--repeats 5]
@@ -52,6 +53,7 @@ def main() -> None:
 
     from grpokit import training
     from grpokit.config import load, validate
+    from grpokit.lifecycle import StopOnSignal
     from grpokit.models import load_model
 
     def prepared(out):
@@ -61,8 +63,11 @@ def main() -> None:
         return training.prepare(recipe, log=lambda m: None), recipe
 
     def grpokit_trainer(out):
+        # Built and instrumented as a run is: make_trainer, then the callbacks train() adds to every step.
         prep, recipe = prepared(out)
-        return training.make_trainer(prep, load_model(prep.model_path, recipe))
+        trainer = training.make_trainer(prep, load_model(prep.model_path, recipe))
+        training.add_run_callbacks(trainer, StopOnSignal())
+        return trainer
 
     def trl_trainer(out):
         # The same objects grpokit hands TRL, minus grpokit: the raw reward function, no guard.

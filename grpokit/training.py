@@ -196,19 +196,12 @@ def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrit
     for where in events(prep.args):  # before the trainer: it fixes TensorBoard's directory at construction
         say(where)
     trainer = make_trainer(prep, model)
-    from grpokit import progress
-
-    progress.install(trainer)
-    from grpokit.reporting.report import keep_first_completions
-
-    keep_first_completions(trainer)  # report.md shows the first logged step's completions next to the last's
-    from grpokit.lifecycle import SafeStop, SaveFailed, StopOnSignal, Stopped, signal_name
+    from grpokit.lifecycle import SaveFailed, StopOnSignal, Stopped, signal_name
 
     say(f"training: {prep.args.max_steps if prep.args.max_steps > 0 else prep.args.num_train_epochs} "
         f"{'steps' if prep.args.max_steps > 0 else 'epochs'} -> {output_dir}" + (f" (resuming {checkpoint})" if checkpoint else ""))
     with StopOnSignal() as stop:
-        safe = SafeStop(stop)
-        trainer.add_callback(safe)
+        safe = add_run_callbacks(trainer, stop)
         try:
             trainer.train(resume_from_checkpoint=checkpoint)
         except Exception as err:  # noqa: BLE001 - only a failure while a checkpoint is being written is ours to explain
@@ -230,6 +223,21 @@ def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrit
         if stop.signum is not None:
             say(f"{signal_name(stop.signum)} came as the run finished: its final save and report were completed first")
     return trainer
+
+
+def add_run_callbacks(trainer, stop):
+    """What a grpokit run adds to the trainer's steps (bench/overhead.py measures the same): the compact progress
+    lines, the first logged step's completions kept for report.md, and stopping at a step's end on a signal.
+    Returns the `SafeStop` callback."""
+    from grpokit import progress
+    from grpokit.lifecycle import SafeStop
+    from grpokit.reporting.report import keep_first_completions
+
+    progress.install(trainer)
+    keep_first_completions(trainer)  # report.md shows the first logged step's completions next to the last's
+    safe = SafeStop(stop)
+    trainer.add_callback(safe)
+    return safe
 
 
 def write_recipe_file(recipe: Recipe, output_dir: Path) -> Path:

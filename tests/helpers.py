@@ -65,3 +65,12 @@ def load_bench(name: str):
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def launch(*argv, timeout: int = 600, **kwargs):
+    """`python launch.py ARGV` as a user runs it, from the repository root; output captured as text."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "launch.py", *argv], cwd=ROOT, text=True, capture_output=True, timeout=timeout,
+                          **kwargs)

@@ -7,11 +7,9 @@ breaks one thing; its first line says what.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, launch
 
 from grpokit.cli import main
 
@@ -121,8 +119,7 @@ def test_bad_recipe(case, no_weights, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", SUBPROCESS_CASES)
 def test_bad_recipe_as_a_real_command(case):
-    proc = subprocess.run([sys.executable, "launch.py", "--recipe", str(CORPUS / f"{case}.yaml"), "--check"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = launch("--recipe", str(CORPUS / f"{case}.yaml"), "--check", timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert all(fragment in proc.stderr for fragment in CASES[case]), proc.stderr
     assert "Traceback" not in proc.stderr

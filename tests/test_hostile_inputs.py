@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, with_trainer, write_recipe
+from helpers import ROOT, launch, with_trainer, write_recipe
 
 from grpokit import data
 from grpokit.cli import main
@@ -305,11 +305,7 @@ SUBPROCESS_CASES = ["data_not_utf8", "alias_bomb", "nan_learning_rate"]  # the d
 @pytest.mark.parametrize("case", SUBPROCESS_CASES)
 def test_hostile_input_as_a_real_command(case):
     """As a user runs it: library loggers, warnings and the exit code of a real process."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "launch.py", "--recipe", str(CORPUS / f"{case}.yaml"), "--check"],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = launch("--recipe", str(CORPUS / f"{case}.yaml"), "--check", timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert all(fragment in proc.stderr for fragment in CASES[case]), proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, with_trainer, write_recipe
+from helpers import ROOT, launch, with_trainer, write_recipe
 
 from grpokit import rundir
 from grpokit.errors import RecipeError
@@ -211,10 +211,6 @@ def gated_recipe(tmp_path, **trainer):
     data = with_trainer(tmp_path, optim="adamw_torch", per_device_train_batch_size=4, num_generations=4, **trainer)
     data["rewards"].append({"name": "gate.py:gate"})
     return write_recipe(tmp_path, data)
-
-
-def launch(*argv, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "launch.py", *argv], cwd=ROOT, text=True, capture_output=True, timeout=600, **kwargs)
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from helpers import ROOT
+from helpers import ROOT, launch
 
 from grpokit.config import load
 from grpokit.cli import main
@@ -106,12 +106,9 @@ def test_algorithm_knobs_as_published(path):
 def test_check_is_offline_without_being_told():
     """`--check` itself never reaches for the hub: no HF_HUB_OFFLINE in the environment, no retries, exit 0."""
     import os
-    import subprocess
-    import sys
 
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    proc = subprocess.run([sys.executable, "launch.py", "--recipe", "recipes/qwen2.5-3b/dapo.yaml", "--check"],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    proc = launch("--recipe", "recipes/qwen2.5-3b/dapo.yaml", "--check", env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "is not in the local cache" in proc.stdout and "check passed" in proc.stdout
     assert "Retrying" not in proc.stderr and "huggingface.co" not in proc.stderr

@@ -22,6 +22,16 @@ _HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 OFFLINE_REASON = "GRPOKIT_OFFLINE_REASON"
 
 
+def is_hub_id(name: str) -> bool:
+    """A model name that means the Hugging Face hub: `owner/name` (or `name`) that is not a local path.
+
+    >>> is_hub_id("Qwen/Qwen2.5-0.5B"), is_hub_id("."), is_hub_id("/abs/model")
+    (True, False, False)
+    """
+    path = Path(name).expanduser()
+    return bool(_HUB_ID.match(name)) and not path.is_absolute() and not path.exists()
+
+
 def model_source(recipe: Recipe) -> tuple[str | None, str | None]:
     """(what from_pretrained gets, a note when it cannot be checked offline). Raises on a missing local dir."""
     from grpokit import tiny
@@ -40,7 +50,7 @@ def model_source(recipe: Recipe) -> tuple[str | None, str | None]:
             known = ", ".join(tiny.BUILTIN_PREFIX + n for n in [*tiny.builtin_names(), *gguf.BUILTINS])
             raise RecipeError([Problem("model.name_or_path", str(err), name, known, file=origin)]) from None
     path = Path(name).expanduser()
-    if path.is_absolute() or path.exists() or not _HUB_ID.match(name):
+    if not is_hub_id(name):
         if not path.is_dir():
             raise RecipeError([Problem("model.name_or_path", "model directory does not exist", name, file=origin)])
         if not (path / "config.json").is_file():
@@ -88,8 +98,7 @@ def hub_names(data: dict) -> list[str]:
     model, dataset = data.get("model") or {}, data.get("dataset") or {}
     names = []
     name = model.get("name_or_path")
-    if (isinstance(name, str) and not name.startswith(tiny.BUILTIN_PREFIX) and not model.get("gguf_file")
-            and _HUB_ID.match(name) and not Path(name).expanduser().exists()):
+    if isinstance(name, str) and not name.startswith(tiny.BUILTIN_PREFIX) and not model.get("gguf_file") and is_hub_id(name):
         names.append(name)
     if isinstance(dataset.get("name"), str) and not dataset.get("path"):
         names.append(dataset["name"])

@@ -82,10 +82,9 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
             conversational = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
         dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=str(recipe.path),
                                context_length=data.context_length(model_path), completion_length=args.max_completion_length)
-        from grpokit.config.validate import reward_call_problems
+        from grpokit.config.validate import reward_column_problems
 
-        missing = _reward_columns_missing(recipe, dataset.column_names) + reward_call_problems(recipe.rewards, dataset.column_names, str(recipe.path))
-        problems += missing
+        problems += reward_column_problems(recipe.rewards, dataset.column_names, str(recipe.path))
     except data.NotReachable:
         if training:
             problems.append(Problem("dataset.name", not_cached("dataset", recipe.dataset["name"]), file=str(recipe.path)))
@@ -98,21 +97,6 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
     if problems:
         raise RecipeError(problems)
     return Prepared(recipe, args, lora, reward_funcs, model_path, tokenizer, dataset, notes)
-
-
-def _reward_columns_missing(recipe: Recipe, columns: list[str]) -> list[Problem]:
-    """A reward reading a gold column (`gold_column` arg, given or its default) needs that column in the prepared data."""
-    import rewards
-
-    problems = []
-    for i, r in enumerate(recipe.rewards):
-        param = rewards.arg_parameters(rewards.resolve(r["name"]).target).get("gold_column")
-        col = r["args"].get("gold_column", None if param is None or param.default is param.empty else param.default)
-        if isinstance(col, str) and col not in columns:
-            hint = " (set dataset.answer_column to expose a column as `answer`)" if col == "answer" else ""
-            problems.append(Problem(f"rewards[{i}].args.gold_column", f"names no column of the prepared dataset{hint}", col,
-                                    ", ".join(columns), file=str(recipe.path)))
-    return problems
 
 
 def make_trainer(prep: Prepared, model):

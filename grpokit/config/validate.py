@@ -198,6 +198,26 @@ def _dotted(path: str) -> str:
     return path.replace("[", ".").replace("]", "")
 
 
+def reward_column_problems(entries: list[dict], columns: list[str], file: str | None = None) -> list[Problem]:
+    """The rewards against the prepared dataset's columns: the gold column each reads, and what each requires."""
+    return gold_column_problems(entries, columns, file) + reward_call_problems(entries, columns, file)
+
+
+def gold_column_problems(entries: list[dict], columns: list[str], file: str | None = None) -> list[Problem]:
+    """A reward reading a gold column (`gold_column` arg, given or its default) needs that column in the prepared data."""
+    import rewards
+
+    problems = []
+    for i, r in enumerate(entries):
+        param = rewards.arg_parameters(rewards.resolve(r["name"]).target).get("gold_column")
+        col = r["args"].get("gold_column", None if param is None or param.default is param.empty else param.default)
+        if isinstance(col, str) and col not in columns:
+            hint = " (set dataset.answer_column to expose a column as `answer`)" if col == "answer" else ""
+            problems.append(Problem(f"rewards[{i}].args.gold_column", f"names no column of the prepared dataset{hint}", col,
+                                    ", ".join(columns), file=file))
+    return problems
+
+
 def reward_call_problems(entries: list[dict], columns: list[str], file: str | None = None) -> list[Problem]:
     """A reward's required call parameters must be among what TRL passes: its keywords and the dataset's columns.
 

@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
     # --resume takes no value: an optional one swallowed the next argument (`--resume trainer.max_steps=40`).
     p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest complete checkpoint")
     p.add_argument("--resume-from", metavar="CHECKPOINT", help="continue the run from this checkpoint directory")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing run in output_dir")
+    p.add_argument("--overwrite", action="store_true", help="replace the previous run in output_dir (or a previous --merge-out): only files grpokit wrote, after the new checks pass")
     p.add_argument("--list-rewards", action="store_true", help="list the registered rewards with their arguments")
     p.add_argument("--plot", type=Path, metavar="RUN_DIR", help="write the PNG curves and report.md for an existing run")
     p.add_argument("--merge", type=Path, metavar="RUN_DIR",
@@ -147,14 +147,17 @@ def list_rewards() -> int:
 
 def plot(run_dir: Path) -> int:
     """Curves and report.md for an existing run directory (its recipe.yaml supplies the explain summary)."""
-    from grpokit import training
+    from grpokit import ownership, training
     from grpokit.config import load, validate
     from grpokit.config.trainer_args import grpo_args
     from grpokit.errors import Problem
-    from grpokit.reporting.plots import plot_run
-    from grpokit.reporting.report import write_report
+    from grpokit.reporting.plots import PLOT_FILE, PLOTS_DIR, plot_run
+    from grpokit.reporting.report import REPORT_FILE, write_report
     from grpokit.rundir import RECIPE_FILE
 
+    # It replaces only a report and curves it wrote itself: a folder's own report.md stays (ownership).
+    ownership.refuse_unless_replaceable([run_dir / REPORT_FILE, run_dir / PLOTS_DIR / PLOT_FILE], root=run_dir, key="--plot")
+    recorders = [ownership.Recorder(folder) for folder in (run_dir, run_dir / PLOTS_DIR) if folder.is_dir()]
     try:
         saved = run_dir / RECIPE_FILE
         if saved.is_file():
@@ -165,6 +168,8 @@ def plot(run_dir: Path) -> int:
             paths.append(write_report(run_dir, recipe_name=run_dir.name, plots=list(paths)))
     except ValueError as err:
         raise RecipeError([Problem("--plot", str(err), str(run_dir))]) from None
+    for recorder in recorders:
+        recorder.record()
     for path in paths:
         print(path)
     return 0

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grpokit import ownership
 from grpokit.config import Recipe
 from grpokit.dist import say
 from grpokit.errors import Problem, RecipeError
@@ -56,6 +57,8 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     origin = str(recipe.path)
     if samples < 0:
         raise RecipeError([Problem("--eval-samples", "must be 0 (greedy only) or a number of samples per prompt", samples, file=origin)])
+    path = Path(out) if out else default_out(recipe, run_dir)
+    ownership.refuse_unless_replaceable([path], key="--eval-out" if out else str(path), origin=origin)  # before the work
     args = grpo_args(recipe)
     model_path, _ = model_source(recipe)
     trained = _trained_kind(run_dir, origin) if run_dir else None
@@ -91,9 +94,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
                              "rewards": sampled["rewards"]}
     result["examples"] = greedy["examples"]
     result["seconds"] = round(time.time() - start, 1)
-    path = Path(out) if out else default_out(recipe, run_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    ownership.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", origin=origin)
     log(f"wrote {path}")
     return result
 

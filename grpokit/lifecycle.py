@@ -109,6 +109,7 @@ class SafeStop(TrainerCallback):
         self.stop = stop
         self.saving: str | None = None
         self.stopped_at: int | None = None
+        self.on_saved = None  # called after each checkpoint is written whole (the run records it as its own)
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.stop.deferring = True  # from here on, a signal waits for the step end
@@ -124,3 +125,5 @@ class SafeStop(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         self.saving = None
+        if self.on_saved is not None:
+            self.on_saved()

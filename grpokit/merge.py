@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from grpokit import ownership
 from grpokit.errors import Problem, RecipeError
 from grpokit.rundir import RECIPE_FILE
 
@@ -62,8 +63,8 @@ def base_model(run_dir: Path) -> tuple[str, dict]:
 def merge(run_dir: str | Path, out_dir: str | Path | None = None, overwrite: bool = False, log=print) -> Path:
     """Merge RUN_DIR's adapter into its base; save model and tokenizer to `out_dir` (default RUN_DIR/merged).
 
-    Raises `RecipeError` (exit 2) when RUN_DIR holds no adapter, the base cannot be loaded, or `out_dir`
-    already holds something and `overwrite` is not set.
+    Raises `RecipeError` (exit 2) when RUN_DIR holds no adapter, the base cannot be loaded, or `out_dir` is not a
+    folder a merge may write (`_previous_merge`); all of that before anything is removed or written.
 
     >>> merge("runs/smoke")  # doctest: +SKIP
     PosixPath('runs/smoke/merged')
@@ -77,13 +78,7 @@ def merge(run_dir: str | Path, out_dir: str | Path | None = None, overwrite: boo
                     + ("; this run is a full fine-tune: its directory already loads as a model, nothing to merge" if full
                        else "; give a run directory or checkpoint trained with a lora section"), str(run_dir))
     out = Path(out_dir).expanduser() if out_dir is not None else run_dir / "merged"
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise _fail("merge output directory is not empty; pass --overwrite to replace it or choose another --merge-out",
-                        str(out), "--merge-out")
-        import shutil
-
-        shutil.rmtree(out)
+    previous = _previous_merge(run_dir, out, overwrite)
 
     import torch
     from peft import PeftModel
@@ -101,8 +96,41 @@ def merge(run_dir: str | Path, out_dir: str | Path | None = None, overwrite: boo
     except (OSError, ValueError) as err:
         raise _fail(f"cannot load the base model: {type(err).__name__}: {str(err)[:300]}", base_path, "model.name_or_path") from None
     merged = PeftModel.from_pretrained(base, str(run_dir)).merge_and_unload()
-    merged.save_pretrained(out)
     tok_source = run_dir if (run_dir / "tokenizer_config.json").is_file() else base_path
-    AutoTokenizer.from_pretrained(str(tok_source), trust_remote_code=kwargs["trust_remote_code"]).save_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_source), trust_remote_code=kwargs["trust_remote_code"])
+    # The merge has worked: only now is a previous merge (and only what grpokit wrote of it) removed.
+    ownership.remove(out, previous, "--merge-out")
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    if created:
+        ownership.claim(out.parent, [out.name])  # RUN_DIR/merged is part of the run: it goes with the run
+    recorder = ownership.Recorder(out)
+    merged.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    recorder.record()
     log(f"[grpokit] merged model and tokenizer -> {out}")
     return out
+
+
+def _previous_merge(run_dir: Path, out: Path, overwrite: bool) -> list[str]:
+    """Check `--merge-out` before any work: the entries of a previous merge that `overwrite` will replace.
+
+    The output is never the run itself or a folder holding it, `/` or the home directory, and never a file;
+    a folder holding anything grpokit did not write is refused, with or without --overwrite.
+    """
+    target, run = out.resolve(), run_dir.resolve()
+    if target == run or target in run.parents:
+        raise _fail("is the run being merged, or a folder holding it: a merge never writes over its own run; "
+                    "choose another --merge-out (default: RUN_DIR/merged)", str(out), "--merge-out")
+    reason = ownership.forbidden_reason(out)
+    if reason:
+        raise _fail(f"{reason}; choose a folder of its own", str(out), "--merge-out")
+    if out.exists() and not out.is_dir():
+        raise _fail("is a file, not a folder; choose a folder for the merged model", str(out), "--merge-out")
+    others = ownership.foreign(out)
+    if others:
+        raise RecipeError([ownership.foreign_problem(out, "--merge-out", others, "choose a new or empty --merge-out")])
+    previous = ownership.entries(out)
+    if previous and not overwrite:
+        raise _fail("holds a previous merge; pass --overwrite to replace it or choose another --merge-out", str(out), "--merge-out")
+    return previous

@@ -1,6 +1,6 @@
 """The run directory (`trainer.output_dir`): its checkpoints, which one to resume, and guarding a previous run.
 
-A leaf: imports only grpokit's other leaves (errors, dist).
+A leaf: imports only grpokit's other leaves (errors, dist, ownership).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+import grpokit.ownership as ownership
 from grpokit.dist import is_main_process, num_processes_from_env, say
 from grpokit.errors import Problem, RecipeError
 
@@ -18,7 +19,7 @@ EVAL_FILE = "eval.json"  # `--eval RUN_DIR`: the trained run's held-out figures
 BASE_EVAL_FILE = "eval-base.json"  # `--eval` of the base model, written before the run: its "before" figures
 
 
-LOCK_FILE = ".grpokit.lock"  # held by the run writing to output_dir (rundir.RunLock), with its pid for the message
+LOCK_FILE = ownership.LOCK_FILE  # held by the run writing to output_dir (RunLock), with its pid for the message
 _held: set[str] = set()  # run directories this process holds: POSIX locks do not conflict within one process
 
 
@@ -43,6 +44,12 @@ class RunLock:
 
     def __init__(self, output_dir: Path, origin: str):
         self.output_dir, self.origin, self.fd, self.created = Path(output_dir), origin, None, False
+        self.recorder: ownership.Recorder | None = None
+
+    def record(self) -> None:
+        """Note in the folder's manifest what the run has written so far (`ownership.Recorder`); main process only."""
+        if self.recorder is not None:
+            self.recorder.record()
 
     def _problem(self, message: str) -> RecipeError:
         return RecipeError([Problem("trainer.output_dir", message, str(self.output_dir), file=self.origin)])
@@ -54,6 +61,7 @@ class RunLock:
         import os
 
         self.created = not self.output_dir.exists()
+        self.made_lock = not (self.output_dir / LOCK_FILE).exists()
         try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -83,6 +91,7 @@ class RunLock:
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
         self.fd = fd
         _held.add(key)
+        self.recorder = ownership.Recorder(self.output_dir)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -91,37 +100,62 @@ class RunLock:
         import os
 
         _held.discard(str(self.output_dir.resolve()))
-        lock = self.output_dir / LOCK_FILE
-        if self.created and [p.name for p in self.output_dir.iterdir()] == [LOCK_FILE]:
+        if self.created and not ownership.entries(self.output_dir):
             try:  # the run failed before writing anything: leave no folder behind
-                lock.unlink()
+                for name in (ownership.MANIFEST, LOCK_FILE):
+                    (self.output_dir / name).unlink(missing_ok=True)
                 self.output_dir.rmdir()
             except OSError:
                 pass  # another run is starting in it: the folder is its now
+        else:
+            self.record()
+            if self.made_lock and not ownership.listed(self.output_dir):
+                (self.output_dir / LOCK_FILE).unlink(missing_ok=True)  # a refused folder keeps no trace of the attempt
         os.close(self.fd)  # releases the lock
         self.fd = None
 
 
-def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, origin: str) -> None:
-    """A previous run is never silently destroyed: a non-empty output_dir needs --resume or --overwrite.
+def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, origin: str, recipe: Path | None = None) -> list[str]:
+    """A previous run is never silently destroyed, and nothing but a previous run is ever removed.
+
+    Returns the entries `--overwrite` will remove -- the previous run's, as its manifest lists them -- which the
+    caller removes only once the new run has passed every check (`remove_previous`). Refused (RecipeError): a
+    folder that can never hold a run (`ownership.forbidden_reason`), a previous run without --resume or
+    --overwrite, and --overwrite of a folder holding anything grpokit did not write. The base model's eval
+    (`eval-base.json`, written before the run) neither blocks a run nor goes with --overwrite.
 
     Only the main process judges: another rank could otherwise see the main one's fresh `recipe.yaml` and
-    refuse its own run (or remove it under --overwrite); when the main process refuses, the launcher stops them all.
+    refuse its own run; when the main process refuses, the launcher stops them all.
     """
-    # The base model's eval describes the recipe, not a run: it neither blocks a run nor goes with --overwrite;
-    # the lock file is this run's own (RunLock, taken before this check).
-    previous = [p for p in output_dir.iterdir() if p.name not in (BASE_EVAL_FILE, LOCK_FILE)] if output_dir.is_dir() else []
+    forbidden = forbidden_problems(output_dir, recipe, origin)
+    if forbidden:
+        raise RecipeError(forbidden)
+    previous = [n for n in ownership.entries(output_dir) if n != BASE_EVAL_FILE]
     if resume or not is_main_process() or not previous:
-        return
-    if overwrite:
-        import shutil
+        return []
+    others = [n for n in ownership.foreign(output_dir) if n != BASE_EVAL_FILE]  # kept either way: it blocks nothing
+    if others:
+        fix = "--overwrite cannot replace it" if overwrite else "a new run cannot start in it (--resume continues a run there)"
+        raise RecipeError([ownership.foreign_problem(output_dir, "trainer.output_dir", others,
+                                                     f"{fix}: choose a new or empty trainer.output_dir=...", origin)])
+    if not overwrite:
+        raise RecipeError([Problem("trainer.output_dir", "already holds a run; pass --resume to continue it, --overwrite to replace it, "
+                                   "or choose another trainer.output_dir=...", str(output_dir), file=origin)])
+    return previous
 
-        say(f"--overwrite: removing the previous run in {output_dir}")
-        for p in previous:
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-        return
-    raise RecipeError([Problem("trainer.output_dir", "already holds a run; pass --resume to continue it, --overwrite to replace it, "
-                               "or choose another trainer.output_dir=...", str(output_dir), file=origin)])
+
+def forbidden_problems(output_dir: Path, recipe: Path | None, origin: str) -> list[Problem]:
+    """The output folder is never `/`, the home directory, or the recipe's own folder (or one above it)."""
+    reason = ownership.forbidden_reason(output_dir, recipe)
+    return [Problem("trainer.output_dir", f"{reason}; choose a folder of its own, e.g. trainer.output_dir=runs/NAME",
+                    str(output_dir), file=origin)] if reason else []
+
+
+def remove_previous(output_dir: Path, names: list[str], origin: str) -> None:
+    """`--overwrite`, once the new run has passed its checks: remove the previous run's entries (and only those)."""
+    if names:
+        say(f"--overwrite: removing the previous run in {output_dir} ({ownership.describe(names)})")
+        ownership.remove(output_dir, names, "trainer.output_dir", origin)
 
 
 def warn(message: str) -> None:

@@ -93,7 +93,9 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
     except RecipeError as err:
         problems += err.problems
     if not training:  # --check; a run finds out when it locks the folder (rundir.RunLock), before any weights load
-        problems += rundir.writable_problems(Path(recipe.trainer["output_dir"]), str(recipe.path))
+        output_dir = Path(recipe.trainer["output_dir"])
+        problems += rundir.forbidden_problems(output_dir, recipe.path, str(recipe.path))
+        problems += rundir.writable_problems(output_dir, str(recipe.path))
     if problems:
         raise RecipeError(problems)
     return Prepared(recipe, args, lora, reward_funcs, model_path, tokenizer, dataset, notes)
@@ -122,9 +124,12 @@ def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False, co
     The run directory is locked first, for the whole run (`rundir.RunLock`): a second run into it -- new,
     `--overwrite` or `--resume` -- is refused before it can delete or mix anything.
     """
-    output_dir = Path(recipe.trainer["output_dir"])
-    with rundir.RunLock(output_dir, str(recipe.path)):
-        return _train_locked(recipe, output_dir, resume, overwrite, continue_with)
+    output_dir, origin = Path(recipe.trainer["output_dir"]), str(recipe.path)
+    forbidden = rundir.forbidden_problems(output_dir, recipe.path, origin)
+    if forbidden:  # before the lock: such a folder does not even get a lock file
+        raise RecipeError(forbidden)
+    with rundir.RunLock(output_dir, origin) as lock:
+        return _train_locked(recipe, output_dir, lock, resume, overwrite, continue_with)
 
 
 def already_finished(recipe: Recipe, output_dir: Path, resume: str, continue_with: str | None) -> bool:
@@ -162,19 +167,21 @@ def already_finished(recipe: Recipe, output_dir: Path, resume: str, continue_wit
     return True
 
 
-def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrite: bool, continue_with: str | None):
+def _train_locked(recipe: Recipe, output_dir: Path, lock, resume: str | None, overwrite: bool, continue_with: str | None):
     origin = str(recipe.path)
-    rundir.guard_output_dir(output_dir, resume, overwrite, origin)
+    previous = rundir.guard_output_dir(output_dir, resume, overwrite, origin, recipe.path)
     if resume is not None and already_finished(recipe, output_dir, resume, continue_with):
         return None
     checkpoint = rundir.resolve_resume(resume, output_dir, origin)
     prep = prepare(recipe, training=True)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if is_main_process():
-        write_recipe_file(recipe, output_dir)
     say(f"building model: {recipe.model['name_or_path']} ({resolved_dtype(recipe.model)}, quantization {recipe.model['quantization']}, "
         + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
     model = load_model(prep.model_path, recipe)
+    # Every check has passed and the weights are in: only now does --overwrite remove the previous run.
+    rundir.remove_previous(output_dir, previous, origin)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if is_main_process():
+        write_recipe_file(recipe, output_dir)
     from grpokit.progress import events
 
     for where in events(prep.args):  # before the trainer: it fixes TensorBoard's directory at construction
@@ -186,6 +193,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, resume: str | None, overwrit
         f"{'steps' if prep.args.max_steps > 0 else 'epochs'} -> {output_dir}" + (f" (resuming {checkpoint})" if checkpoint else ""))
     with StopOnSignal() as stop:
         safe = add_run_callbacks(trainer, stop)
+        safe.on_saved = lock.record  # each checkpoint joins the manifest as soon as it is whole
         try:
             trainer.train(resume_from_checkpoint=checkpoint)
         except Exception as err:  # noqa: BLE001 - only a failure while a checkpoint is being written is ours to explain

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grpokit import cli, evaluate
-from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE, guard_output_dir
+from grpokit import cli, evaluate, ownership
+from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE, guard_output_dir, remove_previous
 from tests.helpers import ROOT, SMOKE_DATA, with_trainer, write_recipe
 
 REAL_RECIPE = ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"
@@ -119,8 +119,10 @@ def test_base_eval_survives_overwrite(tmp_path):
     guard_output_dir(run, None, False, "r.yaml")  # only the base eval: not a previous run
     (run / "trainer_state.json").write_text("{}")
     (run / "checkpoint-1").mkdir()
-    guard_output_dir(run, None, True, "r.yaml")
-    assert [p.name for p in run.iterdir()] == [BASE_EVAL_FILE]
+    ownership.claim(run, ["trainer_state.json", "checkpoint-1"])  # the previous run, as its manifest lists it
+    previous = guard_output_dir(run, None, True, "r.yaml")
+    remove_previous(run, previous, "r.yaml")
+    assert ownership.entries(run) == [BASE_EVAL_FILE]
 
 
 @pytest.mark.slow

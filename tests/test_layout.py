@@ -16,7 +16,8 @@ PACKAGES = ("grpokit", "rewards", "labs")
 LEAVES = {
     "grpokit.errors": set(),
     "grpokit.dist": set(),
-    "grpokit.rundir": {"grpokit.errors", "grpokit.dist"},
+    "grpokit.ownership": {"grpokit.errors"},
+    "grpokit.rundir": {"grpokit.errors", "grpokit.dist", "grpokit.ownership"},
     "grpokit.trl_compat": set(),
     "grpokit.progress": set(),
     "grpokit.lifecycle": set(),

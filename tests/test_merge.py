@@ -56,15 +56,18 @@ def test_merged_logits_equal_the_adapter_models(adapter_run):
 
 @pytest.mark.slow
 def test_merge_out_and_overwrite(adapter_run, tmp_path, capsys):
+    """A previous merge is replaced only with --overwrite; a folder holding anything else is never merged into."""
     run, _ = adapter_run
     out = tmp_path / "merged"
-    out.mkdir()
-    (out / "keep.txt").write_text("a previous merge")
+    assert main(["--merge", str(run), "--merge-out", str(out)]) == 0
     assert main(["--merge", str(run), "--merge-out", str(out)]) == 2  # never silently replaced
     err = capsys.readouterr().err
-    assert "--merge-out: merge output directory is not empty; pass --overwrite" in err and "Traceback" not in err
+    assert "--merge-out: holds a previous merge; pass --overwrite" in err and "Traceback" not in err
     assert main(["--merge", str(run), "--merge-out", str(out), "--overwrite"]) == 0
-    assert (out / "config.json").is_file() and not (out / "keep.txt").exists()
+    assert (out / "config.json").is_file()
+    (out / "keep.txt").write_text("the user's")
+    assert main(["--merge", str(run), "--merge-out", str(out), "--overwrite"]) == 2
+    assert "keep.txt" in capsys.readouterr().err and (out / "keep.txt").is_file() and (out / "config.json").is_file()
 
 
 @pytest.mark.parametrize(

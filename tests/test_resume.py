@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, with_trainer, write_recipe
 
-from grpokit import training
+from grpokit import ownership, training
 from grpokit.rundir import latest_checkpoint
 from grpokit.cli import main
 
@@ -119,6 +119,7 @@ def test_a_new_run_into_a_used_output_dir_is_refused(tmp_path, capsys):
     path = write_recipe(tmp_path, with_trainer(tmp_path))
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "recipe.yaml").write_text("# the previous run\n")
+    ownership.claim(tmp_path / "run", ["recipe.yaml"])  # grpokit's: its manifest lists it
     assert main(["--recipe", str(path)]) == 2
     err = capsys.readouterr().err
     assert "trainer.output_dir: already holds a run; pass --resume to continue it, --overwrite to replace it" in err

@@ -196,6 +196,9 @@ def flat_reasons(history: list[dict], args=None) -> dict[str, str]:
     return reasons
 
 
+PLOTS_DIR, PLOT_FILE = "plots", "training.png"  # <run_dir>/plots/training.png
+
+
 def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, args=None) -> list[Path]:
     """Draw the run's curves into `<run_dir>/plots/training.png` (or `out_dir`) and return the paths.
     `args`: the run's GRPOConfig when known, so flat panels can say why they are flat.
@@ -213,9 +216,9 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, args=None) 
         )
     step = state.get("global_step")
     fig = figure(history, f"GRPO run {run_dir.resolve().name}" + (f" — {step} steps" if step else ""), args)
-    out = Path(out_dir) if out_dir is not None else run_dir / "plots"
+    out = Path(out_dir) if out_dir is not None else run_dir / PLOTS_DIR
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "training.png"
+    path = out / PLOT_FILE
     fig.savefig(path, dpi=100)
     return [path]
 

@@ -7,18 +7,22 @@ never the one that cleans up after it:
     bootstrap   reads the job from stdin, enters new namespaces (network, pid, mount, ipc, uts; plus a
                 user namespace when not root), forks the supervisor and waits for it; on SIGTERM it
                 kills the supervisor and still waits, so its exit means the job's processes are gone
-    supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), makes every
-                mount read-only, mounts a private size-capped tmpfs on /tmp (the working directory) and
-                a fresh /proc, forks the runner, kills it at the deadline. When pid 1 of a namespace
-                exits the kernel kills everything left in it, so a runner that forked, `setsid`-ed or
-                slept cannot outlive the job.
-    runner      sets rlimits (CPU, address space, processes, file size, open files, no core), drops to
-                an unprivileged uid (as root) or drops every capability (in a user namespace), then
+    supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), zeroes the
+                ipc namespace's System V limits, pivots into a new root (this python's prefix and the
+                system libraries read-only, a few /dev nodes, a fresh /proc, a private size-capped
+                /tmp as the working directory), forks the runner, kills it at the deadline. When pid 1
+                of a namespace exits the kernel kills everything left in it, so a runner that forked,
+                `setsid`-ed or slept cannot outlive the job.
+    runner      drops to an unprivileged uid in a user namespace of its own (as root) or drops every
+                capability (already in a user namespace), sets rlimits (CPU, address space, processes,
+                file size, open files, message queues, no core), refuses memfd_create (seccomp), then
                 runs the code and each test, one report line per test on RESULT_FD.
 
 Report lines are `<nonce> <kind> <value>`; the nonce comes with the job and is never printed, so a
-candidate that writes "test 0 1" to every descriptor it can find forges nothing. What each step could
-not do on this machine is reported (`iso ...`) rather than fatal: the parent decides and documents.
+candidate that writes "test 0 1" to every descriptor it can find forges nothing. Namespaces the kernel
+refuses, and a user namespace refused to the runner, are reported (`iso ...`) rather than fatal: the
+parent decides and documents. A step that fails once its namespace exists (a mount of the new root,
+the seccomp filter) ends the job before the code runs: the parent raises rather than score it.
 """
 
 import ctypes

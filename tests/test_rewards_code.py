@@ -274,8 +274,9 @@ def test_a_sandbox_that_could_reach_the_trainer_refuses_to_run(monkeypatch):
 
 def test_candidates_import_the_standard_library():
     # As root the code runs as nobody, who may not be able to read this python's files where they are
-    # (here: pyenv under root's 0700 home); the sandbox binds them in read-only. Imports loaded before
-    # the drop (collections) must find their submodules (collections.abc) too.
+    # (here: pyenv under root's 0700 home); the new root holds them read-only at their own path, under
+    # folders nobody can search. Imports loaded before the drop (collections) must find their
+    # submodules (collections.abc) too.
     modules = "math, re, heapq, bisect, itertools, functools, collections.abc, string, fractions, socket, glob"
     out = run(f"import {modules}\ndef f():\n    return math.isqrt(17) + len(string.digits)", ["assert f() == 14"], limits=FAST)
     assert out.passed == [True], out.output

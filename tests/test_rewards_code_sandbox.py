@@ -6,6 +6,7 @@ The ones that need a user who is not root start the sandbox as `nobody` (setpriv
 without root would: the sandbox then runs inside a user namespace.
 """
 
+import ast
 import os
 import shutil
 import subprocess
@@ -182,13 +183,21 @@ def _hold_threads(n: int, uid: int) -> subprocess.Popen:
 
 
 @NOBODY
-def test_a_neighbour_holding_threads_does_not_use_up_the_next_candidates_processes():
-    # Another process of the sandbox's uid holds more threads than a candidate may have: RLIMIT_NPROC
-    # counted per uid would leave the next candidate none; counted per candidate, it starts its 8.
+@pytest.mark.parametrize("trainer", ["root", "nobody"])
+def test_a_neighbour_holding_threads_does_not_use_up_the_next_candidates_processes(trainer):
+    # Another process of the candidates' uid (as root: nobody, like every other candidate; not root:
+    # the trainer's own uid) holds more threads than a candidate may have. RLIMIT_NPROC counted per uid
+    # would leave the candidate none; counted per candidate, both candidates start their 8.
     holder = _hold_threads(FAST.processes + 4, 65534)
     try:
-        out = run_many([(THREADS, ["assert f(8) == 8"], "")] * 2, FAST, workers=2)
-        assert [o.passed for o in out] == [[True], [True]], out[0].output
+        if trainer == "root":
+            out = run_many([(THREADS, ["assert f(8) == 8"], "")] * 2, FAST, workers=2)
+            passed, said = [o.passed for o in out], out[0].output
+        else:
+            said = _as_nobody(f"out = run_many([({THREADS!r}, ['assert f(8) == 8'], '')] * 2, {FAST!r}, workers=2)\n"
+                              "print([o.passed for o in out])\n")
+            passed = ast.literal_eval(said.strip())
+        assert passed == [[True], [True]], said
     finally:
         holder.stdin.close()
         holder.wait()

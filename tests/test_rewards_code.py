@@ -13,7 +13,7 @@ import pytest
 
 import rewards
 from rewards import code as code_reward
-from rewards._sandbox import Limits, SandboxError, isolation, run, run_many
+from rewards._sandbox import CHILD, Limits, SandboxError, isolation, run, run_many
 from rewards.code import CodeTests, extract_code
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,11 +160,12 @@ def outside():
 
 
 def _sandbox_processes() -> set:
-    """Processes running the sandbox's inside; the sandbox is gone when `run` returns, so none may be left."""
+    """Processes running this checkout's sandbox inside (other checkouts on the machine run their own);
+    the sandbox is gone when `run` returns, so none may be left."""
     found = set()
     for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
         try:
-            if b"_sandbox_child.py" in Path(cmdline).read_bytes():
+            if CHILD.encode() in Path(cmdline).read_bytes():
                 found.add(cmdline)
         except OSError:
             pass

@@ -77,8 +77,36 @@ def f():
     return got
 """
 
+# The same from a user namespace of the candidate's own, where it may make an ipc namespace with the
+# kernel's default limits, or mount a tmpfs of its own (files there are shared memory too).
+NESTED = """import ctypes, os
+uid, gid = os.getuid(), os.getgid()
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self its own again
+if ctypes.CDLL(None).unshare(0x10000000 | 0x08000000 | 0x20000) == 0:  # user, ipc, mount
+    for name, text in (('setgroups', 'deny'), ('uid_map', f'0 {uid} 1'), ('gid_map', f'0 {gid} 1')):
+        with open(f'/proc/self/{name}', 'w') as f:
+            f.write(text)
+"""
+TMPFS = NESTED + """import os
+def f():
+    if ctypes.CDLL(None).mount(b'none', b'/tmp', b'tmpfs', 0, None) != 0:
+        return 0
+    got = 0
+    for i in range(96):
+        try:
+            with open(f'/tmp/{i}', 'wb') as out:
+                os.posix_fallocate(out.fileno(), 0, 4 << 20)
+        except OSError:
+            break
+        got += 4 << 20
+    return got
+def release():
+    pass
+"""
+PROBES = {"memfd": MEMFD, "sysv-shm": SYSV, "sysv-shm-nested": NESTED + SYSV, "tmpfs-nested": TMPFS}
 
-@pytest.mark.parametrize("code", [MEMFD, SYSV], ids=["memfd", "sysv-shm"])
+
+@pytest.mark.parametrize("code", PROBES.values(), ids=PROBES.keys())
 def test_shared_memory_counts_against_the_memory_limit(code):
     # A probe that gets more shared memory than the candidate's whole limit has gone around it.
     out = run(code, [f"assert f() > {FAST.memory_mb * MB}"], limits=FAST)
@@ -88,6 +116,7 @@ def test_shared_memory_counts_against_the_memory_limit(code):
 
 @pytest.mark.parametrize("code", [MEMFD, SYSV], ids=["memfd", "sysv-shm"])
 def test_the_shared_memory_probes_work_without_the_sandbox(code):
+    # (The nested variants' allocation is these two's; their namespaces are what the sandbox must refuse.)
     # Without this a probe that never worked would make the test above pass vacuously. Run in a plain
     # child process (no limits) and measured in the host's /proc/meminfo, as the defect was found.
     probe = code + "print(f(), flush=True)\nimport sys\nsys.stdin.read()\nrelease()\n"

@@ -8,7 +8,11 @@ for the three processes inside and why). What holds, and where:
                       (RLIMIT_FSIZE), open files, no POSIX message queues, no core dumps, output size
                       (stdout+stderr read up to `output_kb`, then the job is killed), an environment
                       holding only PATH/LANG/HOME/TMPDIR (-I ignores PYTHON* variables), no stdin, the
-                      site-packages of this venv not on its path, memfd_create refused (seccomp)
+                      site-packages of this venv not on its path; a seccomp filter refuses memfd_create
+                      and new namespaces ("nomemfd": a user namespace of its own would let the code make
+                      an ipc namespace with the kernel's default limits, or mount a tmpfs of any size).
+                      The filter knows x86_64 and aarch64; elsewhere the sandbox does not start
+                      (SandboxError) rather than run without it
     as root           the code runs as `nobody` (it cannot signal, read or write root's processes and
                       files), in a user namespace of its own: the kernel counts RLIMIT_NPROC per (user
                       namespace, uid), so each candidate has its own process count ("userns")
@@ -34,7 +38,8 @@ the v2 tree without controllers), so no cgroup layer is used here.
 Measured on the development machine (Linux 6.18, root, 2 cores; tests/test_rewards_code.py and
 tests/test_rewards_code_sandbox.py): every layer above holds, both as root and when started by
 `nobody` (user namespace, capabilities cleared). A memfd probe that got 960 MB past a 256 MB limit
-and a System V probe that got 384 MB now get nothing; a world-readable data file, /etc/passwd, the
+and a System V probe that got 384 MB (directly, or from a user and ipc namespace of its own; 384 MB
+too in a tmpfs it mounted there) now get nothing; a world-readable data file, /etc/passwd, the
 project's files and (started by a non-root user) that user's own 0600 token are not there to open; a
 candidate that needs 8 threads gets them while another process of the same uid holds 20 (before: "can't
 start new thread"). Cost: 30.4 ms of CPU per candidate against 31.0 before (median of 3 alternating

@@ -40,8 +40,10 @@ MS_RELATIME, MS_STRICTATIME = 1 << 21, 1 << 24
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 4, 38, 22, 2
 MNT_DETACH = 2
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers: glibc has no wrapper
-# AUDIT_ARCH_* and the (memfd_create, memfd_secret) numbers of the native ABI
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, (319, 447)), "aarch64": (0xC00000B7, (279, 447))}
+# AUDIT_ARCH_*, the numbers of (memfd_create, memfd_secret, unshare, setns), clone and clone3
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, (319, 447, 272, 308), 56, 435),
+                 "aarch64": (0xC00000B7, (279, 447, 97, 268), 220, 435)}
+_CLONE_NEW_ANY = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | 0x02000000  # | CGROUP
 # A bind remount must repeat these flags of the mount it changes (in a user namespace they are locked).
 _KEEP = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
          "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
@@ -147,17 +149,22 @@ def _no_shared_memory() -> None:
 
 
 def _seccomp() -> None:
-    """Refuse memfd_create and memfd_secret (EPERM), and every syscall of another ABI (x32, i386), which
-    would have other numbers. Needs no_new_privs, which `_drop_privileges` has set."""
-    arch, denied = _SECCOMP_ARCH[os.uname().machine]
-    ld_abs, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_RET|BPF_K
-    allow, refuse = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
-    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, refuse), (ld_abs, 0, 0, 0)]
+    """Refuse (EPERM) memfd_create and memfd_secret, new namespaces (unshare, setns, clone with a
+    CLONE_NEW* flag: a user namespace of its own would let the code make an ipc namespace with the
+    kernel's default limits, or mount a tmpfs of any size), and every syscall of another ABI (x32,
+    i386), whose numbers differ. clone3 passes its flags in memory a filter cannot read: ENOSYS, on which
+    the C library falls back to clone. Needs no_new_privs, which `_drop_privileges` has set."""
+    arch, denied, clone, clone3 = _SECCOMP_ARCH[os.uname().machine]
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_{JEQ,JGE,JSET}|BPF_K, BPF_RET|BPF_K
+    allow, refuse, missing = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ALLOW, _ERRNO|EPERM, _ERRNO|ENOSYS
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, refuse), (ld_abs, 0, 0, 0)]  # seccomp_data.arch, .nr
     if arch == 0xC000003E:  # x86_64: x32 calls are native numbers with bit 30 set
-        prog += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, refuse)]  # BPF_JMP|BPF_JGE|BPF_K
+        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, refuse)]
     for nr in denied:
         prog += [(jeq, 0, 1, nr), (ret, 0, 0, refuse)]
-    prog.append((ret, 0, 0, allow))
+    prog += [(jeq, 0, 1, clone3), (ret, 0, 0, missing),
+             (jeq, 0, 3, clone), (ld_abs, 0, 0, 16), (jset, 0, 1, _CLONE_NEW_ANY), (ret, 0, 0, refuse),  # .args[0]
+             (ret, 0, 0, allow)]
     filters = (_SockFilter * len(prog))(*prog)
     fprog = _SockFprog(len(prog), filters)
     _must(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0)

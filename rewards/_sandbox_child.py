@@ -43,7 +43,8 @@ _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers: glibc has no wr
 # AUDIT_ARCH_*, the numbers of (memfd_create, memfd_secret, unshare, setns), clone and clone3
 _SECCOMP_ARCH = {"x86_64": (0xC000003E, (319, 447, 272, 308), 56, 435),
                  "aarch64": (0xC00000B7, (279, 447, 97, 268), 220, 435)}
-_CLONE_NEW_ANY = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | 0x02000000  # | CGROUP
+CLONE_NEWCGROUP = 0x02000000
+_CLONE_NEW_ANY = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP
 # A bind remount must repeat these flags of the mount it changes (in a user namespace they are locked).
 _KEEP = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
          "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
@@ -155,7 +156,8 @@ def _seccomp() -> None:
     i386), whose numbers differ. clone3 passes its flags in memory a filter cannot read: ENOSYS, on which
     the C library falls back to clone. Needs no_new_privs, which `_drop_privileges` has set."""
     arch, denied, clone, clone3 = _SECCOMP_ARCH[os.uname().machine]
-    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_{JEQ,JGE,JSET}|BPF_K, BPF_RET|BPF_K
+    # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_{JEQ,JGE,JSET}|BPF_K, BPF_RET|BPF_K
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, refuse, missing = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ALLOW, _ERRNO|EPERM, _ERRNO|ENOSYS
     prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, refuse), (ld_abs, 0, 0, 0)]  # seccomp_data.arch, .nr
     if arch == 0xC000003E:  # x86_64: x32 calls are native numbers with bit 30 set

@@ -185,8 +185,8 @@ def test_a_non_root_trainers_private_files_are_not_visible():
     for path in (home, home / ".cache", token.parent, token):
         os.chown(path, 65534, 65534)
     try:
-        script = (f"out = run({READ!r}, [\"assert 'hf_secret' in f({str(token)!r})\", \"assert 'root' in f('/etc/passwd')\"],"
-                  " limits=Limits(time_s=2.0))\nprint(sorted(out.isolation), out.passed)\n")
+        tests = [f"assert 'hf_secret' in f({str(token)!r})", "assert 'root' in f('/etc/passwd')"]
+        script = f"out = run({READ!r}, {tests!r}, limits=Limits(time_s=2.0))\nprint(sorted(out.isolation), out.passed)\n"
         stdout = _as_nobody(script)
         assert "'userns'" in stdout and stdout.strip().endswith("[False, False]"), stdout
     finally:
@@ -196,8 +196,16 @@ def test_a_non_root_trainers_private_files_are_not_visible():
 # ----------------------------------------------------------------------------------------------------
 # Process limits are each candidate's own: a neighbour holding threads takes none from the next one.
 
-THREADS = ("import threading\ndef f(n):\n    done = []\n    ts = [threading.Thread(target=done.append, args=(i,)) for i in range(n)]\n"
-           "    for t in ts:\n        t.start()\n    for t in ts:\n        t.join()\n    return len(done)\n")
+THREADS = """import threading
+def f(n):
+    done = []
+    ts = [threading.Thread(target=done.append, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return len(done)
+"""
 # Holds `n` threads (processes, to the kernel's count) until its stdin closes, once it has said so.
 HOLDER = ("import sys, threading\ngate = threading.Event()\nfor _ in range(int(sys.argv[1])):\n"
           "    threading.Thread(target=gate.wait, daemon=True).start()\nprint('holding', flush=True)\nsys.stdin.read()\n")

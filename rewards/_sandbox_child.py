@@ -75,39 +75,40 @@ def _unshare(wanted: bool) -> list:
     return ["net", "pid", "ipc", "uts", "mountns"] + ([] if root else ["userns"])
 
 
-def _mount(source, target, fstype, flags, data=None) -> bool:
+def _mount(source, target, fstype, flags, data=None) -> None:
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    return _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
+    ok = _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
+    _must(ok, f"mount {source or ''} on {target}")
 
 
 def _new_root(tmpfs_mb: int, uid: int, gid: int) -> list:
     """Pivot into a new root holding only this python (its prefix and the system libraries its modules
     link), /dev/null, zero, random and urandom, a fresh /proc (its /sys read-only) and a private
     size-capped /tmp; every other mount read-only. Raises OSError where a step fails: a half-built root is no sandbox."""
-    _must(_mount(None, "/", None, MS_REC | MS_PRIVATE))  # nothing below may reach the host's mounts
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below may reach the host's mounts
     new = "/tmp"  # any existing folder will do as the mount point the new root is built on
-    _must(_mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755"))
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     for path in _visible():
         if os.path.islink(path):  # /lib -> usr/lib on merged-/usr systems
             os.makedirs(os.path.dirname(new + path), exist_ok=True)
             os.symlink(os.readlink(path), new + path)
         else:
             os.makedirs(new + path, exist_ok=True)
-            _must(_mount(path, new + path, None, MS_BIND | MS_REC))
+            _mount(path, new + path, None, MS_BIND | MS_REC)
     os.mkdir(new + "/dev")
     for node in ("null", "zero", "random", "urandom"):
         open(f"{new}/dev/{node}", "w").close()
-        _must(_mount(f"/dev/{node}", f"{new}/dev/{node}", None, MS_BIND))
+        _mount(f"/dev/{node}", f"{new}/dev/{node}", None, MS_BIND)
     for folder in ("/tmp", "/proc"):
         os.mkdir(new + folder)
-    _must(_mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0700"))
+    _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0700")
     os.chown(new + "/tmp", uid, gid)
-    _must(_mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC))
+    _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     os.chdir(new)
-    _must(_libc.syscall(_PIVOT_ROOT[os.uname().machine], b".", b".") == 0)  # the old root now lies under "."
-    _must(_libc.umount2(b".", MNT_DETACH) == 0)
+    _must(_libc.syscall(_PIVOT_ROOT[os.uname().machine], b".", b".") == 0, "pivot_root")  # old root now under "."
+    _must(_libc.umount2(b".", MNT_DETACH) == 0, "detach the old root")
     os.chdir("/")
-    _must(_mount("/proc/sys", "/proc/sys", None, MS_BIND))  # /proc itself stays writable: uid_map is written later
+    _mount("/proc/sys", "/proc/sys", None, MS_BIND)  # /proc itself stays writable: uid_map is written later
     _read_only(keep_writable=("/tmp", "/proc"))
     return ["newroot", "readonly", "tmpfs", "proc"]
 
@@ -130,13 +131,14 @@ def _read_only(keep_writable: tuple) -> None:
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY
         for opt in options:
             flags |= _KEEP.get(opt, 0)
-        _must(_mount(None, target, None, flags))
+        _mount(None, target, None, flags)
 
 
-def _must(ok: bool) -> None:
+def _must(ok: bool, step: str) -> None:
+    """A set-up step that failed ends the job before any code runs; the parent reports the step."""
     if not ok:
         err = ctypes.get_errno()
-        raise OSError(err, f"sandbox set-up: {os.strerror(err)}")
+        raise OSError(err, f"sandbox set-up, {step}: {os.strerror(err)}")
 
 
 def _no_shared_memory() -> None:
@@ -169,7 +171,7 @@ def _seccomp() -> None:
              (ret, 0, 0, allow)]
     filters = (_SockFilter * len(prog))(*prog)
     fprog = _SockFprog(len(prog), filters)
-    _must(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0)
+    _must(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0, "seccomp filter")
 
 
 class _SockFilter(ctypes.Structure):

@@ -114,6 +114,15 @@ def test_shared_memory_counts_against_the_memory_limit(code):
     assert b"<test 0>: AssertionError" in out.output, out.output  # it ran, and got (almost) nothing
 
 
+@NOBODY
+def test_shared_memory_counts_against_the_memory_limit_when_started_by_nobody():
+    # A trainer that is not root: the candidate is root of a user namespace, which must not let it undo
+    # the ipc namespace's limits or the seccomp filter.
+    jobs = [(code, [f"assert f() > {FAST.memory_mb * MB}"], "") for code in PROBES.values()]
+    said = _as_nobody(f"out = run_many({jobs!r}, {FAST!r}, workers=2)\nprint([o.passed for o in out])\n")
+    assert ast.literal_eval(said.strip()) == [[False]] * len(PROBES), said
+
+
 @pytest.mark.parametrize("code", [MEMFD, SYSV], ids=["memfd", "sysv-shm"])
 def test_the_shared_memory_probes_work_without_the_sandbox(code):
     # (The nested variants' allocation is these two's; their namespaces are what the sandbox must refuse.)

@@ -227,7 +227,7 @@ def test_this_machine_holds_every_layer():
     # missing layers are reported by isolation() and warned about once by the reward.
     if os.geteuid() != 0:
         pytest.skip("the claims are for running as root")
-    assert {"net", "pid", "mountns", "readonly", "tmpfs", "proc"} <= LAYERS
+    assert {"net", "pid", "mountns", "newroot", "readonly", "tmpfs", "proc", "noshm", "nomemfd", "userns"} <= LAYERS
     assert any(x.startswith("uid=") and x != "uid=0" for x in LAYERS)  # nobody: RLIMIT_NPROC applies
 
 

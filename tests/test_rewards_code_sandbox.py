@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from rewards._sandbox import Limits, run, run_many
+from rewards._sandbox import Limits, SandboxError, isolation, run, run_many
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = Limits(time_s=2.0, memory_mb=256, processes=16, file_mb=4, output_kb=16)
+LAYERS = isolation(FAST)
+# Where the kernel refuses namespaces these bounds do not hold, and rewards/_sandbox.py says so.
+NAMESPACES = pytest.mark.skipif(not {"newroot", "noshm"} <= LAYERS, reason="no namespaces on this machine (documented)")
 MB = 1 << 20
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the trainer's side of the case)")
 NOBODY = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not os.access("/usr/bin/python3", os.X_OK),
@@ -107,6 +110,7 @@ PROBES = {"memfd": MEMFD, "sysv-shm": SYSV, "sysv-shm-nested": NESTED + SYSV, "t
 
 
 @pytest.mark.parametrize("code", PROBES.values(), ids=PROBES.keys())
+@NAMESPACES
 def test_shared_memory_counts_against_the_memory_limit(code):
     # A probe that gets more shared memory than the candidate's whole limit has gone around it.
     out = run(code, [f"assert f() > {FAST.memory_mb * MB}"], limits=FAST)
@@ -153,6 +157,7 @@ READ = "def f(path):\n    try:\n        return open(path).read()\n    except OSE
 
 
 @AS_ROOT
+@NAMESPACES
 def test_world_readable_host_files_are_not_visible(tmp_path):
     # As root the code runs as another uid, which can still read anything world-readable: the project's
     # data, other users' homes, /etc.
@@ -169,11 +174,23 @@ def test_world_readable_host_files_are_not_visible(tmp_path):
         shutil.rmtree(data)
 
 
+@NAMESPACES
+def test_a_new_root_that_cannot_be_built_is_an_error_not_a_weaker_sandbox(tmp_path, monkeypatch):
+    # A mount of the new root refused (here: a folder to show that does not exist): the job stops before
+    # the code runs, and the error names the step.
+    child = tmp_path / "child.py"
+    child.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards')!r})\nimport _sandbox_child as c\n"
+                     "c._visible = lambda: ['/nonexistent-grpokit']\nc.main()\n")
+    monkeypatch.setattr("rewards._sandbox.CHILD", str(child))
+    with pytest.raises(SandboxError, match="did not start.*mount /nonexistent-grpokit on"):
+        run("def f(): return 1", ["assert f() == 1"], limits=FAST)
+
+
 def _as_nobody(script: str) -> str:
     """Run `script` as nobody with the sandbox importable; its stdout (the trainer not being root)."""
     if not os.access(ROOT / "rewards/_sandbox.py", os.R_OK):  # pragma: no cover
         pytest.skip("repository not readable")
-    head = f"import sys; sys.path.insert(0, {str(ROOT)!r})\nfrom rewards._sandbox import Limits, run, run_many\n"
+    head = f"import sys; sys.path.insert(0, {str(ROOT)!r})\nfrom rewards._sandbox import Limits, SandboxError, isolation, run, run_many\n"
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
                            head + script], capture_output=True, text=True, timeout=120, cwd="/")
     if "Permission denied" in done.stderr and "rewards" in done.stderr:

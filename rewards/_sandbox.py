@@ -58,7 +58,7 @@ this machine lacks ("Could not read root subtree_control"). A trivial `python -I
 ms wall (12.4 ms CPU) under nsjail and 31.6 ms wall under bwrap against 8-12 ms bare. The supervisor,
 the per-test deadlines and the nonce'd report pipe stay ours either way, so a tool would replace about
 90 lines (namespaces and the new root) with a command line of about as many arguments plus a binary
-dependency, and would close none of the three gaps by itself.
+dependency, and of the three gaps would close only the files one by itself.
 
 Where `unshare` is refused (a container's default seccomp profile, unprivileged user namespaces turned
 off), `isolation()` names the layers that hold and `code_tests` warns once -- or, with neither a pid

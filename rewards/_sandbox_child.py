@@ -7,18 +7,22 @@ never the one that cleans up after it:
     bootstrap   reads the job from stdin, enters new namespaces (network, pid, mount, ipc, uts; plus a
                 user namespace when not root), forks the supervisor and waits for it; on SIGTERM it
                 kills the supervisor and still waits, so its exit means the job's processes are gone
-    supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), makes every
-                mount read-only, mounts a private size-capped tmpfs on /tmp (the working directory) and
-                a fresh /proc, forks the runner, kills it at the deadline. When pid 1 of a namespace
-                exits the kernel kills everything left in it, so a runner that forked, `setsid`-ed or
-                slept cannot outlive the job.
-    runner      sets rlimits (CPU, address space, processes, file size, open files, no core), drops to
-                an unprivileged uid (as root) or drops every capability (in a user namespace), then
+    supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), zeroes the
+                ipc namespace's System V limits, pivots into a new root (this python's prefix and the
+                system libraries read-only, a few /dev nodes, a fresh /proc, a private size-capped
+                /tmp as the working directory), forks the runner, kills it at the deadline. When pid 1
+                of a namespace exits the kernel kills everything left in it, so a runner that forked,
+                `setsid`-ed or slept cannot outlive the job.
+    runner      drops to an unprivileged uid in a user namespace of its own (as root) or drops every
+                capability (already in a user namespace), sets rlimits (CPU, address space, processes,
+                file size, open files, message queues, no core), refuses memfd_create (seccomp), then
                 runs the code and each test, one report line per test on RESULT_FD.
 
 Report lines are `<nonce> <kind> <value>`; the nonce comes with the job and is never printed, so a
-candidate that writes "test 0 1" to every descriptor it can find forges nothing. What each step could
-not do on this machine is reported (`iso ...`) rather than fatal: the parent decides and documents.
+candidate that writes "test 0 1" to every descriptor it can find forges nothing. Namespaces the kernel
+refuses, and a user namespace refused to the runner, are reported (`iso ...`) rather than fatal: the
+parent decides and documents. A step that fails once its namespace exists (a mount of the new root,
+the seccomp filter) ends the job before the code runs: the parent raises rather than score it.
 """
 
 import ctypes
@@ -33,7 +37,14 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE = 1024, 2048, 4096, 16384, 1 << 18
 MS_RELATIME, MS_STRICTATIME = 1 << 21, 1 << 24
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 4, 38, 22, 2
+MNT_DETACH = 2
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # syscall numbers: glibc has no wrapper
+# AUDIT_ARCH_*, the numbers of (memfd_create, memfd_secret, unshare, setns), clone and clone3
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, (319, 447, 272, 308), 56, 435),
+                 "aarch64": (0xC00000B7, (279, 447, 97, 268), 220, 435)}
+CLONE_NEWCGROUP = 0x02000000
+_CLONE_NEW_ANY = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP
 # A bind remount must repeat these flags of the mount it changes (in a user namespace they are locked).
 _KEEP = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
          "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
@@ -64,34 +75,111 @@ def _unshare(wanted: bool) -> list:
     return ["net", "pid", "ipc", "uts", "mountns"] + ([] if root else ["userns"])
 
 
-def _mount(source, target, fstype, flags, data=None) -> bool:
+def _mount(source, target, fstype, flags, data=None) -> None:
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    return _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
+    ok = _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) == 0
+    _must(ok, f"mount {source or ''} on {target}")
 
 
-def _read_only_world(tmpfs_mb: int, uid: int, gid: int, new_proc: bool) -> list:
-    """Every mount read-only, a private tmpfs on /tmp, a /proc showing only this namespace."""
-    done = []
-    if not _mount(None, "/", None, MS_REC | MS_PRIVATE):  # nothing below may reach the host's mounts
-        return done
-    ok = True
+def _new_root(tmpfs_mb: int, uid: int, gid: int) -> list:
+    """Pivot into a new root holding only this python (its prefix and the system libraries its modules
+    link), /dev/null, zero, random and urandom, a fresh /proc (its /sys read-only) and a private
+    size-capped /tmp; every other mount read-only. Raises OSError where a step fails: a half-built root is no sandbox."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below may reach the host's mounts
+    new = "/tmp"  # any existing folder will do as the mount point the new root is built on
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for path in _visible():
+        if os.path.islink(path):  # /lib -> usr/lib on merged-/usr systems
+            os.makedirs(os.path.dirname(new + path), exist_ok=True)
+            os.symlink(os.readlink(path), new + path)
+        else:
+            os.makedirs(new + path, exist_ok=True)
+            _mount(path, new + path, None, MS_BIND | MS_REC)
+    os.mkdir(new + "/dev")
+    for node in ("null", "zero", "random", "urandom"):
+        open(f"{new}/dev/{node}", "w").close()
+        _mount(f"/dev/{node}", f"{new}/dev/{node}", None, MS_BIND)
+    for folder in ("/tmp", "/proc"):
+        os.mkdir(new + folder)
+    _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0700")
+    os.chown(new + "/tmp", uid, gid)
+    _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.chdir(new)
+    _must(_libc.syscall(_PIVOT_ROOT[os.uname().machine], b".", b".") == 0, "pivot_root")  # old root now under "."
+    _must(_libc.umount2(b".", MNT_DETACH) == 0, "detach the old root")
+    os.chdir("/")
+    _mount("/proc/sys", "/proc/sys", None, MS_BIND)  # /proc itself stays writable: uid_map is written later
+    _read_only(keep_writable=("/tmp", "/proc"))
+    return ["newroot", "readonly", "tmpfs", "proc"]
+
+
+def _visible() -> list:
+    """What a candidate sees of the host: this python's installation and the system's libraries."""
+    system = [p for p in ("/usr", "/bin", "/lib", "/lib64", "/lib32", "/libx32") if os.path.lexists(p)]
+    prefixes = {sys.base_prefix, sys.base_exec_prefix}
+    return system + sorted(p for p in prefixes if not any(p == s or p.startswith(s + "/") for s in system))
+
+
+def _read_only(keep_writable: tuple) -> None:
+    """Remount every mount read-only, repeating the flags a bind remount must keep (locked in a user namespace)."""
     with open("/proc/self/mountinfo") as f:
         mounts = [line.split() for line in f]
     for fields in mounts:
-        target = fields[4].replace("\\040", " ")
+        target, options = fields[4].replace("\\040", " "), fields[5].split(",")
+        if target in keep_writable or "ro" in options:
+            continue
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-        for opt in fields[5].split(","):
+        for opt in options:
             flags |= _KEEP.get(opt, 0)
-        if "ro" not in fields[5].split(",") and not _mount(None, target, None, flags):
-            ok = False
-    if ok:
-        done.append("readonly")
-    if _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0700"):
-        os.chown("/tmp", uid, gid)
-        done.append("tmpfs")
-    if new_proc and _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC):
-        done.append("proc")
-    return done
+        _mount(None, target, None, flags)
+
+
+def _must(ok: bool, step: str) -> None:
+    """A set-up step that failed ends the job before any code runs; the parent reports the step."""
+    if not ok:
+        err = ctypes.get_errno()
+        raise OSError(err, f"sandbox set-up, {step}: {os.strerror(err)}")
+
+
+def _no_shared_memory() -> None:
+    """Shared memory that no address-space limit sees is refused: System V segments (which outlive every
+    process) and message queues by this ipc namespace's own limits, set to zero; memfd_create by a
+    seccomp filter (a memfd holds pages without being mapped). Shared memory left: the capped /tmp,
+    and shared mappings, each counted in its mapper's address space."""
+    for name in ("shmall", "shmmax", "shmmni", "msgmni"):
+        with open(f"/proc/sys/kernel/{name}", "w") as f:
+            f.write("0")
+
+
+def _seccomp() -> None:
+    """Refuse (EPERM) memfd_create and memfd_secret, new namespaces (unshare, setns, clone with a
+    CLONE_NEW* flag: a user namespace of its own would let the code make an ipc namespace with the
+    kernel's default limits, or mount a tmpfs of any size), and every syscall of another ABI (x32,
+    i386), whose numbers differ. clone3 passes its flags in memory a filter cannot read: ENOSYS, on which
+    the C library falls back to clone. Needs no_new_privs, which `_drop_privileges` has set."""
+    arch, denied, clone, clone3 = _SECCOMP_ARCH[os.uname().machine]
+    # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_{JEQ,JGE,JSET}|BPF_K, BPF_RET|BPF_K
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, refuse, missing = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38  # SECCOMP_RET_ALLOW, _ERRNO|EPERM, _ERRNO|ENOSYS
+    prog = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, refuse), (ld_abs, 0, 0, 0)]  # seccomp_data.arch, .nr
+    if arch == 0xC000003E:  # x86_64: x32 calls are native numbers with bit 30 set
+        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, refuse)]
+    for nr in denied:
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, refuse)]
+    prog += [(jeq, 0, 1, clone3), (ret, 0, 0, missing),
+             (jeq, 0, 3, clone), (ld_abs, 0, 0, 16), (jset, 0, 1, _CLONE_NEW_ANY), (ret, 0, 0, refuse),  # .args[0]
+             (ret, 0, 0, allow)]
+    filters = (_SockFilter * len(prog))(*prog)
+    fprog = _SockFprog(len(prog), filters)
+    _must(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0, "seccomp filter")
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
 def _open_to_others(path: str) -> bool:
@@ -105,40 +193,6 @@ def _open_to_others(path: str) -> bool:
         path, bits = os.path.dirname(path), 0o001
 
 
-def _expose_stdlib() -> list:
-    """Bind this python's library folders read-only into /tmp when the unprivileged uid could not read
-    them where they are (a python under root's 0700 home, as pyenv or conda installs it there); the
-    (old, new) folder pairs, or None when that is not possible."""
-    needed = [p for p in sys.path if os.path.isdir(p)]
-    mapped = []
-    for i, path in enumerate(needed):
-        target = f"/tmp/.python{i}"
-        os.mkdir(target, 0o755)
-        if not (_mount(path, target, None, MS_BIND)
-                and _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)):
-            return None
-        mapped.append((path, target))
-    return mapped
-
-
-def _use_stdlib(mapped: list) -> None:
-    """Point sys.path, and the packages imported already (their submodules are found through
-    `__path__`: `collections` is loaded, `collections.abc` is not), at the bound copies."""
-
-    def moved(path: str) -> str:
-        for old, new in mapped:
-            if path == old or path.startswith(old + os.sep):
-                return new + path[len(old):]
-        return path
-
-    sys.path[:] = [new for _, new in mapped]
-    sys.path_importer_cache.clear()
-    for module in list(sys.modules.values()):
-        search = getattr(module, "__path__", None)
-        if isinstance(search, list):
-            search[:] = [moved(p) for p in search]
-
-
 def _limit(job: dict) -> None:
     """Hard limits; only lowering is allowed afterwards, and the runner no longer has the right to raise them."""
     cpu = int(job["wall_s"]) + 1
@@ -147,27 +201,48 @@ def _limit(job: dict) -> None:
                          (resource.RLIMIT_NPROC, (job["processes"],) * 2),
                          (resource.RLIMIT_FSIZE, (job["file_mb"] << 20,) * 2),
                          (resource.RLIMIT_NOFILE, (64, 64)),
+                         (resource.RLIMIT_MSGQUEUE, (0, 0)),  # POSIX message queues: kernel memory
                          (resource.RLIMIT_CORE, (0, 0))):
         resource.setrlimit(which, value)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # too big a file is an OSError in the code, not a kill
 
 
-def _drop_privileges(uid: int, gid: int, userns: bool) -> str:
-    """Root: become `uid` (loses every capability; RLIMIT_NPROC now applies). A user namespace: clear capabilities."""
+def _drop_privileges(uid: int, gid: int, userns: bool) -> list:
+    """Root: become `uid` (loses every capability; RLIMIT_NPROC now applies), in a user namespace of its
+    own where the kernel allows it. Already in a user namespace: clear capabilities. Returns the layers."""
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # no setuid binary can give anything back
+    tags = []
     if os.geteuid() == 0 and not userns:
         try:
             os.setgroups([])
             os.setgid(gid)
             os.setuid(uid)
-            return f"uid={uid}"
+            tags.append(f"uid={uid}")
         except OSError:
             pass
+        else:
+            tags += _own_process_count(uid, gid)
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words, all zero
-    tag = "nocaps" if _libc.capset(header, data) == 0 else "caps-kept"
+    tags.append("nocaps" if _libc.capset(header, data) == 0 else "caps-kept")
     # Real root (setuid refused) stays exempt from RLIMIT_NPROC whatever its capabilities: say so.
-    return tag if userns or os.getuid() != 0 else f"uid=0,{tag}"
+    return tags if userns or os.getuid() != 0 else ["uid=0"] + tags
+
+
+def _own_process_count(uid: int, gid: int) -> list:
+    """A user namespace of the candidate's own, mapping `uid` to itself: the kernel counts RLIMIT_NPROC
+    per (user namespace, uid), so candidates sharing `uid` no longer share its count. Must come before
+    `_limit`: the namespace's ceiling on the uid's count outside it is the RLIMIT_NPROC in force here and now."""
+    if _libc.unshare(CLONE_NEWUSER) != 0:
+        return []  # user namespaces refused: every candidate shares `uid`'s process count
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # setuid made /proc/self root's; for these three writes only
+    try:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    finally:
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # another process of `uid` must not ptrace this one
+    return ["userns"]
 
 
 def _close_fds(keep: int) -> None:
@@ -209,23 +284,24 @@ def _supervise(job: dict, out: int, report, layers: list) -> int:
     """Pid 1 of the namespace: prepare the filesystem, run the runner, kill it at the deadline."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     uid, gid = (0, 0) if "userns" in layers else (job["uid"], job["gid"])  # our own ids, as the namespace maps them
+    if "ipc" in layers:  # first: the new root's /proc is read-only
+        _no_shared_memory()
+        layers.append("noshm")
     if "mountns" in layers:
-        layers += _read_only_world(job["file_mb"], uid, gid, new_proc="pid" in layers)
-    stdlib = None
-    if os.geteuid() == 0 and "userns" not in layers and uid != 0:  # about to become `uid`: can it import?
-        if not all(_open_to_others(p) for p in sys.path if os.path.isdir(p)):
-            stdlib = _expose_stdlib() if "tmpfs" in layers else None
-            # Without it only the modules imported by now would import (`math` would not): the parent warns.
-            layers.append("stdlib-bound" if stdlib is not None else "stdlib-unreadable")
+        layers += _new_root(job["file_mb"], uid, gid)
+    elif os.geteuid() == 0 and uid != 0 and not all(_open_to_others(p) for p in sys.path if os.path.isdir(p)):
+        # No new root, and the uid about to run the code cannot read this python: only the modules
+        # imported by now would import (`math` would not). The parent warns.
+        layers.append("stdlib-unreadable")
     os.chdir("/tmp" if "tmpfs" in layers else "/")
     runner = os.fork()
     if runner == 0:
         try:
             _close_fds(out)
+            dropped = _drop_privileges(uid, gid, "userns" in layers)  # before the limits: see _own_process_count
             _limit(job)
-            report("iso", ",".join(layers + [_drop_privileges(uid, gid, "userns" in layers)]))
-            if stdlib is not None:
-                _use_stdlib(stdlib)
+            _seccomp()
+            report("iso", ",".join(layers + dropped + ["nomemfd"]))
             _run_tests(job, report)
         except BaseException:  # noqa: BLE001 - only the sandbox's own setup can get here
             import traceback

@@ -13,7 +13,7 @@ import pytest
 
 import rewards
 from rewards import code as code_reward
-from rewards._sandbox import Limits, SandboxError, isolation, run, run_many
+from rewards._sandbox import CHILD, Limits, SandboxError, isolation, run, run_many
 from rewards.code import CodeTests, extract_code
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,11 +160,12 @@ def outside():
 
 
 def _sandbox_processes() -> set:
-    """Processes running the sandbox's inside; the sandbox is gone when `run` returns, so none may be left."""
+    """Processes running this checkout's sandbox inside (other checkouts on the machine run their own);
+    the sandbox is gone when `run` returns, so none may be left."""
     found = set()
     for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
         try:
-            if b"_sandbox_child.py" in Path(cmdline).read_bytes():
+            if CHILD.encode() in Path(cmdline).read_bytes():
                 found.add(cmdline)
         except OSError:
             pass
@@ -226,7 +227,7 @@ def test_this_machine_holds_every_layer():
     # missing layers are reported by isolation() and warned about once by the reward.
     if os.geteuid() != 0:
         pytest.skip("the claims are for running as root")
-    assert {"net", "pid", "mountns", "readonly", "tmpfs", "proc"} <= LAYERS
+    assert {"net", "pid", "mountns", "newroot", "readonly", "tmpfs", "proc", "noshm", "nomemfd", "userns"} <= LAYERS
     assert any(x.startswith("uid=") and x != "uid=0" for x in LAYERS)  # nobody: RLIMIT_NPROC applies
 
 
@@ -274,8 +275,9 @@ def test_a_sandbox_that_could_reach_the_trainer_refuses_to_run(monkeypatch):
 
 def test_candidates_import_the_standard_library():
     # As root the code runs as nobody, who may not be able to read this python's files where they are
-    # (here: pyenv under root's 0700 home); the sandbox binds them in read-only. Imports loaded before
-    # the drop (collections) must find their submodules (collections.abc) too.
+    # (here: pyenv under root's 0700 home); the new root holds them read-only at their own path, under
+    # folders nobody can search. Imports loaded before the drop (collections) must find their
+    # submodules (collections.abc) too.
     modules = "math, re, heapq, bisect, itertools, functools, collections.abc, string, fractions, socket, glob"
     out = run(f"import {modules}\ndef f():\n    return math.isqrt(17) + len(string.digits)", ["assert f() == 14"], limits=FAST)
     assert out.passed == [True], out.output

@@ -1,0 +1,266 @@
+"""The code sandbox's bounds that a candidate could otherwise stretch at its neighbours' or the host's cost:
+shared memory, what it can see of the filesystem, and whose process count it uses.
+
+Each probe's test statement passes only if the attack worked, so a bound that holds scores the probe 0.
+The ones that need a user who is not root start the sandbox as `nobody` (setpriv), as a trainer
+without root would: the sandbox then runs inside a user namespace.
+"""
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rewards._sandbox import Limits, SandboxError, isolation, run, run_many
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = Limits(time_s=2.0, memory_mb=256, processes=16, file_mb=4, output_kb=16)
+LAYERS = isolation(FAST)
+# Where the kernel refuses namespaces these bounds do not hold, and rewards/_sandbox.py says so.
+NAMESPACES = pytest.mark.skipif(not {"newroot", "noshm"} <= LAYERS, reason="no namespaces on this machine (documented)")
+MB = 1 << 20
+AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the trainer's side of the case)")
+NOBODY = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv") or not os.access("/usr/bin/python3", os.X_OK),
+                            reason="needs root (to start as nobody), setpriv and a system python3")
+
+# memfd_create + posix_fallocate: shared memory with no mapping, so the address-space limit never sees
+# it; each file stays under the file-size limit, and four children multiply the open-file limit.
+MEMFD = """import os
+def grab(n):
+    got = 0
+    for _ in range(n):
+        try:
+            fd = os.memfd_create('x')
+            os.posix_fallocate(fd, 0, 4 << 20)
+        except OSError:
+            break
+        got += 4 << 20
+    return got
+def release():
+    pass
+def f():
+    total, hold = grab(48), os.pipe()
+    for _ in range(4):
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.write(w, str(grab(48)).encode())
+            os.close(hold[1])
+            os.read(hold[0], 1)  # keeps its memfds until its parent is gone
+            os._exit(0)
+        os.close(w)
+        total += int(os.read(r, 32) or 0)
+    return total
+"""
+# System V segments outlive their mapping (shmdt) and every process: only the ipc namespace frees them.
+SYSV = """import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+ids = []
+def release():
+    for shmid in ids:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID
+def f():
+    got = 0
+    for _ in range(12):
+        shmid = libc.shmget(0, 32 << 20, 0o1600)
+        if shmid < 0:
+            break
+        ids.append(shmid)
+        addr = libc.shmat(shmid, None, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            break
+        ctypes.memset(addr, 1, 32 << 20)
+        libc.shmdt(ctypes.c_void_p(addr))
+        got += 32 << 20
+    return got
+"""
+
+# The same from a user namespace of the candidate's own, where it may make an ipc namespace with the
+# kernel's default limits, or mount a tmpfs of its own (files there are shared memory too).
+NESTED = """import ctypes, os
+uid, gid = os.getuid(), os.getgid()
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self its own again
+if ctypes.CDLL(None).unshare(0x10000000 | 0x08000000 | 0x20000) == 0:  # user, ipc, mount
+    for name, text in (('setgroups', 'deny'), ('uid_map', f'0 {uid} 1'), ('gid_map', f'0 {gid} 1')):
+        with open(f'/proc/self/{name}', 'w') as f:
+            f.write(text)
+"""
+TMPFS = NESTED + """import os
+def f():
+    if ctypes.CDLL(None).mount(b'none', b'/tmp', b'tmpfs', 0, None) != 0:
+        return 0
+    got = 0
+    for i in range(96):
+        try:
+            with open(f'/tmp/{i}', 'wb') as out:
+                os.posix_fallocate(out.fileno(), 0, 4 << 20)
+        except OSError:
+            break
+        got += 4 << 20
+    return got
+def release():
+    pass
+"""
+PROBES = {"memfd": MEMFD, "sysv-shm": SYSV, "sysv-shm-nested": NESTED + SYSV, "tmpfs-nested": TMPFS}
+
+
+@pytest.mark.parametrize("code", PROBES.values(), ids=PROBES.keys())
+@NAMESPACES
+def test_shared_memory_counts_against_the_memory_limit(code):
+    # A probe that gets more shared memory than the candidate's whole limit has gone around it.
+    out = run(code, [f"assert f() > {FAST.memory_mb * MB}"], limits=FAST)
+    assert out.passed == [False], out.output
+    assert b"<test 0>: AssertionError" in out.output, out.output  # it ran, and got (almost) nothing
+
+
+@NOBODY
+def test_shared_memory_counts_against_the_memory_limit_when_started_by_nobody():
+    # A trainer that is not root: the candidate is root of a user namespace, which must not let it undo
+    # the ipc namespace's limits or the seccomp filter.
+    jobs = [(code, [f"assert f() > {FAST.memory_mb * MB}"], "") for code in PROBES.values()]
+    said = _as_nobody(f"out = run_many({jobs!r}, {FAST!r}, workers=2)\nprint([o.passed for o in out])\n")
+    assert ast.literal_eval(said.strip()) == [[False]] * len(PROBES), said
+
+
+@pytest.mark.parametrize("code", [MEMFD, SYSV], ids=["memfd", "sysv-shm"])
+def test_the_shared_memory_probes_work_without_the_sandbox(code):
+    # (The nested variants' allocation is these two's; their namespaces are what the sandbox must refuse.)
+    # Without this a probe that never worked would make the test above pass vacuously. Run in a plain
+    # child process (no limits) and measured in the host's /proc/meminfo, as the defect was found.
+    probe = code + "print(f(), flush=True)\nimport sys\nsys.stdin.read()\nrelease()\n"
+    child = subprocess.Popen([sys.executable, "-I", "-c", probe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        got = int(child.stdout.readline())
+        assert got > FAST.memory_mb * MB
+        assert _shmem() >= got  # host-wide shared memory holds at least what the probe got
+    finally:
+        child.stdin.close()  # it removes its System V segments, which would outlive it
+        child.wait()
+
+
+def _shmem() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no Shmem line in /proc/meminfo")
+
+
+# ----------------------------------------------------------------------------------------------------
+# What a candidate sees: the interpreter, the standard library, its scratch /tmp; no host file.
+
+READ = "def f(path):\n    try:\n        return open(path).read()\n    except OSError:\n        return ''\n"
+
+
+@AS_ROOT
+@NAMESPACES
+def test_world_readable_host_files_are_not_visible(tmp_path):
+    # As root the code runs as another uid, which can still read anything world-readable: the project's
+    # data, other users' homes, /etc.
+    data = Path("/var/tmp", f"grpokit-data-{uuid.uuid4().hex}")
+    data.mkdir(mode=0o755)
+    try:
+        (data / "train.jsonl").write_text("gold answers\n")
+        (data / "train.jsonl").chmod(0o644)
+        tests = [f"assert 'gold' in f({str(data / 'train.jsonl')!r})", "assert 'root' in f('/etc/passwd')",
+                 f"assert f({str(ROOT / 'pyproject.toml')!r})"]
+        out = run(READ, tests, limits=FAST)
+        assert out.passed == [False, False, False], out.output
+    finally:
+        shutil.rmtree(data)
+
+
+@NAMESPACES
+def test_a_new_root_that_cannot_be_built_is_an_error_not_a_weaker_sandbox(tmp_path, monkeypatch):
+    # A mount of the new root refused (here: a folder to show that does not exist): the job stops before
+    # the code runs, and the error names the step.
+    child = tmp_path / "child.py"
+    child.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards')!r})\nimport _sandbox_child as c\n"
+                     "c._visible = lambda: ['/nonexistent-grpokit']\nc.main()\n")
+    monkeypatch.setattr("rewards._sandbox.CHILD", str(child))
+    with pytest.raises(SandboxError, match="did not start.*mount /nonexistent-grpokit on"):
+        run("def f(): return 1", ["assert f() == 1"], limits=FAST)
+
+
+def _as_nobody(script: str) -> str:
+    """Run `script` as nobody with the sandbox importable; its stdout (the trainer not being root)."""
+    if not os.access(ROOT / "rewards/_sandbox.py", os.R_OK):  # pragma: no cover
+        pytest.skip("repository not readable")
+    head = f"import sys; sys.path.insert(0, {str(ROOT)!r})\nfrom rewards._sandbox import Limits, SandboxError, isolation, run, run_many\n"
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                           head + script], capture_output=True, text=True, timeout=120, cwd="/")
+    if "Permission denied" in done.stderr and "rewards" in done.stderr:
+        pytest.skip("nobody cannot read this checkout")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@NOBODY
+def test_a_non_root_trainers_private_files_are_not_visible():
+    # The trainer's own 0600 files (a hub token, an ssh key): a user namespace maps the candidate to the
+    # trainer's uid, so only hiding them keeps them from the code.
+    home = Path("/var/tmp", f"grpokit-home-{uuid.uuid4().hex}")
+    token = home / ".cache/huggingface/token"
+    token.parent.mkdir(parents=True)
+    token.write_text("hf_secret\n")
+    token.chmod(0o600)
+    for path in (home, home / ".cache", token.parent, token):
+        os.chown(path, 65534, 65534)
+    try:
+        tests = [f"assert 'hf_secret' in f({str(token)!r})", "assert 'root' in f('/etc/passwd')"]
+        script = f"out = run({READ!r}, {tests!r}, limits=Limits(time_s=2.0))\nprint(sorted(out.isolation), out.passed)\n"
+        stdout = _as_nobody(script)
+        assert "'userns'" in stdout and stdout.strip().endswith("[False, False]"), stdout
+    finally:
+        shutil.rmtree(home)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Process limits are each candidate's own: a neighbour holding threads takes none from the next one.
+
+THREADS = """import threading
+def f(n):
+    done = []
+    ts = [threading.Thread(target=done.append, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return len(done)
+"""
+# Holds `n` threads (processes, to the kernel's count) until its stdin closes, once it has said so.
+HOLDER = ("import sys, threading\ngate = threading.Event()\nfor _ in range(int(sys.argv[1])):\n"
+          "    threading.Thread(target=gate.wait, daemon=True).start()\nprint('holding', flush=True)\nsys.stdin.read()\n")
+
+
+def _hold_threads(n: int, uid: int) -> subprocess.Popen:
+    """A process of `uid` holding n threads, returned once they all run (it says so on stdout)."""
+    holder = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "/usr/bin/python3", "-I",
+                               "-c", HOLDER, str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "holding\n"
+    return holder
+
+
+@NOBODY
+@pytest.mark.parametrize("trainer", ["root", "nobody"])
+def test_a_neighbour_holding_threads_does_not_use_up_the_next_candidates_processes(trainer):
+    # Another process of the candidates' uid (as root: nobody, like every other candidate; not root:
+    # the trainer's own uid) holds more threads than a candidate may have. RLIMIT_NPROC counted per uid
+    # would leave the candidate none; counted per candidate, both candidates start their 8.
+    holder = _hold_threads(FAST.processes + 4, 65534)
+    try:
+        if trainer == "root":
+            out = run_many([(THREADS, ["assert f(8) == 8"], "")] * 2, FAST, workers=2)
+            passed, said = [o.passed for o in out], out[0].output
+        else:
+            said = _as_nobody(f"out = run_many([({THREADS!r}, ['assert f(8) == 8'], '')] * 2, {FAST!r}, workers=2)\n"
+                              "print([o.passed for o in out])\n")
+            passed = ast.literal_eval(said.strip())
+        assert passed == [[True], [True]], said
+    finally:
+        holder.stdin.close()
+        holder.wait()

@@ -188,16 +188,24 @@ def pack_deps(target: Path):
     """Copy what the device image lacks (trl, datasets, dill, bitsandbytes for CUDA 13.0) into `target`."""
     import importlib.util
 
+    from grpokit import ownership
+
+    others = ownership.foreign(target)  # a folder of one's own only: a package copied there earlier is replaced
+    if others:
+        raise SystemExit(f"--pack-deps: {target} holds {ownership.describe(others)}, which this script did not write; "
+                         "choose a new folder")
     target.mkdir(parents=True, exist_ok=True)
+    ownership.remove(target, ownership.entries(target), "--pack-deps")
+    recorder = ownership.Recorder(target)
     for name in ("trl", "datasets", "dill", "bitsandbytes"):
         src = Path(importlib.util.find_spec(name).origin).parent
         dst = target / name
-        shutil.rmtree(dst, ignore_errors=True)
         keep_so = ("libbitsandbytes_cuda130.so", "libbitsandbytes_cpu.so")
         shutil.copytree(src, dst, ignore=lambda d, names: [n for n in names if n == "__pycache__" or (
             n.startswith("libbitsandbytes_") and n not in keep_so)])
         for info in src.parent.glob(f"{name}-*.dist-info"):  # so importlib.metadata reports the version
             shutil.copytree(info, target / info.name, dirs_exist_ok=True)
+    recorder.record()
     size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
     print(f"packed into {target}: {size / 2**20:.0f} MiB; add multiprocess for Python 3.12 (see the docstring)")
 

@@ -157,7 +157,7 @@ def plot(run_dir: Path) -> int:
 
     # It replaces only a report and curves it wrote itself: a folder's own report.md stays (ownership).
     ownership.refuse_unless_replaceable([run_dir / REPORT_FILE, run_dir / PLOTS_DIR / PLOT_FILE], root=run_dir, key="--plot")
-    recorders = [ownership.Recorder(folder) for folder in (run_dir, run_dir / PLOTS_DIR) if folder.is_dir()]
+    plots_existed = (run_dir / PLOTS_DIR).exists()
     try:
         saved = run_dir / RECIPE_FILE
         if saved.is_file():
@@ -168,8 +168,8 @@ def plot(run_dir: Path) -> int:
             paths.append(write_report(run_dir, recipe_name=run_dir.name, plots=list(paths)))
     except ValueError as err:
         raise RecipeError([Problem("--plot", str(err), str(run_dir))]) from None
-    for recorder in recorders:
-        recorder.record()
+    ownership.claim_file(run_dir / REPORT_FILE)
+    ownership.claim_file(run_dir / PLOTS_DIR / PLOT_FILE if plots_existed else run_dir / PLOTS_DIR)
     for path in paths:
         print(path)
     return 0
@@ -204,7 +204,12 @@ def run(args) -> int:
         result = evaluate.evaluate(recipe, args.eval or None, samples=args.eval_samples, out=args.eval_out)
         run_dir = Path(args.eval or recipe.trainer["output_dir"])
         if not args.eval_out and (run_dir / "report.md").is_file():  # a finished run: its report gains before/after
-            plot(run_dir)
+            from grpokit import ownership
+
+            if ownership.replaceable(run_dir / "report.md"):
+                plot(run_dir)
+            else:
+                say(f"{run_dir / 'report.md'} not refreshed: grpokit did not write it (it replaces only its own files)")
         print(evaluate.summary(result))
         return 0
     from grpokit import launcher, training

@@ -102,12 +102,12 @@ def merge(run_dir: str | Path, out_dir: str | Path | None = None, overwrite: boo
     ownership.remove(out, previous, "--merge-out")
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    if created:
-        ownership.claim(out.parent, [out.name])  # RUN_DIR/merged is part of the run: it goes with the run
     recorder = ownership.Recorder(out)
     merged.save_pretrained(out)
     tokenizer.save_pretrained(out)
     recorder.record()
+    if created:
+        ownership.claim_file(out)  # RUN_DIR/merged is part of the run: it goes with the run
     log(f"[grpokit] merged model and tokenizer -> {out}")
     return out
 

@@ -39,29 +39,78 @@ def _plain(name) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
-def listed(folder: Path) -> set[str]:
-    """The names grpokit recorded writing in `folder` (empty when it keeps no readable manifest)."""
+def _read(folder: Path) -> tuple[set[str], dict[str, set[str]]]:
+    """(names grpokit wrote in `folder`, the files it wrote inside each listed folder); empty without a manifest."""
     try:
         data = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        return set()
+        return set(), {}
     names = data.get("written") if isinstance(data, dict) else None
-    return {n for n in names if _plain(n) and n not in _OWN} if isinstance(names, list) else set()
+    names = {n for n in names if _plain(n) and n not in _OWN} if isinstance(names, list) else set()
+    inside = data.get("inside") if isinstance(data, dict) else None
+    inside = inside if isinstance(inside, dict) else {}
+    return names, {n: {f for f in files if isinstance(f, str)} for n, files in inside.items()
+                   if n in names and isinstance(files, list)}
 
 
-def _store(folder: Path, names: set[str]) -> None:
+def listed(folder: Path) -> set[str]:
+    """The names grpokit recorded writing in `folder` (empty when it keeps no readable manifest)."""
+    return _read(folder)[0]
+
+
+def _store(folder: Path, names: set[str], inside: dict[str, set[str]]) -> None:
     """Rewrite the manifest whole: a temporary file renamed over it, so a kill leaves the old one or the new one."""
+    data = {"written_by": "grpokit", "written": sorted(names),
+            "inside": {n: sorted(files) for n, files in sorted(inside.items()) if n in names}}
     partial = Path(folder) / f"{MANIFEST}.partial"
-    partial.write_text(json.dumps({"written_by": "grpokit", "written": sorted(names)}, indent=1) + "\n", encoding="utf-8")
+    partial.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     os.replace(partial, Path(folder) / MANIFEST)
 
 
+def contents(path: Path) -> set[str]:
+    """Every file (and link) below the folder `path`, as paths relative to it; symbolic links are not followed."""
+    path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        return set()
+    found = set()
+    for top, dirs, files in os.walk(path):
+        rel = Path(top).relative_to(path)
+        found |= {str(rel / f) for f in files if f not in _OWN}  # grpokit's bookkeeping is never the user's
+        found |= {str(rel / d) for d in dirs if (Path(top) / d).is_symlink()}
+    return found
+
+
 def claim(folder: Path, names) -> None:
-    """Record `names`, entries of `folder`, as written by grpokit."""
+    """Record `names`, entries of `folder`, as written by grpokit; a folder among them with what it holds now."""
+    folder = Path(folder)
     names = {n for n in names if _plain(n) and n not in _OWN}
-    current = listed(folder)
-    if not names <= current:
-        _store(folder, current | names)
+    current, inside = _read(folder)
+    for name in names:
+        if (folder / name).is_dir() and not (folder / name).is_symlink():
+            inside[name] = contents(folder / name)
+    _store(folder, current | names, inside)
+
+
+def claim_file(path: Path) -> None:
+    """Record a file (or a folder, with its files) grpokit just wrote: inside the listed folder that holds it,
+    else as an entry of its own folder.
+
+    >>> import tempfile; d = Path(tempfile.mkdtemp()); (d / "plots").mkdir(); claim(d, ["plots"])
+    >>> _ = (d / "plots" / "a.png").write_text("x"); claim_file(d / "plots" / "a.png"); sorted(_read(d)[1]["plots"])
+    ['a.png']
+    """
+    path = Path(path)
+    for holder in path.parents:
+        if holder.parent == holder:
+            break
+        names, inside = _read(holder.parent)
+        if holder.name in names:
+            rel = path.relative_to(holder)
+            added = {str(rel / f) for f in contents(path)} if path.is_dir() else {str(rel)}
+            inside[holder.name] = inside.get(holder.name, set()) | added
+            _store(holder.parent, names, inside)
+            return
+    claim(path.parent, [path.name])
 
 
 def entries(folder: Path) -> list[str]:
@@ -79,11 +128,11 @@ def foreign(folder: Path) -> list[str]:
 
 
 def holds_run(path: Path) -> bool:
-    """True when `path` is, or contains, a folder that another grpokit run or merge keeps (its manifest or lock)."""
+    """True when `path` is, or contains, the folder of another grpokit run (its lock file, which a run leaves)."""
     path = Path(path)
     if not path.is_dir() or path.is_symlink():
         return False
-    return any(MANIFEST in files or LOCK_FILE in files for _, _, files in os.walk(path))
+    return any(LOCK_FILE in files for _, _, files in os.walk(path))
 
 
 def describe(names: list[str]) -> str:
@@ -128,30 +177,35 @@ def remove(folder: Path, names, key: str, origin: str | None = None) -> None:
     refused, before anything is removed.
     """
     folder = Path(folder)
-    names = sorted(set(names) & listed(folder))
+    mine, inside = _read(folder)
+    names = sorted(set(names) & mine)
     if not names:
         return
     nested = [n for n in names if holds_run(folder / n)]
     if nested:
         raise RecipeError([Problem(key, f"{describe(nested)} in it now hold{'s' if len(nested) == 1 else ''} another grpokit "
-                                   "run or merge; nothing was removed: move it out, or choose another folder",
+                                   "run; nothing was removed: move it out, or choose another folder",
                                    str(folder), file=origin)])
+    unknown = sorted(f"{n}/{f}" for n in names for f in contents(folder / n) - inside.get(n, set()))
+    if unknown:
+        raise RecipeError([foreign_problem(folder, key, unknown, "nothing was removed: move them out first", origin)])
     for name in names:
         path = folder / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
-    _store(folder, listed(folder) - set(names))
+    _store(folder, mine - set(names), inside)
 
 
 class Recorder:
     """Records as grpokit's every entry that appears in `folder` while grpokit writes into it.
 
     What a library writes on grpokit's behalf (the trainer's checkpoints, adapter and tokenizer files, its
-    logging folder) has names grpokit does not choose, so a run records what is new since it started; what
-    was there before and not grpokit's stays the user's. A folder holding another grpokit run (one started
-    inside this one) is never recorded.
+    logging folder) has names grpokit does not choose, so a run records what is new since it started, and for
+    each folder it made, the files in it; what was there before and not grpokit's stays the user's. While a
+    run holds its folder, what appears there counts as the run's. A folder holding another grpokit run (one
+    started inside this one) is never recorded.
     """
 
     def __init__(self, folder: Path):
@@ -162,10 +216,12 @@ class Recorder:
         if not self.folder.is_dir():
             return
         current = entries(self.folder)
-        mine = {n for n in current if n in listed(self.folder)}
-        mine |= {n for n in current if n not in self.before and not holds_run(self.folder / n)}
-        if mine != listed(self.folder):
-            _store(self.folder, mine)
+        names, inside = _read(self.folder)
+        mine = {n for n in current if n in names or (n not in self.before and not holds_run(self.folder / n))}
+        for name in mine:
+            if (self.folder / name).is_dir() and not (self.folder / name).is_symlink():
+                inside[name] = contents(self.folder / name)
+        _store(self.folder, mine, inside)
 
 
 def replaceable(path: Path, root: Path | None = None) -> bool:
@@ -207,4 +263,4 @@ def write_text(path: Path, text: str, key: str = "", origin: str | None = None) 
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)
-    claim(path.parent, [path.name])
+    claim_file(path)

@@ -121,7 +121,8 @@ def test_overwrite_refuses_a_folder_holding_another_run(tmp_path, capsys):
 
 def test_a_listed_folder_that_now_holds_another_run_is_not_removed(tmp_path):
     outer = fake_run(tmp_path / "outer")
-    fake_run(outer / "checkpoint-1" / "nested")  # a run started inside one of outer's folders
+    nested = fake_run(outer / "checkpoint-1" / "nested")  # a run started inside one of outer's folders
+    (nested / ownership.LOCK_FILE).write_text("pid 1 on host\n")  # a run leaves its lock file behind
     with pytest.raises(RecipeError, match="another grpokit run"):
         ownership.remove(outer, ownership.listed(outer), "trainer.output_dir")
     assert (outer / "checkpoint-1" / "nested" / "recipe.yaml").is_file() and (outer / "recipe.yaml").is_file()
@@ -190,7 +191,8 @@ def test_recorder_keeps_what_was_there_before(tmp_path):
     (folder / "before.txt").write_text("user")
     recorder = ownership.Recorder(folder)
     (folder / "checkpoint-1").mkdir()
-    fake_run(folder / "someone-elses")  # another run started inside: never recorded as this one's
+    other = fake_run(folder / "someone-elses")  # another run started inside: never recorded as this one's
+    (other / ownership.LOCK_FILE).write_text("pid 1 on host\n")
     recorder.record()
     assert ownership.listed(folder) == {"checkpoint-1"}
     assert ownership.foreign(folder) == ["before.txt", "someone-elses"]
@@ -211,3 +213,23 @@ def test_a_real_run_records_everything_it_wrote(tmp_path, capsys):
     (run / "my-notes.txt").unlink()
     assert main(["--recipe", str(path), "--overwrite"]) == 0
     assert ownership.foreign(run) == [] and (run / "checkpoint-1").is_dir()
+
+
+def test_a_file_put_inside_a_runs_folder_stops_the_removal(tmp_path):
+    """A note dropped into a checkpoint the run wrote: the checkpoint is grpokit's, the note is not."""
+    run = fake_run(tmp_path / "run")
+    (run / "checkpoint-1" / "my-notes.md").write_text("why this checkpoint matters")
+    with pytest.raises(RecipeError, match="checkpoint-1/my-notes.md"):
+        ownership.remove(run, ownership.listed(run), "trainer.output_dir")
+    assert (run / "checkpoint-1" / "my-notes.md").is_file() and (run / "recipe.yaml").is_file()
+
+
+def test_a_symlink_in_a_run_is_removed_not_followed(tmp_path):
+    elsewhere = tmp_path / "docs"
+    elsewhere.mkdir()
+    (elsewhere / "keep.md").write_text("keep")
+    run = fake_run(tmp_path / "run", names=("recipe.yaml",))
+    (run / "checkpoint-1").symlink_to(elsewhere)
+    ownership.claim(run, ["checkpoint-1"])
+    ownership.remove(run, ownership.listed(run), "trainer.output_dir")
+    assert (elsewhere / "keep.md").read_text() == "keep" and ownership.entries(run) == []

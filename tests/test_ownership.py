@@ -233,3 +233,24 @@ def test_a_symlink_in_a_run_is_removed_not_followed(tmp_path):
     ownership.claim(run, ["checkpoint-1"])
     ownership.remove(run, ownership.listed(run), "trainer.output_dir")
     assert (elsewhere / "keep.md").read_text() == "keep" and ownership.entries(run) == []
+
+
+def test_eval_out_never_replaces_a_users_file(tmp_path, capsys, no_weights):
+    """Refused before the model loads (`no_weights` fails the test otherwise), and the file is as it was."""
+    theirs = tmp_path / "results.json"
+    theirs.write_text('{"mine": true}')
+    data = with_trainer(tmp_path)
+    data["dataset"].update(eval_path=str(SMOKE_DATA), eval_limit=2)
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--eval", "--eval-out", str(theirs)]) == 2
+    err = capsys.readouterr().err
+    assert "--eval-out" in err and "grpokit did not write it" in err and "Traceback" not in err
+    assert theirs.read_text() == '{"mine": true}'
+
+
+def test_output_dir_through_a_symlink_is_judged_by_what_it_points_to(tmp_path, capsys):
+    home_like = tmp_path / "me"
+    files = user_files(home_like)
+    (tmp_path / "link").symlink_to(home_like)
+    path = write_recipe(tmp_path, with_trainer(tmp_path, output_dir=str(tmp_path / "link")))
+    assert main(["--recipe", str(path), "--overwrite"]) == 2
+    assert "grpokit did not write" in capsys.readouterr().err and still_there(home_like, files)

@@ -136,8 +136,11 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, orig
     others = [n for n in ownership.foreign(output_dir) if n != BASE_EVAL_FILE]  # kept either way: it blocks nothing
     if others:
         fix = "--overwrite cannot replace it" if overwrite else "a new run cannot start in it (--resume continues a run there)"
-        raise RecipeError([ownership.foreign_problem(output_dir, "trainer.output_dir", others,
-                                                     f"{fix}: choose a new or empty trainer.output_dir=...", origin)])
+        fix += ": choose a new or empty trainer.output_dir=..."
+        if not ownership.listed(output_dir) and (output_dir / RECIPE_FILE).is_file() and (output_dir / LOCK_FILE).exists():
+            fix += ("; it looks like a run of a grpokit that kept no manifest (.grpokit-files): if everything in it is "
+                    "yours to lose, remove the folder yourself")
+        raise RecipeError([ownership.foreign_problem(output_dir, "trainer.output_dir", others, fix, origin)])
     if not overwrite:
         raise RecipeError([Problem("trainer.output_dir", "already holds a run; pass --resume to continue it, --overwrite to replace it, "
                                    "or choose another trainer.output_dir=...", str(output_dir), file=origin)])

@@ -254,3 +254,14 @@ def test_output_dir_through_a_symlink_is_judged_by_what_it_points_to(tmp_path, c
     path = write_recipe(tmp_path, with_trainer(tmp_path, output_dir=str(tmp_path / "link")))
     assert main(["--recipe", str(path), "--overwrite"]) == 2
     assert "grpokit did not write" in capsys.readouterr().err and still_there(home_like, files)
+
+
+def test_a_run_without_a_manifest_is_named_as_such(tmp_path, capsys):
+    """A run folder from a grpokit that kept no manifest: refused like any other, with what to do about it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("recipe.yaml", ownership.LOCK_FILE, "adapter_model.safetensors"):
+        (run / name).write_text("")
+    path = write_recipe(tmp_path, with_trainer(tmp_path))
+    assert main(["--recipe", str(path), "--overwrite"]) == 2
+    assert "kept no manifest" in capsys.readouterr().err and ownership.entries(run) == ["adapter_model.safetensors", "recipe.yaml"]

@@ -264,3 +264,97 @@ def test_a_neighbour_holding_threads_does_not_use_up_the_next_candidates_process
     finally:
         holder.stdin.close()
         holder.wait()
+
+
+# ----------------------------------------------------------------------------------------------------
+# A candidate's memory is bounded as a whole: every process of it together, its /tmp included.
+
+# Forks `n` children that each allocate and touch (write every page of) `mb` MB, all held at once;
+# returns how many got there. Each child stays under the per-process address-space limit.
+HOG = """import os
+def hold(n, mb):
+    release, pipes = os.pipe(), []
+    for _ in range(n):
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.close(release[1])
+            big = bytearray(mb << 20)
+            big[::4096] = b'\\x01' * len(range(0, mb << 20, 4096))
+            os.write(w, b'1')
+            os.read(release[0], 1)  # holds its pages until the parent is done
+            os._exit(0)
+        os.close(w)
+        pipes.append(r)
+    held = sum(len(os.read(r, 1)) for r in pipes)
+    os.close(release[1])
+    return held
+"""
+HONEST = ("def add(a, b):\n    return a + b\n", ["assert add(1, 2) == 3"], "")
+
+
+def _memory_cgroup() -> Path | None:
+    """This process's own memory cgroup (v1 hierarchy, or v2 with memory.peak), where a group made under
+    it is writable; None elsewhere. Found here, not by the code under test."""
+    own = dict(line.rstrip("\n").split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines())
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        dash = fields.index("-")
+        if fields[3] != "/":
+            continue
+        if fields[dash + 1] == "cgroup" and "memory" in fields[dash + 3].split(",") and "memory" in own:
+            path = Path(fields[4] + own["memory"])
+        elif fields[dash + 1] == "cgroup2" and "" in own:
+            path = Path(fields[4] + own[""])
+            if not (path / "memory.peak").exists() and "memory" not in (path / "cgroup.subtree_control").read_text().split():
+                continue
+        else:
+            continue
+        if os.access(path, os.W_OK):
+            return path
+    return None
+
+
+def _peak_of_trainer(jobs: list) -> tuple[int, list]:
+    """A trainer process scoring `jobs`, measured from outside: the kernel's high-water mark of the memory
+    of a cgroup holding it and everything it starts (candidates included). Returns (bytes, what it said)."""
+    parent = _memory_cgroup()
+    measured = parent / f"grpokit-test-{uuid.uuid4().hex}"
+    measured.mkdir()
+    try:
+        script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+                  f"open({str(measured / 'cgroup.procs')!r}, 'w').write('0')\n"  # joins before it starts anything
+                  "from rewards._sandbox import Limits, run_many\n"
+                  f"out = run_many({jobs!r}, {FAST!r}, workers=2)\n"
+                  "print(repr([(o.passed, sorted(o.isolation)) for o in out]))\n")
+        done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=120, cwd="/")
+        assert done.returncode == 0, done.stderr  # the trainer itself is untouched
+        name = "memory.max_usage_in_bytes" if (measured / "memory.max_usage_in_bytes").exists() else "memory.peak"
+        peak = int((measured / name).read_text())
+        left = [p.name for p in measured.iterdir() if p.is_dir()]
+        assert left == [], f"candidate cgroups left behind: {left}"
+        return peak, ast.literal_eval(done.stdout.strip())
+    finally:
+        measured.rmdir()  # a cgroup: refused unless empty
+
+
+@AS_ROOT
+@pytest.mark.skipif(os.geteuid() != 0 or _memory_cgroup() is None, reason="needs a writable memory cgroup to measure in")
+def test_a_candidates_processes_together_stay_within_its_memory_limit():
+    # Four children of 200 MB each: every one under the per-process limit (256 MB), 800 MB together.
+    # What the host gave the candidate (the trainer's peak with it, less its peak with an honest one
+    # instead) must stay within the candidate's limit; over it, the candidate loses, not the trainer.
+    hog = (HOG, ["assert hold(4, 200) == 4"], "")
+    peak_hog, said = _peak_of_trainer([hog, HONEST])
+    peak_honest, _ = _peak_of_trainer([HONEST, HONEST])
+    limit = (FAST.memory_mb + FAST.file_mb) * MB
+    assert peak_hog - peak_honest <= limit, f"{(peak_hog - peak_honest) / MB:.0f} MB > {limit / MB:.0f} MB"
+    assert said[0][0] == [False], said
+    assert said[1][0] == [True], "the candidate next to it was disturbed"
+    assert "cgroup-memory" in said[0][1], said
+
+
+def test_the_memory_hog_works_without_the_sandbox():
+    # Without this the test above could pass on a probe that never allocated.
+    namespace = {}
+    exec(HOG, namespace)
+    assert namespace["hold"](2, 16) == 2

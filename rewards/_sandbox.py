@@ -112,11 +112,13 @@ class Limits:
     """Per-candidate limits. `time_s` is per test (and for running the code itself, setup included)."""
 
     time_s: float = 2.0       # wall time per test; a test over it fails, the others still run
-    memory_mb: int = 512      # address space per process (RLIMIT_AS), shared mappings included: a MemoryError past it
+    memory_mb: int = 512      # address space per process (RLIMIT_AS), shared mappings included: a MemoryError past it;
+                              # with the cgroup, + file_mb is the whole candidate's memory: the kernel's OOM killer past it
     processes: int = 16       # RLIMIT_NPROC, threads included, counted per candidate: os.fork fails past it
     file_mb: int = 16         # largest file (RLIMIT_FSIZE), and the size of the private /tmp
     output_kb: int = 64       # stdout + stderr; past it the candidate is killed (unreported tests fail)
     namespaces: bool = True   # False skips them: what a machine refusing `unshare` gets (to test that case)
+    cgroup: bool = True       # False skips it: what a machine without a writable memory controller gets (likewise)
 
     def wall_s(self, n_tests: int) -> float:
         """The whole candidate's wall (and CPU) budget: setup, code and every test, plus a little slack."""

@@ -7,6 +7,7 @@ without root would: the sandbox then runs inside a user namespace.
 """
 
 import ast
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -358,3 +359,76 @@ def test_the_memory_hog_works_without_the_sandbox():
     namespace = {}
     exec(HOG, namespace)
     assert namespace["hold"](2, 16) == 2
+
+
+def _child_module():
+    """rewards/_sandbox_child.py as a module (it is a script, kept off the package on purpose)."""
+    spec = importlib.util.spec_from_file_location("grpokit_sandbox_child", ROOT / "rewards/_sandbox_child.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CGROUP_TREES = {
+    # v1 hierarchies of their own (this machine's layout): the trainer's own group in each
+    "v1": ("4:memory:/jobs/trainer\n8:pids:/\n0::/\n",
+           "35 31 0:32 / {cg}/memory rw - cgroup cgroup rw,memory\n39 31 0:36 / {cg}/pids rw - cgroup cgroup rw,pids\n"
+           "41 31 0:38 / {cg}/unified rw - cgroup2 cgroup2 rw\n",
+           {"memory/jobs/trainer": None, "pids": None, "unified": ""},
+           [("memory/jobs/trainer", "v1", ("memory",)), ("pids", "v1", ("pids",))]),
+    # a delegated v2 subtree: the trainer in a leaf of `unit`, which enables memory and pids for its
+    # children; candidates' groups go beside the trainer's leaf
+    "v2-delegated": ("0::/unit/trainer\n", "41 31 0:38 / {cg} rw - cgroup2 cgroup2 rw\n",
+                     {"": "", "unit": "memory pids", "unit/trainer": ""}, [("unit", "v2", ("memory", "pids"))]),
+    # v2 without the memory controller anywhere above the trainer: nothing to make
+    "v2-no-memory": ("0::/unit/trainer\n", "41 31 0:38 / {cg} rw - cgroup2 cgroup2 rw\n",
+                     {"": "cpu", "unit": "", "unit/trainer": ""}, []),
+    # a cgroup namespace's view: the mount's root is the trainer's group itself
+    "v2-mounted-below": ("0::/unit\n", "41 31 0:38 /unit {cg} rw - cgroup2 cgroup2 rw\n",
+                         {"": "memory"}, [("", "v2", ("memory",))]),
+}
+
+
+@pytest.mark.parametrize("tree", CGROUP_TREES.values(), ids=CGROUP_TREES.keys())
+def test_candidate_cgroups_go_where_the_machine_delegates_them(tree, tmp_path):
+    own, mountinfo, folders, expected = tree
+    cg, proc = tmp_path / "cg", tmp_path / "proc"
+    proc.mkdir()
+    (proc / "cgroup").write_text(own)
+    (proc / "mountinfo").write_text(mountinfo.format(cg=cg))
+    for folder, enabled in folders.items():
+        (cg / folder).mkdir(parents=True, exist_ok=True)
+        if enabled is not None:
+            (cg / folder / "cgroup.subtree_control").write_text(enabled + "\n")
+    places = _child_module()._cgroup_places(str(proc))
+    assert places == [(str(cg / folder).rstrip("/"), version, c) for folder, version, c in expected]
+
+
+@NOBODY
+def test_without_a_writable_cgroup_the_sandbox_runs_and_says_so():
+    # A trainer that is not root here has no group it may write to: the candidate still runs, with its
+    # per-process limits, and the missing layer shows in isolation().
+    said = _as_nobody(f"out = run({HONEST[0]!r}, {HONEST[1]!r}, limits={FAST!r})\nprint(sorted(out.isolation), out.passed)\n")
+    assert "'userns'" in said and "cgroup-memory" not in said and said.strip().endswith("[True]"), said
+
+
+@AS_ROOT
+@pytest.mark.skipif(os.geteuid() != 0 or _memory_cgroup() is None, reason="needs a writable memory cgroup")
+def test_without_a_pid_namespace_the_cgroup_still_ends_every_process_of_the_job():
+    # A process that leaves the process group (setsid) is out of reach of the kill at the end; the
+    # candidate's cgroup still holds it, and the job's end empties the group before removing it.
+    marker = Path("/dev/shm", f"grpokit-pid-{uuid.uuid4().hex}")
+    code = ("import os, time\ndef f():\n    if os.fork() == 0:\n        os.setsid()\n"
+            f"        open({str(marker)!r}, 'w').write(str(os.getpid()))\n        time.sleep(60)\n        os._exit(0)\n"
+            "    time.sleep(0.5)\n    return True\n")
+    try:
+        out = run(code, ["assert f()"], limits=Limits(**{**FAST.__dict__, "namespaces": False}))
+        assert out.passed == [True] and out.ended == "done" and "cgroup-pids" in out.isolation, out
+        pid = int(marker.read_text())
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            status = ""
+        assert "Uid:\t65534" not in status or "State:\tZ" in status, status  # gone (or a zombie)
+    finally:
+        marker.unlink(missing_ok=True)

@@ -4,13 +4,16 @@ Standard library only, and nothing of grpokit's: this file is the whole of what 
 process has loaded before the code runs. Three processes, so that the one running the candidate is
 never the one that cleans up after it:
 
-    bootstrap   reads the job from stdin, enters new namespaces (network, pid, mount, ipc, uts; plus a
-                user namespace when not root), forks the supervisor and waits for it; on SIGTERM it
-                kills the supervisor and still waits, so its exit means the job's processes are gone
-    supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), zeroes the
-                ipc namespace's System V limits, pivots into a new root (this python's prefix and the
-                system libraries read-only, a few /dev nodes, a fresh /proc, a private size-capped
-                /tmp as the working directory), forks the runner, kills it at the deadline. When pid 1
+    bootstrap   reads the job from stdin, makes the candidate's cgroups where it may (memory and
+                pids, under its own groups), enters new namespaces (network, pid, mount, ipc, uts; plus
+                a user namespace when not root), forks the supervisor and waits for it; on SIGTERM it
+                kills the supervisor and still waits, so its exit means the job's processes are gone;
+                then it removes the cgroups (killing first what a job without a pid namespace left)
+    supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), joins the
+                cgroups (every process the job starts is counted there), zeroes the ipc namespace's
+                System V limits, pivots into a new root (this python's prefix and the system libraries
+                read-only, a few /dev nodes, a fresh /proc, a private size-capped /tmp as the working
+                directory), forks the runner, kills it at the deadline. When pid 1
                 of a namespace exits the kernel kills everything left in it, so a runner that forked,
                 `setsid`-ed or slept cannot outlive the job.
     runner      drops to an unprivileged uid in a user namespace of its own (as root) or drops every

@@ -306,7 +306,7 @@ def _memory_cgroup() -> Path | None:
             path = Path(fields[4] + own["memory"])
         elif fields[dash + 1] == "cgroup2" and "" in own:
             path = Path(fields[4] + own[""])
-            if not (path / "memory.peak").exists() and "memory" not in (path / "cgroup.subtree_control").read_text().split():
+            if "memory" not in (path / "cgroup.subtree_control").read_text().split():
                 continue
         else:
             continue
@@ -319,11 +319,15 @@ def _peak_of_trainer(jobs: list) -> tuple[int, list]:
     """A trainer process scoring `jobs`, measured from outside: the kernel's high-water mark of the memory
     of a cgroup holding it and everything it starts (candidates included). Returns (bytes, what it said)."""
     parent = _memory_cgroup()
-    measured = parent / f"grpokit-test-{uuid.uuid4().hex}"
+    measured = joined = parent / f"grpokit-test-{uuid.uuid4().hex}"
     measured.mkdir()
+    if not (measured / "memory.max_usage_in_bytes").exists():  # v2: processes only in leaves, so the trainer
+        (measured / "cgroup.subtree_control").write_text("+memory")  # in one, its candidates' groups beside it
+        joined = measured / "trainer"
+        joined.mkdir()
     try:
         script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-                  f"open({str(measured / 'cgroup.procs')!r}, 'w').write('0')\n"  # joins before it starts anything
+                  f"open({str(joined / 'cgroup.procs')!r}, 'w').write('0')\n"  # joins before it starts anything
                   "from rewards._sandbox import Limits, run_many\n"
                   f"out = run_many({jobs!r}, {FAST!r}, workers=2)\n"
                   "print(repr([(o.passed, sorted(o.isolation)) for o in out]))\n")
@@ -331,11 +335,13 @@ def _peak_of_trainer(jobs: list) -> tuple[int, list]:
         assert done.returncode == 0, done.stderr  # the trainer itself is untouched
         name = "memory.max_usage_in_bytes" if (measured / "memory.max_usage_in_bytes").exists() else "memory.peak"
         peak = int((measured / name).read_text())
-        left = [p.name for p in measured.iterdir() if p.is_dir()]
+        left = [p.name for p in measured.iterdir() if p.is_dir() and p != joined]
         assert left == [], f"candidate cgroups left behind: {left}"
         return peak, ast.literal_eval(done.stdout.strip())
     finally:
-        measured.rmdir()  # a cgroup: refused unless empty
+        if joined != measured:  # cgroups: rmdir is refused unless empty
+            joined.rmdir()
+        measured.rmdir()
 
 
 @AS_ROOT

@@ -27,13 +27,20 @@ for the three processes inside and why). What holds, and where:
                       the project's data. Not root: the same inside a user namespace mapping the
                       candidate to the trainer's uid (per-namespace process counts too), capabilities
                       dropped before the code runs.
+    where a cgroup    a cgroup per candidate ("cgroup-memory", "cgroup-pids"), made under the trainer's
+    can be made       own (so its limits still apply) before any of the candidate's processes exists and
+                      removed after the job: all its processes together, their page tables and its /tmp's
+                      pages included, hold at most `memory_mb` + `file_mb` (no swap); past it the kernel's
+                      OOM killer ends one of them, inside the group only. At most `processes` + 1 tasks
+                      (the supervisor). Where: root with a cgroup v1 memory (pids) hierarchy mounted, or
+                      cgroup v2 where the trainer's group or an ancestor it may write enables memory
+                      (pids) in `cgroup.subtree_control` (a delegated subtree; the groups go there)
 
 A candidate's memory: `memory_mb` of address space per process, shared mappings included; shared
 memory that no process maps (memfd, System V segments) is refused; its /tmp holds at most `file_mb`.
-So at most `processes` x `memory_mb` + `file_mb` in all: a bound on the whole tree would take a cgroup
-(memory.max, pids.max), which needs a delegated cgroup v2 subtree. The development machine has none
-(cgroup v1 and v2 side by side, the v1 memory controller held by the machine's own process manager,
-the v2 tree without controllers), so no cgroup layer is used here.
+With the cgroup, `memory_mb` + `file_mb` in all. Without it (not root and no delegated v2 subtree,
+or `Limits(cgroup=False)`), `isolation()` lacks "cgroup-memory" and the bound is the sum of the
+per-process ones: at most `processes` x `memory_mb` + `file_mb` (16 x 512 MB + 16 MB by default).
 
 Measured on the development machine (Linux 6.18, root, 2 cores; tests/test_rewards_code.py and
 tests/test_rewards_code_sandbox.py): every layer above holds, both as root and when started by
@@ -45,6 +52,13 @@ candidate that needs 8 threads gets them while another process of the same uid h
 start new thread"). Cost, in CPU per candidate (bench/rewards.py's code_throughput, 128 candidates a
 run, the old and the new sandbox alternating, median of 3 each, two sessions on the loaded 2-core
 machine): 31.0 -> 30.4 ms and 28.1 -> 29.9 ms, so at most ~6 % (the bound asked for is 1.5x).
+The cgroup (v1 memory and pids, as root): a candidate whose four children each touched 200 MB got
+800 MB past a 256 MB limit (the high-water mark of a cgroup holding the trainer, less the same with
+an honest candidate instead); with the group, 249 MB for a limit of 260 MB (256 + 4 of /tmp), one child
+OOM-killed in the candidate's group, its test failed, the trainer and the candidate beside it
+untouched; one child of 200 MB still runs. Cost, same bench, 256 candidates a run, old and new
+alternating, median of 5 each on the loaded 2-core machine: 26.7 -> 28.5 ms CPU per candidate (+7 %),
+43.1 -> 38.4 candidates/s wall (0.89x); 200 candidates in a row left no dying memory cgroups behind.
 
 Own layers rather than a tool, measured on the development machine (as root and as `nobody`,
 unprivileged user namespaces allowed; the same hostile probes, each tool set up as its docs suggest):
@@ -69,9 +83,9 @@ time, CPU, memory, process count, output, `os._exit`, memfd, forged result lines
 secret still hold; the network is reachable, System V shared memory is not bounded (no ipc namespace), every
 world-readable file can be read, world-writable folders (/var/tmp, /dev/shm) can be written to
 (measured; so their files can be deleted), a `kill(-1)` can reach other candidates running at the
-same time (same uid), a process that calls `setsid` and sleeps can outlive its job (no CPU; its memory
-and files stay capped), and a python that `nobody` cannot read leaves only preloaded modules
-importable ("stdlib-unreadable").
+same time (same uid), a process that calls `setsid` and sleeps can outlive its job where there is no
+cgroup (no CPU; its memory and files stay capped; with the cgroup it is killed when the job ends),
+and a python that `nobody` cannot read leaves only preloaded modules importable ("stdlib-unreadable").
 
 Per-test results travel on a pipe of their own as `<nonce> test <i> <0|1>` lines; stdout, stderr and
 the exit status are never read as results, and the nonce is never printed. The code runs in the
@@ -112,11 +126,13 @@ class Limits:
     """Per-candidate limits. `time_s` is per test (and for running the code itself, setup included)."""
 
     time_s: float = 2.0       # wall time per test; a test over it fails, the others still run
-    memory_mb: int = 512      # address space per process (RLIMIT_AS), shared mappings included: a MemoryError past it
+    memory_mb: int = 512      # address space per process (RLIMIT_AS), shared mappings included: a MemoryError past it;
+                              # with the cgroup, + file_mb is the whole candidate's memory: the kernel's OOM killer past it
     processes: int = 16       # RLIMIT_NPROC, threads included, counted per candidate: os.fork fails past it
     file_mb: int = 16         # largest file (RLIMIT_FSIZE), and the size of the private /tmp
     output_kb: int = 64       # stdout + stderr; past it the candidate is killed (unreported tests fail)
     namespaces: bool = True   # False skips them: what a machine refusing `unshare` gets (to test that case)
+    cgroup: bool = True       # False skips it: what a machine without a writable memory controller gets (likewise)
 
     def wall_s(self, n_tests: int) -> float:
         """The whole candidate's wall (and CPU) budget: setup, code and every test, plus a little slack."""
@@ -129,7 +145,8 @@ class Outcome:
 
     passed: list[bool]
     loaded: bool = False           # the code (and setup) ran without raising
-    isolation: frozenset = frozenset()  # "net", "pid", "newroot", "noshm", "nomemfd", "userns", "uid=65534" | "nocaps", ...
+    isolation: frozenset = frozenset()  # "net", "pid", "newroot", "noshm", "nomemfd", "userns", "cgroup-memory",
+                                        # "cgroup-pids", "uid=65534" | "nocaps", ...
     ended: str = "done"            # "done" | "cut-short" (died or killed before its last test) | "timeout" |
                                    # "output" (too much printed) | "no-report" (the sandbox never started)
     output: bytes = b""            # the start of stdout + stderr, for debugging

@@ -4,13 +4,16 @@ Standard library only, and nothing of grpokit's: this file is the whole of what 
 process has loaded before the code runs. Three processes, so that the one running the candidate is
 never the one that cleans up after it:
 
-    bootstrap   reads the job from stdin, enters new namespaces (network, pid, mount, ipc, uts; plus a
-                user namespace when not root), forks the supervisor and waits for it; on SIGTERM it
-                kills the supervisor and still waits, so its exit means the job's processes are gone
-    supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), zeroes the
-                ipc namespace's System V limits, pivots into a new root (this python's prefix and the
-                system libraries read-only, a few /dev nodes, a fresh /proc, a private size-capped
-                /tmp as the working directory), forks the runner, kills it at the deadline. When pid 1
+    bootstrap   reads the job from stdin, makes the candidate's cgroups where it may (memory and
+                pids, under its own groups), enters new namespaces (network, pid, mount, ipc, uts; plus
+                a user namespace when not root), forks the supervisor and waits for it; on SIGTERM it
+                kills the supervisor and still waits, so its exit means the job's processes are gone;
+                then it removes the cgroups (killing first what a job without a pid namespace left)
+    supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), joins the
+                cgroups (every process the job starts is counted there), zeroes the ipc namespace's
+                System V limits, pivots into a new root (this python's prefix and the system libraries
+                read-only, a few /dev nodes, a fresh /proc, a private size-capped /tmp as the working
+                directory), forks the runner, kills it at the deadline. When pid 1
                 of a namespace exits the kernel kills everything left in it, so a runner that forked,
                 `setsid`-ed or slept cannot outlive the job.
     runner      drops to an unprivileged uid in a user namespace of its own (as root) or drops every
@@ -31,6 +34,7 @@ import os
 import resource
 import signal
 import sys
+import time
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -245,6 +249,153 @@ def _own_process_count(uid: int, gid: int) -> list:
     return ["userns"]
 
 
+def _cgroups(job: dict, proc: str = "/proc/self") -> list:
+    """Make this candidate's cgroups, where this process may (root, or a delegated v2 subtree): the
+    memory of all its processes together, its /tmp's pages included, at most `memory_mb + file_mb`
+    (no swap); at most `processes + 1` tasks (the supervisor's). Made here, before any namespace, under
+    this process's own groups (so every limit on the trainer still applies); the supervisor joins them.
+    Returns (descriptor of the folder holding it, name) per group made -- the supervisor's new root
+    hides /sys from this process too, and the groups are removed through these; [] where none can be
+    made. A group made but not set up raises (no half a layer)."""
+    if not job.get("cgroup", True):
+        return []
+    name, made = f"grpokit-{os.getpid()}-{os.urandom(4).hex()}", []
+    values = {"memory": (job["memory_mb"] + job["file_mb"]) << 20, "pids": job["processes"] + 1}
+    try:
+        for parent, version, controllers in _cgroup_places(proc):
+            folder = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.mkdir(name, dir_fd=folder)
+            except BaseException:
+                os.close(folder)
+                raise
+            made.append((folder, name))
+            for controller in controllers:
+                for file, value in _CGROUP_FILES[version, controller]:
+                    path = f"{name}/{file}"
+                    if file in _CGROUP_REQUIRED or os.access(path, os.F_OK, dir_fd=folder):  # no swap accounting: no memsw
+                        _cgroup_write(folder, path, value if value is not None else values[controller])
+    except BaseException:
+        _cgroups_remove(made)
+        raise
+    return made
+
+
+def _cgroup_write(folder: int, path: str, value) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC, dir_fd=folder)
+    try:
+        os.write(fd, str(value).encode())
+    finally:
+        os.close(fd)
+
+
+# Per (hierarchy, controller): the files set, in order (v1's memsw may not go below its limit); None: the limit.
+_CGROUP_FILES = {("v1", "memory"): (("memory.limit_in_bytes", None), ("memory.memsw.limit_in_bytes", None)),
+                 ("v1", "pids"): (("pids.max", None),),
+                 ("v2", "memory"): (("memory.max", None), ("memory.swap.max", 0)),
+                 ("v2", "pids"): (("pids.max", None),)}
+_CGROUP_REQUIRED = {"memory.limit_in_bytes", "memory.max", "pids.max"}
+
+
+def _cgroup_places(proc: str = "/proc/self") -> list:
+    """[(folder, "v1" | "v2", controllers)]: where this process may make child groups for `memory` and
+    `pids`. A v1 hierarchy of that controller: this process's own group there, if writable. Otherwise
+    cgroup v2: the nearest of this process's group and its ancestors that enables the controller for its
+    children (`cgroup.subtree_control`) and is writable (a trainer in a delegated subtree's leaf makes
+    its candidates' groups beside it)."""
+    with open(f"{proc}/cgroup") as f:
+        own = dict(line.rstrip("\n").split(":", 2)[1:] for line in f)  # controllers ("" for v2) -> path
+    v1, v2 = {}, None
+    with open(f"{proc}/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            dash = fields.index("-")
+            root, point, fstype, options = fields[3], fields[4], fields[dash + 1], fields[dash + 3].split(",")
+            for names, path in own.items():
+                inside = path if root == "/" else path[len(root):] if (path + "/").startswith(root + "/") else None
+                if inside is None:
+                    continue
+                if fstype == "cgroup" and names and set(names.split(",")) <= set(options):
+                    for controller in ("memory", "pids"):
+                        if controller in names.split(","):
+                            v1.setdefault(controller, point + inside.rstrip("/"))
+                elif fstype == "cgroup2" and names == "" and v2 is None:
+                    v2 = (point, point + inside.rstrip("/"))
+    places = [(folder, "v1", (c,)) for c, folder in sorted(v1.items()) if os.access(folder, os.W_OK)]
+    wanted = [c for c in ("memory", "pids") if c not in v1]
+    if v2 is not None and wanted:
+        point, folder = v2
+        while True:
+            try:
+                with open(os.path.join(folder, "cgroup.subtree_control")) as f:
+                    enabled = f.read().split()
+            except OSError:
+                enabled = []
+            if "memory" in enabled or ("memory" not in wanted and "pids" in enabled):
+                if os.access(folder, os.W_OK):
+                    places.append((folder, "v2", tuple(c for c in wanted if c in enabled)))
+                break
+            if folder == point:
+                break
+            folder = os.path.dirname(folder)
+    return places
+
+
+def _cgroups_join(groups: list) -> list:
+    """Move this process (the supervisor, before it forks the runner) into the candidate's groups."""
+    layers = set()
+    for folder, name in groups:
+        _cgroup_write(folder, f"{name}/cgroup.procs", 0)  # 0: the writer itself, whatever its pid namespace
+        for controller, file in (("memory", "memory.limit_in_bytes"), ("memory", "memory.max"), ("pids", "pids.max")):
+            if os.access(f"{name}/{file}", os.F_OK, dir_fd=folder):
+                layers.add(f"cgroup-{controller}")
+    return sorted(layers)
+
+
+def _cgroups_remove(groups: list) -> None:
+    """Remove the candidate's groups once the job is over. With a pid namespace they are empty by then;
+    without one, what is left in them (a process that left the process group) is killed first. The
+    kernel refuses rmdir of a group with processes or child groups, so nothing else can go."""
+    for folder, name in groups:
+        for _ in range(100):
+            try:
+                os.rmdir(name, dir_fd=folder)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                _kill_members(folder, name)
+                time.sleep(0.01)
+        os.close(folder)
+
+
+def _kill_members(folder: int, name: str) -> None:
+    """SIGKILL every process in the group, through a pidfd taken before the check that the pid is still
+    a member: a pid freed and reused meanwhile gets nothing."""
+    def members() -> set:
+        try:
+            fd = os.open(f"{name}/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC, dir_fd=folder)
+        except OSError:
+            return set()
+        try:
+            return set(os.read(fd, 1 << 20).split())
+        finally:
+            os.close(fd)
+
+    for pid in members():
+        try:
+            fd = os.pidfd_open(int(pid))
+        except OSError:
+            continue
+        try:
+            if pid in members():
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def _close_fds(keep: int) -> None:
     os.closerange(3, keep)
     os.closerange(keep + 1, 1 << 16)
@@ -283,6 +434,7 @@ def _run_tests(job: dict, report) -> None:
 def _supervise(job: dict, out: int, report, layers: list) -> int:
     """Pid 1 of the namespace: prepare the filesystem, run the runner, kill it at the deadline."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    layers += _cgroups_join(job["cgroups"])  # first: every process the job starts is in them
     uid, gid = (0, 0) if "userns" in layers else (job["uid"], job["gid"])  # our own ids, as the namespace maps them
     if "ipc" in layers:  # first: the new root's /proc is read-only
         _no_shared_memory()
@@ -350,6 +502,7 @@ def main() -> None:
         except OSError:  # the code closed or replaced the descriptor: its later tests just go unreported
             pass
 
+    job["cgroups"] = _cgroups(job)  # before the namespaces: this process's own groups, as the host sees them
     layers = _unshare(job["namespaces"])
     supervisor = os.fork()
     if supervisor == 0:
@@ -370,6 +523,7 @@ def main() -> None:
     os.waitid(os.P_PID, supervisor, os.WEXITED | os.WNOWAIT)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.waitpid(supervisor, 0)
+    _cgroups_remove(job["cgroups"])
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ without root would: the sandbox then runs inside a user namespace.
 """
 
 import ast
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -264,3 +265,176 @@ def test_a_neighbour_holding_threads_does_not_use_up_the_next_candidates_process
     finally:
         holder.stdin.close()
         holder.wait()
+
+
+# ----------------------------------------------------------------------------------------------------
+# A candidate's memory is bounded as a whole: every process of it together, its /tmp included.
+
+# Forks `n` children that each allocate and touch (write every page of) `mb` MB, all held at once;
+# returns how many got there. Each child stays under the per-process address-space limit.
+HOG = """import os
+def hold(n, mb):
+    release, pipes = os.pipe(), []
+    for _ in range(n):
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.close(release[1])
+            big = bytearray(mb << 20)
+            big[::4096] = b'\\x01' * len(range(0, mb << 20, 4096))
+            os.write(w, b'1')
+            os.read(release[0], 1)  # holds its pages until the parent is done
+            os._exit(0)
+        os.close(w)
+        pipes.append(r)
+    held = sum(len(os.read(r, 1)) for r in pipes)
+    os.close(release[1])
+    return held
+"""
+HONEST = ("def add(a, b):\n    return a + b\n", ["assert add(1, 2) == 3"], "")
+
+
+def _memory_cgroup() -> Path | None:
+    """This process's own memory cgroup (v1 hierarchy, or v2 with memory.peak), where a group made under
+    it is writable; None elsewhere. Found here, not by the code under test."""
+    own = dict(line.rstrip("\n").split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines())
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        dash = fields.index("-")
+        if fields[3] != "/":
+            continue
+        if fields[dash + 1] == "cgroup" and "memory" in fields[dash + 3].split(",") and "memory" in own:
+            path = Path(fields[4] + own["memory"])
+        elif fields[dash + 1] == "cgroup2" and "" in own:
+            path = Path(fields[4] + own[""])
+            if "memory" not in (path / "cgroup.subtree_control").read_text().split():
+                continue
+        else:
+            continue
+        if os.access(path, os.W_OK):
+            return path
+    return None
+
+
+def _peak_of_trainer(jobs: list) -> tuple[int, list]:
+    """A trainer process scoring `jobs`, measured from outside: the kernel's high-water mark of the memory
+    of a cgroup holding it and everything it starts (candidates included). Returns (bytes, what it said)."""
+    parent = _memory_cgroup()
+    measured = joined = parent / f"grpokit-test-{uuid.uuid4().hex}"
+    measured.mkdir()
+    if not (measured / "memory.max_usage_in_bytes").exists():  # v2: processes only in leaves, so the trainer
+        (measured / "cgroup.subtree_control").write_text("+memory")  # in one, its candidates' groups beside it
+        joined = measured / "trainer"
+        joined.mkdir()
+    try:
+        script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+                  f"open({str(joined / 'cgroup.procs')!r}, 'w').write('0')\n"  # joins before it starts anything
+                  "from rewards._sandbox import Limits, run_many\n"
+                  f"out = run_many({jobs!r}, {FAST!r}, workers=2)\n"
+                  "print(repr([(o.passed, sorted(o.isolation)) for o in out]))\n")
+        done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=120, cwd="/")
+        assert done.returncode == 0, done.stderr  # the trainer itself is untouched
+        name = "memory.max_usage_in_bytes" if (measured / "memory.max_usage_in_bytes").exists() else "memory.peak"
+        peak = int((measured / name).read_text())
+        left = [p.name for p in measured.iterdir() if p.is_dir() and p != joined]
+        assert left == [], f"candidate cgroups left behind: {left}"
+        return peak, ast.literal_eval(done.stdout.strip())
+    finally:
+        if joined != measured:  # cgroups: rmdir is refused unless empty
+            joined.rmdir()
+        measured.rmdir()
+
+
+@AS_ROOT
+@pytest.mark.skipif(os.geteuid() != 0 or _memory_cgroup() is None, reason="needs a writable memory cgroup to measure in")
+def test_a_candidates_processes_together_stay_within_its_memory_limit():
+    # Four children of 200 MB each: every one under the per-process limit (256 MB), 800 MB together.
+    # What the host gave the candidate (the trainer's peak with it, less its peak with an honest one
+    # instead) must stay within the candidate's limit; over it, the candidate loses, not the trainer.
+    hog = (HOG, ["assert hold(4, 200) == 4"], "")
+    peak_hog, said = _peak_of_trainer([hog, HONEST])
+    peak_honest, _ = _peak_of_trainer([HONEST, HONEST])
+    limit = (FAST.memory_mb + FAST.file_mb) * MB
+    assert peak_hog - peak_honest <= limit, f"{(peak_hog - peak_honest) / MB:.0f} MB > {limit / MB:.0f} MB"
+    assert said[0][0] == [False], said
+    assert said[1][0] == [True], "the candidate next to it was disturbed"
+    assert "cgroup-memory" in said[0][1], said
+
+
+def test_the_memory_hog_works_without_the_sandbox():
+    # Without this the test above could pass on a probe that never allocated.
+    namespace = {}
+    exec(HOG, namespace)
+    assert namespace["hold"](2, 16) == 2
+
+
+def _child_module():
+    """rewards/_sandbox_child.py as a module (it is a script, kept off the package on purpose)."""
+    spec = importlib.util.spec_from_file_location("grpokit_sandbox_child", ROOT / "rewards/_sandbox_child.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CGROUP_TREES = {
+    # v1 hierarchies of their own (this machine's layout): the trainer's own group in each
+    "v1": ("4:memory:/jobs/trainer\n8:pids:/\n0::/\n",
+           "35 31 0:32 / {cg}/memory rw - cgroup cgroup rw,memory\n39 31 0:36 / {cg}/pids rw - cgroup cgroup rw,pids\n"
+           "41 31 0:38 / {cg}/unified rw - cgroup2 cgroup2 rw\n",
+           {"memory/jobs/trainer": None, "pids": None, "unified": ""},
+           [("memory/jobs/trainer", "v1", ("memory",)), ("pids", "v1", ("pids",))]),
+    # a delegated v2 subtree: the trainer in a leaf of `unit`, which enables memory and pids for its
+    # children; candidates' groups go beside the trainer's leaf
+    "v2-delegated": ("0::/unit/trainer\n", "41 31 0:38 / {cg} rw - cgroup2 cgroup2 rw\n",
+                     {"": "", "unit": "memory pids", "unit/trainer": ""}, [("unit", "v2", ("memory", "pids"))]),
+    # v2 without the memory controller anywhere above the trainer: nothing to make
+    "v2-no-memory": ("0::/unit/trainer\n", "41 31 0:38 / {cg} rw - cgroup2 cgroup2 rw\n",
+                     {"": "cpu", "unit": "", "unit/trainer": ""}, []),
+    # a cgroup namespace's view: the mount's root is the trainer's group itself
+    "v2-mounted-below": ("0::/unit\n", "41 31 0:38 /unit {cg} rw - cgroup2 cgroup2 rw\n",
+                         {"": "memory"}, [("", "v2", ("memory",))]),
+}
+
+
+@pytest.mark.parametrize("tree", CGROUP_TREES.values(), ids=CGROUP_TREES.keys())
+def test_candidate_cgroups_go_where_the_machine_delegates_them(tree, tmp_path):
+    own, mountinfo, folders, expected = tree
+    cg, proc = tmp_path / "cg", tmp_path / "proc"
+    proc.mkdir()
+    (proc / "cgroup").write_text(own)
+    (proc / "mountinfo").write_text(mountinfo.format(cg=cg))
+    for folder, enabled in folders.items():
+        (cg / folder).mkdir(parents=True, exist_ok=True)
+        if enabled is not None:
+            (cg / folder / "cgroup.subtree_control").write_text(enabled + "\n")
+    places = _child_module()._cgroup_places(str(proc))
+    assert places == [(str(cg / folder).rstrip("/"), version, c) for folder, version, c in expected]
+
+
+@NOBODY
+def test_without_a_writable_cgroup_the_sandbox_runs_and_says_so():
+    # A trainer that is not root here has no group it may write to: the candidate still runs, with its
+    # per-process limits, and the missing layer shows in isolation().
+    said = _as_nobody(f"out = run({HONEST[0]!r}, {HONEST[1]!r}, limits={FAST!r})\nprint(sorted(out.isolation), out.passed)\n")
+    assert "'userns'" in said and "cgroup-memory" not in said and said.strip().endswith("[True]"), said
+
+
+@AS_ROOT
+@pytest.mark.skipif(os.geteuid() != 0 or _memory_cgroup() is None, reason="needs a writable memory cgroup")
+def test_without_a_pid_namespace_the_cgroup_still_ends_every_process_of_the_job():
+    # A process that leaves the process group (setsid) is out of reach of the kill at the end; the
+    # candidate's cgroup still holds it, and the job's end empties the group before removing it.
+    marker = Path("/dev/shm", f"grpokit-pid-{uuid.uuid4().hex}")
+    code = ("import os, time\ndef f():\n    if os.fork() == 0:\n        os.setsid()\n"
+            f"        open({str(marker)!r}, 'w').write(str(os.getpid()))\n        time.sleep(60)\n        os._exit(0)\n"
+            "    time.sleep(0.5)\n    return True\n")
+    try:
+        out = run(code, ["assert f()"], limits=Limits(**{**FAST.__dict__, "namespaces": False}))
+        assert out.passed == [True] and out.ended == "done" and "cgroup-pids" in out.isolation, out
+        pid = int(marker.read_text())
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            status = ""
+        assert "Uid:\t65534" not in status or "State:\tZ" in status, status  # gone (or a zombie)
+    finally:
+        marker.unlink(missing_ok=True)

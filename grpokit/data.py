@@ -229,6 +229,12 @@ def context_length(model_path: str | None) -> int | None:
     """The model's positions (`max_position_embeddings` of its config.json, read offline), or None when unknown."""
     if not model_path:
         return None
+    from grpokit.models import is_gguf_file
+
+    if is_gguf_file(model_path):  # --check reads an unconverted GGUF's own metadata
+        from grpokit.gguf import context_length as gguf_context_length
+
+        return gguf_context_length(Path(model_path))
     from grpokit.planning.architecture import ConfigNotFound, load_model_config
 
     try:

@@ -60,6 +60,11 @@ CASES = {
     "base_not_a_recipe": ["/etc/passwd: not a recipe: the file holds text, not a mapping of sections",
                           "read as the base of"],
     "alias_bomb": ["YAML aliases expand to more than", "values"],
+    # --- GGUF checkpoints: every declared length is checked against the file before it is read
+    "gguf_array_bomb": ["model.gguf_file: corrupt GGUF: metadata 'x.bomb' (1,099,511,627,776 items) declares "
+                        "1,099,511,627,776 bytes", "but the file (99 bytes) has only"],
+    "gguf_arch_only": ["model.gguf_file: GGUF file lacks what a llama model needs: metadata tokenizer.ggml.model, "
+                       "tokenizer.ggml.tokens, llama.block_count", "tensors (it holds no weights)"],
 }
 PROBLEM_COUNT = {}  # every case is exactly one problem
 NEVER_SHOWN = {"base_not_a_recipe": ["root:", "/bin/"]}  # the content of a file that is not a recipe

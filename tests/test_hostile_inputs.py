@@ -17,6 +17,7 @@ from helpers import ROOT, launch, with_trainer, write_recipe
 
 from grpokit import data
 from grpokit.cli import main
+from grpokit.datavalues import MAX_CELL_CHARS, MAX_LINE_BYTES
 
 CORPUS = ROOT / "tests" / "hostile"
 FIXTURES = CORPUS / "fixtures"
@@ -46,6 +47,8 @@ CASES = {
     "data_parquet_int_prompt": ["int_prompt.parquet row 1: 'prompt' holds a number", "(and 1 more row like it: row 2)"],
     "data_parquet_binary_prompt": ["binary_prompt.parquet row 1: 'prompt' holds bytes", "store it as text (UTF-8)"],
     "data_parquet_list_prompt": ["list_prompt.parquet row 1: 'prompt' holds a list of plain strings"],
+    "data_deep_json": ["dataset.path: deep_json.jsonl line 2 nests JSON arrays or objects deeper than Python's JSON "
+                       "reader can follow"],
     # --- item 10: non-finite numbers, everywhere a number is validated
     "nan_learning_rate": ["trainer.learning_rate: must be a finite number", "got nan"],
     "inf_temperature": ["trainer.temperature: must be a finite number", "got inf"],
@@ -314,6 +317,30 @@ def test_hostile_input_as_a_real_command(case):
     assert proc.returncode == 2, proc.stderr
     assert all(fragment in proc.stderr for fragment in CASES[case]), proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+# (cell or line, bytes, fragments): sizes just past each cap, made in the test; a real command, because without the
+# caps the tokenizer aborts the whole process (SIGABRT) rather than raising
+OVERSIZED = {
+    "prompt": ('{"prompt": "%s", "answer": "a"}', MAX_CELL_CHARS + 1,
+               [f"big.jsonl line 2: 'prompt' holds {MAX_CELL_CHARS + 1:,} characters",
+                f"at most {MAX_CELL_CHARS:,} characters a cell"]),
+    "line": ('{"prompt": "Say apple.", "answer": "a", "pad": "%s"}', MAX_LINE_BYTES,
+             [f"dataset.path: big.jsonl line 2 is longer than {MAX_LINE_BYTES // 2**20} MiB (MAX_LINE_BYTES); refused unread"]),
+}
+
+
+@pytest.mark.parametrize("what", sorted(OVERSIZED))
+def test_an_oversized_cell_or_line_is_refused_before_parsing_or_tokenizing(what, tmp_path):
+    line, size, fragments = OVERSIZED[what]
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"prompt": "Say apple.", "answer": "a"}\n' + line % ("x" * size) + "\n")
+    recipe = with_trainer(tmp_path)
+    recipe["dataset"]["path"] = str(path)
+    proc = launch("--recipe", str(write_recipe(tmp_path, recipe)), "--check", timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert all(fragment in proc.stderr for fragment in fragments), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout and len(proc.stderr) < 2000
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-5", "0"])

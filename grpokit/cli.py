@@ -45,6 +45,20 @@ def _gigabytes(text: str) -> float:
     return value
 
 
+def _eval_samples(text: str) -> int:
+    """`--eval-samples K`: 0 to evaluate.MAX_SAMPLES; 100000000 was taken and ended in an allocation traceback."""
+    from grpokit.evaluate import MAX_SAMPLES
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"must be a whole number of samples per prompt from 0 (greedy only) to "
+                                         f"{MAX_SAMPLES} (got {text!r})")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="launch.py",
@@ -74,7 +88,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval", nargs="?", const=EVAL_BASE, default=None, metavar="RUN_DIR",
                    help="score the recipe's base model (or a trained run / checkpoint) on its held-out split: greedy pass@1, "
                         "each reward's mean; writes eval.json (base model: output_dir/eval-base.json)")
-    p.add_argument("--eval-samples", type=int, default=0, metavar="K", help="with --eval: also K sampled completions per prompt (pass@K, mean@K)")
+    p.add_argument("--eval-samples", type=_eval_samples, default=0, metavar="K", help="with --eval: also K sampled completions per prompt (pass@K, mean@K)")
     p.add_argument("--eval-out", type=Path, metavar="FILE", help="where --eval writes its JSON")
     return p
 

@@ -28,6 +28,43 @@ def _fail(message: str, value, path: str = "--merge") -> RecipeError:
     return RecipeError([Problem(path, message, value)])
 
 
+def adapter_config_problem(run_dir: Path) -> str | None:
+    """What is wrong with RUN_DIR's adapter_config.json (not JSON, not a mapping), or None. Read before any
+    weights load: PEFT parses it only after the base model is built (a JSONDecodeError traceback)."""
+    path = run_dir / ADAPTER_CONFIG
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        return f"cannot read {path}: {err}"
+    except json.JSONDecodeError as err:
+        return f"{path} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); the adapter was not saved whole"
+    if not isinstance(config, dict):
+        return f"{path} holds {type(config).__name__}, not a JSON object of PEFT settings"
+    return None
+
+
+def output_path_problem(out: Path, kind: str) -> str | None:
+    """Why `out` cannot be written as a `kind` ("directory" or "file"), or None: checked before the work starts."""
+    if kind == "directory" and out.exists() and not out.is_dir():
+        return "names an existing file; the merged model is a directory: choose a directory path"
+    if kind == "file" and out.is_dir():
+        return "names a directory; give a file path (e.g. DIR/eval.json)"
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        return f"cannot be created: {parent} is a file"
+    return None
+
+
+def _check_inputs(run_dir: Path, out: Path) -> None:
+    """Every input and output of a merge, before anything is loaded, written or removed."""
+    problem = adapter_config_problem(run_dir)
+    if problem:
+        raise _fail(problem, str(run_dir))
+    problem = output_path_problem(out, "directory")
+    if problem:
+        raise _fail(problem, str(out), "--merge-out")
+
+
 def find_recipe(run_dir: Path) -> Path | None:
     """The run's resolved recipe: in RUN_DIR, or its parent when RUN_DIR is a checkpoint."""
     for folder in (run_dir, run_dir.parent):
@@ -77,6 +114,7 @@ def merge(run_dir: str | Path, out_dir: str | Path | None = None, overwrite: boo
                     + ("; this run is a full fine-tune: its directory already loads as a model, nothing to merge" if full
                        else "; give a run directory or checkpoint trained with a lora section"), str(run_dir))
     out = Path(out_dir).expanduser() if out_dir is not None else run_dir / "merged"
+    _check_inputs(run_dir, out)
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise _fail("merge output directory is not empty; pass --overwrite to replace it or choose another --merge-out",

@@ -353,6 +353,42 @@ def test_gpu_memory_must_be_a_finite_positive_number(value, capsys):
     assert f"argument --gpu-memory: must be a finite number of GB > 0 (got {value!r})" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "two"])
+def test_num_processes_must_be_one_or_more(value, capsys):
+    """`--num-processes -3` passed --check, which planned "generation batch -24 (-6 prompts x 4)"."""
+    with pytest.raises(SystemExit) as caught:
+        main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", f"--num-processes={value}"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --num-processes: must be a whole number of processes, 1 or more (got {value!r})" in err
+    assert "Traceback" not in err
+
+
+def test_an_empty_output_dir_override_is_a_schema_problem(capsys):
+    """`trainer.output_dir=` reads as null, which GRPOConfig's `str | None` let through to a TypeError in Path()."""
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", "trainer.output_dir="]) == 2
+    err = capsys.readouterr().err
+    assert ("  - command line: trainer.output_dir: must be a folder path; leave the key out for the default "
+            "runs/<recipe name> (got None)") in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_check_is_one_line_and_exit_130():
+    """SIGINT once --check has said its first line: no traceback, the shell's code for Ctrl-C."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "launch.py", "--recipe", str(FIXTURES / "valid.yaml"), "--check"], cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()  # "[grpokit] recipe: ...", said before the heavy libraries are imported
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert first.startswith("[grpokit] recipe: ")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in out + err and err.strip().splitlines()[-1] == "launch.py: interrupted (Ctrl-C)"
+
+
 def test_lines_that_are_not_rows_are_counted_after_the_first(tmp_path, capsys):
     path = tmp_path / "rows.jsonl"
     path.write_text('{"prompt": "Say apple.", "answer": "a"}\nnull\n[1]\n{oops\n')

@@ -99,6 +99,10 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
 
     trainer = validate_dataclass_keys(data.get("trainer") or {}, GRPOConfig, "trainer", problems, TRAINER_BOUNDS,
                                       origin, refuse=TRAINER_REFUSED)
+    if "output_dir" in trainer and not (isinstance(trainer["output_dir"], str) and trainer["output_dir"].strip()):
+        # GRPOConfig types it `str | None`, so null (`trainer.output_dir=` on the command line) passed the type check
+        problems.add("trainer.output_dir", "must be a folder path; leave the key out for the default runs/<recipe name>",
+                     trainer.pop("output_dir"), file=origin("trainer.output_dir"))
     trainer.setdefault("output_dir", str(Path("runs") / recipe_name(loaded.path)))
     trainer.setdefault("report_to", "none")
 

@@ -79,11 +79,12 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
     dataset = None
     try:
         log("loading dataset")
-        raw = data.load_raw(recipe.dataset, origin=str(recipe.path))
+        source = recipe.origin("dataset.path" if recipe.dataset.get("path") else "dataset.name")  # what the data's faults are blamed on
+        raw = data.load_raw(recipe.dataset, origin=source)
         conversational = recipe.dataset["conversational"]
         if conversational == "auto":
             conversational = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
-        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=str(recipe.path),
+        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=source,
                                context_length=data.context_length(model_path), completion_length=args.max_completion_length)
         from grpokit.config.validate import reward_column_problems
 

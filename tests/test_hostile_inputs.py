@@ -291,6 +291,35 @@ def test_an_override_is_blamed_on_the_command_line(capsys):
     assert "  - command line: rewards[0].wieght: is not a known key" in err
 
 
+def test_a_dataset_named_on_the_command_line_is_blamed_on_it(tmp_path, capsys, monkeypatch):
+    """Its faults are the command line's, not valid.yaml's: the recipe file names another dataset."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", f"dataset.path={FIXTURES / 'numeric_prompt.jsonl'}"]) == 2
+    err = capsys.readouterr().err
+    assert "  - command line: dataset.prompt_column: numeric_prompt.jsonl line 2: 'prompt' holds a number" in err
+    assert "valid.yaml" not in err
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", "dataset.path=nope.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert "  - command line: dataset.path: dataset file does not exist; a relative path on the command line is read " \
+           f"from the folder the command runs in ({tmp_path})" in err and "valid.yaml" not in err
+
+
+def test_a_base_chain_too_long_says_its_limit_and_where_it_stopped(tmp_path, capsys):
+    """1,000 recipes each extending the next ran Python out of stack: "r20.yaml: YAML nested too deeply"."""
+    from grpokit.config.loader import MAX_BASE_CHAIN
+
+    (tmp_path / "r999.yaml").write_text((FIXTURES / "valid.yaml").read_text().replace("../../../", str(ROOT) + "/"))
+    for i in range(999):
+        (tmp_path / f"r{i}.yaml").write_text(f"base: r{i + 1}.yaml\n")
+    assert main(["--recipe", str(tmp_path / "r0.yaml"), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert (f"  - {tmp_path / f'r{MAX_BASE_CHAIN - 1}.yaml'}: base: the chain of base recipes is longer than "
+            f"{MAX_BASE_CHAIN} (MAX_BASE_CHAIN; shipped recipes use at most 3): stopped before reading "
+            f"{tmp_path / f'r{MAX_BASE_CHAIN}.yaml'}, the base named here, {MAX_BASE_CHAIN} links from "
+            f"{tmp_path / 'r0.yaml'}") in err, err
+    assert "nested too deeply" not in err and "Traceback" not in err
+
+
 def test_the_reward_keywords_are_trl_s_own():
     """reward_call_problems trusts a list of what TRL passes a reward: a TRL upgrade that changes it fails here."""
     import inspect

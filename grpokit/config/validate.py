@@ -36,6 +36,16 @@ class Recipe:
     sampling: dict
     num_processes: int = 1
     lint: dict = field(default_factory=lambda: {"ignore": []})
+    origins: dict = field(default_factory=dict)  # key path -> the file (or "command line") that set it
+
+    def origin(self, key_path: str) -> str:
+        """Where `key_path` (or its nearest set parent) was set, for a message to name: a file or "command line"."""
+        parts = key_path.split(".")
+        while parts:
+            if self.origins.get(".".join(parts)):
+                return self.origins[".".join(parts)]
+            parts.pop()
+        return str(self.path)
 
     def as_dict(self) -> dict:
         """What is saved as the resolved recipe next to a run: rerunnable as is."""
@@ -137,7 +147,8 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
 
     for r in rewards:
         r.pop("logged_as")
-    return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint)
+    return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint,
+                  dict(loaded.origins))
 
 
 def _check_heldout(dataset: dict, problems: Problems, origin) -> None:

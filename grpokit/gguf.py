@@ -94,6 +94,10 @@ def _require_gguf_package() -> None:
 REQUIRED_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.tokens")
 REQUIRED_ARCH_KEYS = ("block_count", "embedding_length", "attention.head_count", "context_length")
 MAX_TENSOR_DIMS = 4  # GGML_MAX_DIMS in llama.cpp
+# Counts a header may declare: a model's metadata has tens of keys and its weights a few thousand tensors; the caps
+# keep a multi-GB hostile file from filling memory with millions of tiny entries, each within the file's size.
+MAX_METADATA_FIELDS = 65_536
+MAX_TENSORS = 1_048_576
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}  # GGUF value types
 _STRING, _ARRAY = 8, 9
 
@@ -170,6 +174,9 @@ def metadata(path: Path) -> tuple[dict, int]:
             if version not in (2, 3):
                 raise GGUFError(f"GGUF version {version} is not supported (2 and 3 are)")
             n_tensors, n_kv = cur.unpack("Q", "the tensor count"), cur.unpack("Q", "the metadata count")
+            if n_kv > MAX_METADATA_FIELDS or n_tensors > MAX_TENSORS:
+                raise GGUFError(f"corrupt GGUF: the header declares {n_kv:,} metadata fields and {n_tensors:,} tensors "
+                                f"(at most {MAX_METADATA_FIELDS:,} and {MAX_TENSORS:,}; a model has tens and thousands)")
             fields = {}
             for i in range(n_kv):
                 key = cur.string(f"metadata key {i + 1} of {n_kv:,}")

@@ -19,6 +19,7 @@ from grpokit.rundir import resume_command
 
 DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "smoke.yaml"
 EVAL_BASE = ""  # `--eval` with no RUN_DIR: the recipe's base model
+EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT
 
 EPILOG = """\
 overrides:
@@ -45,6 +46,31 @@ def _gigabytes(text: str) -> float:
     return value
 
 
+def _processes(text: str) -> int:
+    """`--num-processes N`: int() took 0 and -3, and --check planned "generation batch -24 (-6 prompts x 4)"."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of processes, 1 or more (got {text!r})")
+    return value
+
+
+def _eval_samples(text: str) -> int:
+    """`--eval-samples K`: 0 to evaluate.MAX_SAMPLES; 100000000 was taken and ended in an allocation traceback."""
+    from grpokit.evaluate import MAX_SAMPLES
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_SAMPLES:
+        raise argparse.ArgumentTypeError(f"must be a whole number of samples per prompt from 0 (greedy only) to "
+                                         f"{MAX_SAMPLES} (got {text!r})")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="launch.py",
@@ -55,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE, help="recipe YAML (default: recipes/smoke.yaml)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="recipe overrides")
     p.add_argument("--check", action="store_true", help="validate and explain the recipe, plan its memory; load no weights")
-    p.add_argument("--num-processes", type=int, default=None, metavar="N",
+    p.add_argument("--num-processes", type=_processes, default=None, metavar="N",
                    help="processes for the run: N > 1 checks the recipe here, then starts N through accelerate "
                         "(DDP, recipes/accelerate/multi_gpu.yaml); with --check, the batch rule for N "
                         "(default: from the launcher, else 1)")
@@ -74,7 +100,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval", nargs="?", const=EVAL_BASE, default=None, metavar="RUN_DIR",
                    help="score the recipe's base model (or a trained run / checkpoint) on its held-out split: greedy pass@1, "
                         "each reward's mean; writes eval.json (base model: output_dir/eval-base.json)")
-    p.add_argument("--eval-samples", type=int, default=0, metavar="K", help="with --eval: also K sampled completions per prompt (pass@K, mean@K)")
+    p.add_argument("--eval-samples", type=_eval_samples, default=0, metavar="K", help="with --eval: also K sampled completions per prompt (pass@K, mean@K)")
     p.add_argument("--eval-out", type=Path, metavar="FILE", help="where --eval writes its JSON")
     return p
 
@@ -101,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         if under_plain_accelerate_launch():
             print(ACCELERATE_NOTE, file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt as err:  # Ctrl-C outside training (which says where it can resume): one line, no traceback
+        print("launch.py: interrupted (Ctrl-C)", file=sys.stderr)
+        return getattr(err, "exit_code", EXIT_INTERRUPTED)
 
 
 # `accelerate launch launch.py` re-raises any non-zero exit of its processes as CalledProcessError (or torch's

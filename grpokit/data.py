@@ -12,6 +12,7 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
+from grpokit.config.loader import CLI
 from grpokit.errors import Problem, RecipeError, nearest
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -41,10 +42,13 @@ def load_raw(spec: dict, origin: str = ""):
         if fmt is None:
             raise RecipeError([Problem("dataset.path", "unsupported file type", path.suffix, ", ".join(LOCAL_FORMATS), file=origin)])
         if not path.is_file():
-            folder = f" ({Path(origin).resolve().parent})" if origin else ""
-            raise RecipeError([Problem("dataset.path", f"dataset file does not exist; a relative path is read from the folder of "
-                                       f"the recipe that sets it{folder}, and data shipped with grpokit is named "
-                                       f"{', '.join(builtin_names())}", str(path), file=origin)])
+            if origin == CLI:
+                relative = f"a relative path on the command line is read from the folder the command runs in ({Path.cwd()})"
+            else:
+                folder = f" ({Path(origin).resolve().parent})" if origin else ""
+                relative = f"a relative path is read from the folder of the recipe that sets it{folder}"
+            raise RecipeError([Problem("dataset.path", f"dataset file does not exist; {relative}, and data shipped with "
+                                       f"grpokit is named {', '.join(builtin_names())}", str(path), file=origin)])
         from grpokit.datavalues import screen_file
 
         screen_file(path, fmt, spec, origin)
@@ -229,6 +233,12 @@ def context_length(model_path: str | None) -> int | None:
     """The model's positions (`max_position_embeddings` of its config.json, read offline), or None when unknown."""
     if not model_path:
         return None
+    from grpokit.models import is_gguf_file
+
+    if is_gguf_file(model_path):  # --check reads an unconverted GGUF's own metadata
+        from grpokit.gguf import context_length as gguf_context_length
+
+        return gguf_context_length(Path(model_path))
     from grpokit.planning.architecture import ConfigNotFound, load_model_config
 
     try:
@@ -293,7 +303,8 @@ def heldout_dataset(recipe, tokenizer, log=print):
     if conversational == "auto":
         conversational = bool(getattr(tokenizer, "chat_template", None))
     try:
-        raw = load_raw(spec, origin=str(recipe.path))
+        origin = recipe.origin("dataset.eval_path" if spec.get("path") else "dataset.eval_split")
+        raw = load_raw(spec, origin=origin)
     except NotReachable as err:
-        raise RecipeError([Problem("dataset.eval_split", str(err), spec.get("split"), file=str(recipe.path))]) from None
-    return prepare(raw, spec, tokenizer, conversational, log=lambda m: log(f"held-out {m}"), origin=str(recipe.path))
+        raise RecipeError([Problem("dataset.eval_split", str(err), spec.get("split"), file=origin)]) from None
+    return prepare(raw, spec, tokenizer, conversational, log=lambda m: log(f"held-out {m}"), origin=origin)

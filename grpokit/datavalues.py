@@ -27,6 +27,13 @@ _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
 PROMPT_ALLOWED = "text or a list of chat messages ({role, content})"
 ANSWER_ALLOWED = "a gold answer is text or a number"
 SHOWN_ROWS = 5  # row numbers listed after the first of a kind
+# A prompt (or gold answer) of more characters than this is refused before any tokenizer sees it: 2 M characters are
+# some 500k tokens of English, past every model's context, and a fast tokenizer given 12 MB in one string aborted the
+# whole process (SIGABRT at ~2 GB) instead of raising.
+MAX_CELL_CHARS = 2_000_000
+# A JSON Lines line longer than this is refused unread: reading and parsing a line costs several times its size in
+# memory (a 200 MB line ended in SIGABRT at 6.3 GB), and a row of prompt and answer under MAX_CELL_CHARS fits.
+MAX_LINE_BYTES = 16 * 2**20
 
 
 def _kind(value) -> str:
@@ -83,6 +90,23 @@ def answer_fault(value) -> tuple[str, str] | None:
     return f"holds {_kind(value)}", ANSWER_ALLOWED
 
 
+def _chars(value) -> int:
+    """The characters of text a cell holds: a string's, or the sum of a list of chat messages' contents."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(len(m["content"]) for m in value if isinstance(m, dict) and isinstance(m.get("content"), str))
+    return 0
+
+
+def size_fault(value) -> tuple[str, str] | None:
+    """(what is wrong, what is allowed) for a cell of more than MAX_CELL_CHARS characters, else None."""
+    n = _chars(value)
+    if n <= MAX_CELL_CHARS:
+        return None
+    return f"holds {n:,} characters", f"at most {MAX_CELL_CHARS:,} characters a cell (far past any model's context)"
+
+
 def template_fault(value) -> tuple[str, str] | None:
     if value is None or isinstance(value, (str, int, float)):
         return None
@@ -101,6 +125,8 @@ class Checker:
         self.form: tuple[str, int] | None = None  # the first prompt's form ('text' or 'chat') and its row
 
     def _add(self, key: str, column: str, what: str, allowed: str, value, n: int) -> None:
+        if _chars(value) > 80:  # shown cut short anyway: never copy a megabyte cell into a message
+            value = value[:80] if isinstance(value, str) else f"{len(value)} messages"
         found = self.faults.get((key, column, what))
         if found is None:
             self.faults[(key, column, what)] = [n, value, allowed, []]
@@ -111,7 +137,7 @@ class Checker:
         if not self.template_cols:
             value = row.get(self.prompt_col)
             if not _blank(value):
-                fault = prompt_fault(value)
+                fault = prompt_fault(value) or size_fault(value)
                 if fault:
                     self._add("prompt_column", self.prompt_col, *fault, value, n)
                 else:
@@ -124,11 +150,11 @@ class Checker:
                                   f"holds {'text' if form == 'text' else 'chat messages'}, but {first}",
                                   "one form per dataset: all text or all chat messages", value, n)
         for col in self.template_cols:
-            fault = template_fault(row.get(col))
+            fault = template_fault(row.get(col)) or size_fault(row.get(col))
             if fault:
                 self._add("template", col, *fault, row.get(col), n)
         if self.answer_col is not None and not _blank(row.get(self.answer_col)):
-            fault = answer_fault(row[self.answer_col])
+            fault = answer_fault(row[self.answer_col]) or size_fault(row[self.answer_col])
             if fault:
                 self._add("answer_column", self.answer_col, *fault, row[self.answer_col], n)
 
@@ -173,9 +199,9 @@ def screen_file(path: Path, fmt: str, spec: dict, origin: str = "") -> None:
     if fmt == "parquet":
         return
     blank = True
-    with path.open("rb") as f:
-        for line in f:
-            if line.strip():
+    with path.open("rb") as f:  # in blocks: a file's first line may be hundreds of MB
+        while block := f.read(1 << 16):
+            if block.strip():
                 blank = False
                 break
     if blank:
@@ -193,6 +219,9 @@ def _screen_json(path: Path, spec: dict, origin: str, fail) -> None:
     if first == b"[":  # one JSON array: rows counted from 1
         try:
             rows = json.loads(path.read_bytes().decode("utf-8"))
+        except RecursionError:
+            fail("nests JSON arrays or objects deeper than Python's JSON reader can follow; a row is a flat {...} of "
+                 "columns")
         except UnicodeDecodeError as err:
             fail(f"is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})", "save the file as UTF-8")
         except json.JSONDecodeError as err:
@@ -204,7 +233,10 @@ def _screen_json(path: Path, spec: dict, origin: str, fail) -> None:
         check.raise_if_any()
         return
     with path.open("rb") as f:
-        for n, raw in enumerate(f, 1):
+        for n, raw in enumerate(_bounded_lines(f), 1):
+            if raw is None:
+                fail(f"line {n} is longer than {MAX_LINE_BYTES // 2**20} MiB (MAX_LINE_BYTES); refused unread: a row is a "
+                     f"prompt and its answer, each at most {MAX_CELL_CHARS:,} characters")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
@@ -215,6 +247,10 @@ def _screen_json(path: Path, spec: dict, origin: str, fail) -> None:
                 row = json.loads(line.lstrip("\ufeff") if n == 1 else line)
             except json.JSONDecodeError as err:
                 bad_json.append((n, f"is not valid JSON: {err.msg} (column {err.colno})"))
+                continue
+            except RecursionError:
+                bad_json.append((n, "nests JSON arrays or objects deeper than Python's JSON reader can follow; a row is "
+                                    "a flat {...} of columns"))
                 continue
             if not isinstance(row, dict):
                 bad_json.append((n, f"is not a JSON object ({{...}}, one row): it holds {'null' if row is None else _kind(row)}"))
@@ -227,3 +263,13 @@ def _screen_json(path: Path, spec: dict, origin: str, fail) -> None:
         more = f" (and {len(later)} more bad line{'s' if len(later) > 1 else ''}: {', '.join(later[:SHOWN_ROWS])}{', ...' if len(later) > SHOWN_ROWS else ''})" if later else ""
         fail(f"line {n} {why}{more}")
     check.raise_if_any()
+
+
+def _bounded_lines(f):
+    """The lines of a binary file, each read with at most MAX_LINE_BYTES + 1 bytes in memory; None for a longer
+    line (and the iteration ends: nothing after it is read)."""
+    while line := f.readline(MAX_LINE_BYTES + 1):
+        if len(line) > MAX_LINE_BYTES:
+            yield None
+            return
+        yield line

@@ -32,6 +32,9 @@ from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE
 
 EXAMPLES = 4
 PROMPTS_PER_BATCH = 16
+# The K samples of one prompt are generated as one batch (`num_return_sequences=K`), so K bounds memory; pass@K is
+# read at K up to ~100 (Chen et al. 2021 report pass@100), and 1,024 leaves room for more.
+MAX_SAMPLES = 1024
 
 
 def default_out(recipe: Recipe, run_dir: str | None) -> Path:
@@ -55,13 +58,11 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
 
     start = time.time()
     origin = str(recipe.path)
-    if samples < 0:
-        raise RecipeError([Problem("--eval-samples", "must be 0 (greedy only) or a number of samples per prompt", samples, file=origin)])
-    path = Path(out) if out else default_out(recipe, run_dir)
+path = Path(out) if out else default_out(recipe, run_dir)
+    trained = _check_inputs(recipe, run_dir, samples, path)
     ownership.refuse_unless_replaceable([path], key="--eval-out" if out else str(path), origin=origin)  # before the work
     args = grpo_args(recipe)
     model_path, _ = model_source(recipe)
-    trained = _trained_kind(run_dir, origin) if run_dir else None
     tokenizer = load_tokenizer(run_dir if trained else model_path, recipe)
     prompts = heldout_dataset(recipe, tokenizer, log)
     names = [r["name"] for r in recipe.rewards]
@@ -94,7 +95,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
                              "rewards": sampled["rewards"]}
     result["examples"] = greedy["examples"]
     result["seconds"] = round(time.time() - start, 1)
-    ownership.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", origin=origin)
+ownership.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", origin=origin)
     log(f"wrote {path}")
     return result
 
@@ -129,6 +130,29 @@ def _seed(seed: int) -> None:
     import torch
 
     torch.manual_seed(seed)
+
+
+def _check_inputs(recipe: Recipe, run_dir: str | None, samples: int, out: Path) -> str | None:
+    """The run's kind ("adapter", "full", or None for the base model), after checking every input and output that can
+    be checked without a model: a mistake found after the whole evaluation would throw its work away."""
+    from grpokit.merge import adapter_config_problem, output_path_problem
+
+    origin = str(recipe.path)
+    if not 0 <= samples <= MAX_SAMPLES:
+        raise RecipeError([Problem("--eval-samples", "must be 0 (greedy only) or a number of samples per prompt",
+                                   samples, f"0 to {MAX_SAMPLES}", file=origin)])
+    problems = []
+    problem = output_path_problem(out, "file")
+    if problem:
+        problems.append(Problem("--eval-out", problem, str(out), file=origin))
+    trained = _trained_kind(run_dir, origin) if run_dir else None
+    if trained == "adapter":
+        problem = adapter_config_problem(Path(run_dir))
+        if problem:
+            problems.append(Problem("--eval", problem, run_dir, file=origin))
+    if problems:
+        raise RecipeError(problems)
+    return trained
 
 
 def _trained_kind(run_dir: str, origin: str) -> str:

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,16 +89,114 @@ def _require_gguf_package() -> None:
         raise GGUFError(f"reading a GGUF file needs the `gguf` package, which is not installed; install it with: {INSTALL_HINT}")
 
 
-def architecture(path: Path) -> str:
-    """`general.architecture` from a GGUF's metadata (memory-mapped: no tensor is read)."""
-    _require_gguf_package()
-    from gguf import GGUFReader
+# What a GGUF must hold for transformers to build a causal LM from it; the architecture's own keys are
+# `{arch}.<key>`. Without them transformers fails deep in its converter (a ValueError naming no key).
+REQUIRED_KEYS = ("tokenizer.ggml.model", "tokenizer.ggml.tokens")
+REQUIRED_ARCH_KEYS = ("block_count", "embedding_length", "attention.head_count", "context_length")
+MAX_TENSOR_DIMS = 4  # GGML_MAX_DIMS in llama.cpp
+# Counts a header may declare: a model's metadata has tens of keys and its weights a few thousand tensors; the caps
+# keep a multi-GB hostile file from filling memory with millions of tiny entries, each within the file's size.
+MAX_METADATA_FIELDS = 65_536
+MAX_TENSORS = 1_048_576
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}  # GGUF value types
+_STRING, _ARRAY = 8, 9
 
-    reader = GGUFReader(str(path))
-    field = reader.fields.get("general.architecture")
-    if field is None:
+
+class _Cursor:
+    """Reads a GGUF header from a memory map, refusing any length that reaches past the end of the file
+    before anything of that length is read or allocated: a 132-byte file may declare a 2^40-item array."""
+
+    def __init__(self, buf):
+        self.buf, self.pos = buf, 0
+
+    def need(self, n: int, what: str) -> None:
+        left = len(self.buf) - self.pos
+        if n > left:
+            raise GGUFError(f"corrupt GGUF: {what} declares {n:,} bytes at offset {self.pos:,}, but the file "
+                            f"({len(self.buf):,} bytes) has only {left:,} left")
+
+    def unpack(self, fmt: str, what: str):
+        size = struct.calcsize("<" + fmt)
+        self.need(size, what)
+        value = struct.unpack_from("<" + fmt, self.buf, self.pos)[0]
+        self.pos += size
+        return value
+
+    def string(self, what: str) -> str:
+        n = self.unpack("Q", what)
+        self.need(n, what)
+        raw = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return raw.decode("utf-8", errors="replace")
+
+    def value(self, kind: int, what: str, depth: int = 0):
+        """One metadata value; an array is kept as its item count only (a vocabulary is 50k strings)."""
+        if kind in _SCALARS:
+            return self.unpack(_SCALARS[kind], what)
+        if kind == _STRING:
+            return self.string(what)
+        if kind != _ARRAY:
+            raise GGUFError(f"corrupt GGUF: {what} has value type {kind}, which GGUF does not define")
+        item, count = self.unpack("I", what), self.unpack("Q", what)
+        if item in _SCALARS:
+            self.need(count * struct.calcsize("<" + _SCALARS[item]), f"{what} ({count:,} items)")
+            self.pos += count * struct.calcsize("<" + _SCALARS[item])
+        elif item in (_STRING, _ARRAY) and depth < 2:
+            self.need(count * (8 if item == _STRING else 12), f"{what} ({count:,} items)")  # each item's length fields
+            for _ in range(count):
+                self.value(item, what, depth + 1)
+        else:
+            raise GGUFError(f"corrupt GGUF: {what} is an array of value type {item}, which a model's metadata never holds")
+        return ArrayInfo(item, count)
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    item_type: int
+    count: int
+
+
+def metadata(path: Path) -> tuple[dict, int]:
+    """(the metadata key -> value, the number of tensors) of a GGUF, every declared length checked against the
+    file's size before it is read: a corrupt or hostile header ends in `GGUFError`, in time and memory bounded
+    by the file. Arrays come back as `ArrayInfo` (type and count), not their items."""
+    import mmap
+
+    with Path(path).open("rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            raise GGUFError("is not a GGUF file (it does not start with the GGUF magic bytes)")
+        if Path(path).stat().st_size < 24:
+            raise GGUFError("corrupt GGUF: the file is shorter than a GGUF header (24 bytes)")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            cur = _Cursor(buf)
+            cur.pos = 4
+            version = cur.unpack("I", "the version")
+            if version not in (2, 3):
+                raise GGUFError(f"GGUF version {version} is not supported (2 and 3 are)")
+            n_tensors, n_kv = cur.unpack("Q", "the tensor count"), cur.unpack("Q", "the metadata count")
+            if n_kv > MAX_METADATA_FIELDS or n_tensors > MAX_TENSORS:
+                raise GGUFError(f"corrupt GGUF: the header declares {n_kv:,} metadata fields and {n_tensors:,} tensors "
+                                f"(at most {MAX_METADATA_FIELDS:,} and {MAX_TENSORS:,}; a model has tens and thousands)")
+            fields = {}
+            for i in range(n_kv):
+                key = cur.string(f"metadata key {i + 1} of {n_kv:,}")
+                fields[key] = cur.value(cur.unpack("I", f"metadata {key!r}"), f"metadata {key!r}")
+            for i in range(n_tensors):
+                name = cur.string(f"tensor {i + 1} of {n_tensors:,}")
+                dims = cur.unpack("I", f"tensor {name!r}")
+                if dims > MAX_TENSOR_DIMS:
+                    raise GGUFError(f"corrupt GGUF: tensor {name!r} declares {dims:,} dimensions (GGUF allows {MAX_TENSOR_DIMS})")
+                cur.need(dims * 8 + 12, f"tensor {name!r}")
+                cur.pos += dims * 8 + 12  # the shape, the type, the data offset
+    return fields, n_tensors
+
+
+def architecture(path: Path) -> str:
+    """`general.architecture` from a GGUF's metadata (no tensor is read)."""
+    arch = metadata(path)[0].get("general.architecture")
+    if not isinstance(arch, str):
         raise GGUFError(f"{path}: GGUF metadata has no general.architecture")
-    return bytes(field.parts[field.data[0]]).decode("utf-8")
+    return arch
 
 
 def check(path: str | Path) -> str:
@@ -108,19 +207,35 @@ def check(path: str | Path) -> str:
     path = Path(path).expanduser()
     if not path.is_file():
         raise GGUFError("GGUF file does not exist" if not path.exists() else "is not a file")
-    with path.open("rb") as f:
-        if f.read(4) != GGUF_MAGIC:
-            raise GGUFError("is not a GGUF file (it does not start with the GGUF magic bytes)")
-    try:
-        arch = architecture(path)
-    except GGUFError:
-        raise
-    except Exception as err:  # noqa: BLE001 - a truncated or corrupt file: say so, not a reader traceback
-        raise GGUFError(f"cannot read its GGUF metadata: {type(err).__name__}: {str(err)[:200]}") from None
+    fields, n_tensors = metadata(path)
+    arch = fields.get("general.architecture")
+    if not isinstance(arch, str):
+        raise GGUFError("GGUF metadata has no general.architecture (text): not a model checkpoint")
     allowed = supported_architectures()
     if arch not in allowed:
         raise GGUFError(f"GGUF architecture {arch!r} is not supported for training; supported: {', '.join(allowed)}")
+    missing = [k for k in (*REQUIRED_KEYS, *(f"{arch}.{k}" for k in REQUIRED_ARCH_KEYS)) if k not in fields]
+    if missing or not n_tensors:
+        what = ([f"metadata {', '.join(missing)}"] if missing else []) + ([] if n_tensors else ["tensors (it holds no weights)"])
+        raise GGUFError(f"GGUF file lacks what a {arch} model needs: {'; '.join(what)} "
+                        "(a complete checkpoint, as llama.cpp's convert_hf_to_gguf.py writes it, has them)")
     return arch
+
+
+def context_length(path: Path) -> int | None:
+    """The model's positions as its GGUF states them (`{arch}.context_length`), or None."""
+    try:
+        fields, _ = metadata(path)
+    except (GGUFError, OSError):
+        return None
+    n = fields.get(f"{fields.get('general.architecture')}.context_length")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def converted(path: str | Path, root: Path | None = None) -> Path | None:
+    """The cached conversion of `path`, or None when it has not been converted yet (nothing is written)."""
+    target = converted_dir(Path(path), root)
+    return target if (target / "done.json").is_file() else None
 
 
 def converted_dir(path: Path, root: Path | None = None) -> Path:
@@ -149,7 +264,10 @@ def ensure_converted(path: str | Path, target: Path | None = None, log=print) ->
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     log(f"converting {path.name} to a Hugging Face model once (dequantized to float32), cached in {target}")
-    model, tokenizer = _load_dequantized(path)
+    try:
+        model, tokenizer = _load_dequantized(path)
+    except (ValueError, KeyError, TypeError) as err:  # metadata transformers' converter cannot map
+        raise GGUFError(f"transformers cannot build a model from it: {type(err).__name__}: {' '.join(str(err).split())[:300]}") from None
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / "done.json").write_text(json.dumps({"source": str(path), "version": CONVERT_VERSION,

@@ -29,6 +29,45 @@ def _fail(message: str, value, path: str = "--merge") -> RecipeError:
     return RecipeError([Problem(path, message, value)])
 
 
+def adapter_config_problem(run_dir: Path) -> str | None:
+    """What is wrong with RUN_DIR's adapter_config.json (not JSON, not a mapping), or None. Read before any
+    weights load: PEFT parses it only after the base model is built (a JSONDecodeError traceback)."""
+    path = run_dir / ADAPTER_CONFIG
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        return f"cannot read {path}: {err}"
+    except json.JSONDecodeError as err:
+        return f"{path} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); the adapter was not saved whole"
+    if not isinstance(config, dict):
+        return f"{path} holds {type(config).__name__}, not a JSON object of PEFT settings"
+    return None
+
+
+def output_path_problem(out: Path, kind: str) -> str | None:
+    """Why `out` cannot be written as a `kind` ("directory" or "file"), or None: checked before the work starts."""
+    if kind == "directory" and out.exists() and not out.is_dir():
+        return "names an existing file; the merged model is a directory: choose a directory path"
+    if kind == "file" and out.is_dir():
+        return "names a directory; give a file path (e.g. DIR/eval.json)"
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        return f"cannot be created: {parent} is a file"
+    return None
+
+
+def _check_inputs(run_dir: Path, out: Path, overwrite: bool) -> list[str]:
+    """Every input and output of a merge, before anything is loaded, written or removed; returns the entries of a
+    previous merge in `out` that `overwrite` will replace (`_previous_merge`)."""
+    problem = adapter_config_problem(run_dir)
+    if problem:
+        raise _fail(problem, str(run_dir))
+    problem = output_path_problem(out, "directory")
+    if problem:
+        raise _fail(problem, str(out), "--merge-out")
+    return _previous_merge(run_dir, out, overwrite)
+
+
 def find_recipe(run_dir: Path) -> Path | None:
     """The run's resolved recipe: in RUN_DIR, or its parent when RUN_DIR is a checkpoint."""
     for folder in (run_dir, run_dir.parent):
@@ -78,7 +117,7 @@ def merge(run_dir: str | Path, out_dir: str | Path | None = None, overwrite: boo
                     + ("; this run is a full fine-tune: its directory already loads as a model, nothing to merge" if full
                        else "; give a run directory or checkpoint trained with a lora section"), str(run_dir))
     out = Path(out_dir).expanduser() if out_dir is not None else run_dir / "merged"
-    previous = _previous_merge(run_dir, out, overwrite)
+previous = _check_inputs(run_dir, out, overwrite)
 
     import torch
     from peft import PeftModel
@@ -115,8 +154,8 @@ def merge(run_dir: str | Path, out_dir: str | Path | None = None, overwrite: boo
 def _previous_merge(run_dir: Path, out: Path, overwrite: bool) -> list[str]:
     """Check `--merge-out` before any work: the entries of a previous merge that `overwrite` will replace.
 
-    The output is never the run itself or a folder holding it, `/` or the home directory, and never a file;
-    a folder holding anything grpokit did not write is refused, with or without --overwrite.
+    The output is never the run itself or a folder holding it, `/` or the home directory; a folder holding
+    anything grpokit did not write is refused, with or without --overwrite.
     """
     target, run = out.resolve(), run_dir.resolve()
     if target == run or target in run.parents:
@@ -125,8 +164,6 @@ def _previous_merge(run_dir: Path, out: Path, overwrite: bool) -> list[str]:
     reason = ownership.forbidden_reason(out)
     if reason:
         raise _fail(f"{reason}; choose a folder of its own", str(out), "--merge-out")
-    if out.exists() and not out.is_dir():
-        raise _fail("is a file, not a folder; choose a folder for the merged model", str(out), "--merge-out")
     others = ownership.foreign(out)
     if others:
         raise RecipeError([ownership.foreign_problem(out, "--merge-out", others, "choose a new or empty --merge-out")])

@@ -32,20 +32,27 @@ def is_hub_id(name: str) -> bool:
     return bool(_HUB_ID.match(name)) and not path.is_absolute() and not path.exists()
 
 
-def model_source(recipe: Recipe) -> tuple[str | None, str | None]:
-    """(what from_pretrained gets, a note when it cannot be checked offline). Raises on a missing local dir."""
+def model_source(recipe: Recipe, convert: bool = True) -> tuple[str | None, str | None]:
+    """(what from_pretrained gets, a note when it cannot be checked offline). Raises on a missing local dir.
+
+    A GGUF not converted yet is converted here (a minute, a float32 copy on disk); with `convert=False`
+    (`--check`) its validated .gguf path comes back instead, which `load_tokenizer` and
+    `data.context_length` read without dequantizing a weight.
+    """
     from grpokit import tiny
 
     name = recipe.model["name_or_path"]
     origin = str(recipe.path)
     if recipe.model.get("gguf_file"):
-        return _gguf_source(recipe), None
+        return _gguf_source(recipe, convert), None
     if name.startswith(tiny.BUILTIN_PREFIX):
         from grpokit import gguf
 
         builtin = name[len(tiny.BUILTIN_PREFIX):]
         try:
-            return (str(gguf.ensure_builtin(builtin, log=say)) if builtin in gguf.BUILTINS else tiny.resolve(name)), None
+            if builtin in gguf.BUILTINS:
+                return _gguf_path(gguf.builtin_gguf(builtin), convert), None
+            return tiny.resolve(name), None
         except ValueError as err:  # GGUFError too: a missing package says how to install it
             known = ", ".join(tiny.BUILTIN_PREFIX + n for n in [*tiny.builtin_names(), *gguf.BUILTINS])
             raise RecipeError([Problem("model.name_or_path", str(err), name, known, file=origin)]) from None
@@ -134,7 +141,22 @@ def describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: " + " ".join(str(err).split())
 
 
-def _gguf_source(recipe: Recipe) -> str:
+def _gguf_path(file: Path, convert: bool) -> str:
+    """The cached conversion of a GGUF (made now when `convert`), else the validated file itself."""
+    from grpokit import gguf
+
+    if convert:
+        return str(gguf.ensure_converted(file, log=say))
+    gguf.check(file)
+    return str(gguf.converted(file) or file)
+
+
+def is_gguf_file(model_path: str | None) -> bool:
+    """`model_source(..., convert=False)` handed back a GGUF file, not a model directory."""
+    return bool(model_path) and model_path.endswith(".gguf") and Path(model_path).is_file()
+
+
+def _gguf_source(recipe: Recipe, convert: bool = True) -> str:
     """`model.gguf_file` inside the `name_or_path` directory (as in transformers' `from_pretrained(dir,
     gguf_file=...)`), validated and converted once to a cached HF directory; its path."""
     from grpokit import gguf
@@ -146,7 +168,7 @@ def _gguf_source(recipe: Recipe) -> str:
                                    ".gguf file (a hub GGUF: download it first, `hf download <repo> <file> --local-dir DIR`)",
                                    recipe.model["name_or_path"], file=origin)])
     try:
-        return str(gguf.ensure_converted(file, log=say))
+        return _gguf_path(file, convert)
     except gguf.GGUFError as err:
         raise RecipeError([Problem("model.gguf_file", str(err), str(file), file=origin)]) from None
 
@@ -157,6 +179,8 @@ def load_tokenizer(path: str, recipe: Recipe, offline_only: bool = False):
     kwargs = dict(trust_remote_code=recipe.model.get("trust_remote_code", False), revision=recipe.model.get("revision"))
     if offline_only:
         kwargs["local_files_only"] = True
+    if is_gguf_file(path):  # the tokenizer and chat template from the GGUF's metadata; no tensor is read
+        kwargs["gguf_file"], path = Path(path).name, str(Path(path).parent)
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

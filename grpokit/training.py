@@ -17,7 +17,7 @@ from grpokit.config import Recipe, dump
 from grpokit.config.trainer_args import grpo_args, resolved_dtype
 from grpokit.dist import end_distributed, is_main_process, say
 from grpokit.errors import Problem, RecipeError
-from grpokit.models import describe_error, load_model, load_tokenizer, model_source, not_cached
+from grpokit.models import describe_error, is_gguf_file, load_model, load_tokenizer, model_source, not_cached
 from grpokit.reporting.model_card import write_model_card
 
 EXIT_FAILED = 1
@@ -55,9 +55,12 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
 
     model_path, note = None, None
     try:
-        model_path, note = model_source(recipe)
+        model_path, note = model_source(recipe, convert=training)
     except RecipeError as err:
         problems += err.problems
+    if is_gguf_file(model_path):
+        notes.append(f"{Path(model_path).name}: tokenizer and context length read from the GGUF's metadata; its weights are "
+                     "converted once (dequantized to float32, cached in ~/.cache/grpokit or $GRPOKIT_CACHE) by the first run")
     if note:  # a hub model neither cached nor fetchable: --check notes it, training cannot go on
         if training:
             problems.append(Problem("model.name_or_path", note, file=str(recipe.path)))
@@ -76,11 +79,12 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
     dataset = None
     try:
         log("loading dataset")
-        raw = data.load_raw(recipe.dataset, origin=str(recipe.path))
+        source = recipe.origin("dataset.path" if recipe.dataset.get("path") else "dataset.name")  # what the data's faults are blamed on
+        raw = data.load_raw(recipe.dataset, origin=source)
         conversational = recipe.dataset["conversational"]
         if conversational == "auto":
             conversational = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
-        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=str(recipe.path),
+        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=source,
                                context_length=data.context_length(model_path), completion_length=args.max_completion_length)
         from grpokit.config.validate import reward_column_problems
 

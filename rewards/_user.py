@@ -14,7 +14,10 @@ from elsewhere, callable objects (`functools.partial`, instances), and unmarked 
 `{name: "subprocess:Popen", args: {args: "...", shell: true}}` ran a shell command at `--check`.
 
 Importing a module or executing a reward file still runs its top-level code: that is the user's own
-code, which is what naming it means.
+code, which is what naming it means. So a `__main__` module (a program: importing `pygments.__main__`
+parses launch.py's argv and exits) is never imported, and a reward file must be a `.py` file that is not
+part of any Python installation (this one's prefixes and site-packages, or any `lib/pythonX.Y`,
+`site-packages` or `dist-packages` folder), checked on the path with `..` and links resolved.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 import sysconfig
 from pathlib import Path
@@ -89,6 +93,37 @@ def _in_stdlib(path: Path) -> bool:
     return any(path.is_relative_to(d) for d in stdlib) and not any(path.is_relative_to(d) for d in site)
 
 
+_PYTHON_LIB = re.compile(r"^python\d+(\.\d+)?[a-z]*$", re.IGNORECASE)  # lib/python3.11, lib/python3.13t
+
+
+def _installation_dirs() -> list[Path]:
+    """The folders of this Python (its prefixes, stdlib and site-packages), resolved."""
+    import site
+
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sysconfig.get_paths().values()}
+    dirs.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    dirs.add(site.getusersitepackages())
+    return [Path(d).resolve() for d in dirs if d]
+
+
+def installation_part(path: Path) -> str | None:
+    """Why a resolved file belongs to a Python installation (this one or any other), or None when it does not.
+
+    A reward file is the user's own code; a file of an installation (`/usr/lib/python3.11/this.py`, a package's
+    module) runs someone else's top-level code, which a recipe may not reach.
+    """
+    for folder in _installation_dirs():
+        if path.is_relative_to(folder):
+            return f"it lies in this Python's installation ({folder})"
+    parts = path.parts
+    for i, part in enumerate(parts):
+        if part.lower() in ("site-packages", "dist-packages"):
+            return f"it lies in a {part} folder ({Path(*parts[: i + 1])})"
+        if i and parts[i - 1].lower() in ("lib", "lib64") and _PYTHON_LIB.match(part):
+            return f"it lies in a Python installation's library ({Path(*parts[: i + 1])})"
+    return None
+
+
 def _refuse_stdlib(name: str, what: str) -> RewardError:
     return RewardError(
         f"user reward {name!r}: {what} is part of Python's standard library, which a recipe may not call "
@@ -108,6 +143,14 @@ def _load_user_file(name: str, path: Path):
     resolved = path.resolve()
     if _in_stdlib(resolved):
         raise _refuse_stdlib(name, str(path))
+    if resolved.suffix != ".py":
+        raise RewardError(f"user reward {name!r}: {str(path)!r} is not a .py file; a reward file is Python source "
+                          "named path/to/file.py")
+    part = installation_part(resolved)
+    if part:
+        raise RewardError(f"user reward {name!r}: {str(path)!r} is not a file of your own: {part}; a recipe may run "
+                          "only a reward file you wrote ('path/to/file.py:function') or a function of an installed "
+                          "package ('package.module:function')")
     stat = resolved.stat()
     version = (stat.st_mtime_ns, stat.st_size)
     cached = _user_files.get(resolved)
@@ -131,6 +174,9 @@ def _load_user_file(name: str, path: Path):
 def _import_module(name: str, where: str):
     if where.partition(".")[0] in _STDLIB_NAMES:
         raise _refuse_stdlib(name, f"module {where!r}")
+    if "__main__" in where.split("."):  # a program's entry point: importing it runs the program (argv, usage, exit)
+        raise RewardError(f"user reward {name!r}: {where!r} is a `__main__` module, a program's entry point that runs "
+                          "when imported, never a reward module; name the module that defines the function")
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as err:

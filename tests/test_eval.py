@@ -71,14 +71,38 @@ def test_eval_out_and_an_override_right_after_eval(tmp_path, capsys):
     assert last_line(capsys).startswith("pass@1 ")
 
 
+def corrupt_adapter(tmp_path) -> Path:
+    """A run directory whose adapter_config.json was cut off mid-write."""
+    run = tmp_path / "cut"
+    run.mkdir()
+    (run / "adapter_config.json").write_text('{"r": 8, "lora_al')
+    return run
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--eval", "{tmp}"], "--eval: is not a trained run or checkpoint"),         # a folder without a model
-    (["--eval", "--eval-samples", "-1"], "--eval-samples: must be 0"),           # negative K
+    (["--eval", "--eval-out", "{tmp}"], "--eval-out: names a directory; give a file path"),  # found after the whole eval
+    (["--eval", "{cut}"], "adapter_config.json is not valid JSON (line 1, column 10: Unterminated string"),  # PEFT's JSONDecodeError traceback
+    (["--eval", "--eval-out", "{recipe}/eval.json"], "--eval-out: cannot be created: {recipe} is a file"),
 ])
-def test_eval_mistakes_are_one_message(tmp_path, capsys, args, expected):
-    argv = ["--recipe", str(tiny_recipe(tmp_path))] + [a.format(tmp=tmp_path) for a in args]
+def test_eval_inputs_and_outputs_are_checked_before_any_weights_load(tmp_path, capsys, no_weights, args, expected):
+    recipe = tiny_recipe(tmp_path)
+    fill = dict(tmp=tmp_path, cut=corrupt_adapter(tmp_path), recipe=recipe)
+    argv = ["--recipe", str(recipe)] + [a.format(**fill) for a in args]
     assert cli.main(argv) == 2
-    assert expected in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert expected.format(**fill) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["-1", "100000000", "two"])
+def test_eval_samples_is_bounded_when_the_command_line_is_read(tmp_path, capsys, no_weights, value):
+    """100000000 was taken and ended, after the greedy pass, in an allocation traceback."""
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["--recipe", str(tiny_recipe(tmp_path)), "--eval", "--eval-samples", value])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert (f"argument --eval-samples: must be a whole number of samples per prompt from 0 (greedy only) to "
+            f"{evaluate.MAX_SAMPLES} (got {value!r})") in err and "Traceback" not in err
 
 
 def test_eval_without_heldout_data_says_which_key_to_set(tmp_path, capsys):

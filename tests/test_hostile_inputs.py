@@ -17,6 +17,7 @@ from helpers import ROOT, launch, with_trainer, write_recipe
 
 from grpokit import data
 from grpokit.cli import main
+from grpokit.datavalues import MAX_CELL_CHARS, MAX_LINE_BYTES
 
 CORPUS = ROOT / "tests" / "hostile"
 FIXTURES = CORPUS / "fixtures"
@@ -46,6 +47,8 @@ CASES = {
     "data_parquet_int_prompt": ["int_prompt.parquet row 1: 'prompt' holds a number", "(and 1 more row like it: row 2)"],
     "data_parquet_binary_prompt": ["binary_prompt.parquet row 1: 'prompt' holds bytes", "store it as text (UTF-8)"],
     "data_parquet_list_prompt": ["list_prompt.parquet row 1: 'prompt' holds a list of plain strings"],
+    "data_deep_json": ["dataset.path: deep_json.jsonl line 2 nests JSON arrays or objects deeper than Python's JSON "
+                       "reader can follow"],
     # --- item 10: non-finite numbers, everywhere a number is validated
     "nan_learning_rate": ["trainer.learning_rate: must be a finite number", "got nan"],
     "inf_temperature": ["trainer.temperature: must be a finite number", "got inf"],
@@ -60,6 +63,11 @@ CASES = {
     "base_not_a_recipe": ["/etc/passwd: not a recipe: the file holds text, not a mapping of sections",
                           "read as the base of"],
     "alias_bomb": ["YAML aliases expand to more than", "values"],
+    # --- GGUF checkpoints: every declared length is checked against the file before it is read
+    "gguf_array_bomb": ["model.gguf_file: corrupt GGUF: metadata 'x.bomb' (1,099,511,627,776 items) declares "
+                        "1,099,511,627,776 bytes", "but the file (99 bytes) has only"],
+    "gguf_arch_only": ["model.gguf_file: GGUF file lacks what a llama model needs: metadata tokenizer.ggml.model, "
+                       "tokenizer.ggml.tokens, llama.block_count", "tensors (it holds no weights)"],
 }
 PROBLEM_COUNT = {}  # every case is exactly one problem
 NEVER_SHOWN = {"base_not_a_recipe": ["root:", "/bin/"]}  # the content of a file that is not a recipe
@@ -283,6 +291,35 @@ def test_an_override_is_blamed_on_the_command_line(capsys):
     assert "  - command line: rewards[0].wieght: is not a known key" in err
 
 
+def test_a_dataset_named_on_the_command_line_is_blamed_on_it(tmp_path, capsys, monkeypatch):
+    """Its faults are the command line's, not valid.yaml's: the recipe file names another dataset."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", f"dataset.path={FIXTURES / 'numeric_prompt.jsonl'}"]) == 2
+    err = capsys.readouterr().err
+    assert "  - command line: dataset.prompt_column: numeric_prompt.jsonl line 2: 'prompt' holds a number" in err
+    assert "valid.yaml" not in err
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", "dataset.path=nope.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert "  - command line: dataset.path: dataset file does not exist; a relative path on the command line is read " \
+           f"from the folder the command runs in ({tmp_path})" in err and "valid.yaml" not in err
+
+
+def test_a_base_chain_too_long_says_its_limit_and_where_it_stopped(tmp_path, capsys):
+    """1,000 recipes each extending the next ran Python out of stack: "r20.yaml: YAML nested too deeply"."""
+    from grpokit.config.loader import MAX_BASE_CHAIN
+
+    (tmp_path / "r999.yaml").write_text((FIXTURES / "valid.yaml").read_text().replace("../../../", str(ROOT) + "/"))
+    for i in range(999):
+        (tmp_path / f"r{i}.yaml").write_text(f"base: r{i + 1}.yaml\n")
+    assert main(["--recipe", str(tmp_path / "r0.yaml"), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert (f"  - {tmp_path / f'r{MAX_BASE_CHAIN - 1}.yaml'}: base: the chain of base recipes is longer than "
+            f"{MAX_BASE_CHAIN} (MAX_BASE_CHAIN; shipped recipes use at most 3): stopped before reading "
+            f"{tmp_path / f'r{MAX_BASE_CHAIN}.yaml'}, the base named here, {MAX_BASE_CHAIN} links from "
+            f"{tmp_path / 'r0.yaml'}") in err, err
+    assert "nested too deeply" not in err and "Traceback" not in err
+
+
 def test_the_reward_keywords_are_trl_s_own():
     """reward_call_problems trusts a list of what TRL passes a reward: a TRL upgrade that changes it fails here."""
     import inspect
@@ -311,6 +348,30 @@ def test_hostile_input_as_a_real_command(case):
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
+# (cell or line, bytes, fragments): sizes just past each cap, made in the test; a real command, because without the
+# caps the tokenizer aborts the whole process (SIGABRT) rather than raising
+OVERSIZED = {
+    "prompt": ('{"prompt": "%s", "answer": "a"}', MAX_CELL_CHARS + 1,
+               [f"big.jsonl line 2: 'prompt' holds {MAX_CELL_CHARS + 1:,} characters",
+                f"at most {MAX_CELL_CHARS:,} characters a cell"]),
+    "line": ('{"prompt": "Say apple.", "answer": "a", "pad": "%s"}', MAX_LINE_BYTES,
+             [f"dataset.path: big.jsonl line 2 is longer than {MAX_LINE_BYTES // 2**20} MiB (MAX_LINE_BYTES); refused unread"]),
+}
+
+
+@pytest.mark.parametrize("what", sorted(OVERSIZED))
+def test_an_oversized_cell_or_line_is_refused_before_parsing_or_tokenizing(what, tmp_path):
+    line, size, fragments = OVERSIZED[what]
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"prompt": "Say apple.", "answer": "a"}\n' + line % ("x" * size) + "\n")
+    recipe = with_trainer(tmp_path)
+    recipe["dataset"]["path"] = str(path)
+    proc = launch("--recipe", str(write_recipe(tmp_path, recipe)), "--check", timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert all(fragment in proc.stderr for fragment in fragments), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout and len(proc.stderr) < 2000
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-5", "0"])
 def test_gpu_memory_must_be_a_finite_positive_number(value, capsys):
     """`--gpu-memory nan` planned for 'a nan GiB GPU' and said the recipe fits (item 10: the command line too)."""
@@ -319,6 +380,42 @@ def test_gpu_memory_must_be_a_finite_positive_number(value, capsys):
     assert caught.value.code == 2
     err = capsys.readouterr().err
     assert f"argument --gpu-memory: must be a finite number of GB > 0 (got {value!r})" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "two"])
+def test_num_processes_must_be_one_or_more(value, capsys):
+    """`--num-processes -3` passed --check, which planned "generation batch -24 (-6 prompts x 4)"."""
+    with pytest.raises(SystemExit) as caught:
+        main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", f"--num-processes={value}"])
+    assert caught.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --num-processes: must be a whole number of processes, 1 or more (got {value!r})" in err
+    assert "Traceback" not in err
+
+
+def test_an_empty_output_dir_override_is_a_schema_problem(capsys):
+    """`trainer.output_dir=` reads as null, which GRPOConfig's `str | None` let through to a TypeError in Path()."""
+    assert main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", "trainer.output_dir="]) == 2
+    err = capsys.readouterr().err
+    assert ("  - command line: trainer.output_dir: must be a folder path; leave the key out for the default "
+            "runs/<recipe name> (got None)") in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_check_is_one_line_and_exit_130():
+    """SIGINT once --check has said its first line: no traceback, the shell's code for Ctrl-C."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "launch.py", "--recipe", str(FIXTURES / "valid.yaml"), "--check"], cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()  # "[grpokit] recipe: ...", said before the heavy libraries are imported
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert first.startswith("[grpokit] recipe: ")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in out + err and err.strip().splitlines()[-1] == "launch.py: interrupted (Ctrl-C)"
 
 
 def test_lines_that_are_not_rows_are_counted_after_the_first(tmp_path, capsys):

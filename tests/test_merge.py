@@ -104,3 +104,22 @@ def test_merge_finds_the_base(adapter_run, tmp_path, recipe_in_parent):
         shutil.copy(run / "recipe.yaml", parent / "recipe.yaml")
     assert main(["--merge", str(checkpoint), "--merge-out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("case", ["corrupt-adapter-config", "merge-out-is-a-file"])
+def test_merge_inputs_and_output_are_checked_before_any_weights_load(tmp_path, capsys, no_weights, case):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.yaml").write_text(yaml.safe_dump(recipe_dict()))
+    out = tmp_path / "merged"
+    if case == "corrupt-adapter-config":  # cut off mid-write: PEFT's JSONDecodeError once the base had loaded
+        (run / "adapter_config.json").write_text('{"r": 8, "lora_al')
+        expected = f"--merge: {run / 'adapter_config.json'} is not valid JSON (line 1, column 10: Unterminated string"
+    else:  # iterdir() on a file: NotADirectoryError
+        (run / "adapter_config.json").write_text("{}")
+        out.write_text("not a directory")
+        expected = "--merge-out: names an existing file; the merged model is a directory"
+    assert main(["--merge", str(run), "--merge-out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+    assert case != "merge-out-is-a-file" or out.read_text() == "not a directory"

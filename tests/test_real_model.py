@@ -75,6 +75,18 @@ def test_check_plans_the_real_architecture(smollm2_dir, capsys):
     assert "HuggingFaceTB__SmolLM2-135M-Instruct" in out and "134.5 M params" in out
 
 
+def test_check_reads_an_unconverted_gguf_without_converting_it(tmp_path, monkeypatch, capsys, no_weights):
+    """--check on an empty cache: tokenizer and context from the GGUF's metadata; no dequantizing, nothing written."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GRPOKIT_CACHE", str(cache))
+    monkeypatch.setattr(gguf, "_load_dequantized", lambda path: pytest.fail("--check dequantized the GGUF"))
+    assert cli.main(["--recipe", str(RECIPE), "--check", f"trainer.output_dir={tmp_path / 'run'}"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert not cache.exists()
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf: tokenizer and context length read from the GGUF's metadata" in out
+    assert "check passed: no weights loaded, nothing trained." in out
+
+
 @pytest.mark.slow
 def test_one_grpo_step_on_the_real_model(smollm2_dir, tmp_path):
     from grpokit import training

@@ -145,3 +145,82 @@ def test_reward_weight_must_be_finite(weight, tmp_path, capsys):
     assert main(["--recipe", str(path), "--check"]) == 2
     err = capsys.readouterr().err
     assert "rewards[0].weight" in err and "finite" in err and "Traceback" not in err
+
+
+PLANTED = "open({marker!r}, 'w').close()\n\ndef f(completions, **kwargs):\n    return [0.0] * len(completions)\n"
+
+
+def test_a_main_module_is_never_imported(tmp_path, monkeypatch, capsys):
+    """A `__main__` module is a program: importing it ran it (it printed, parsed launch.py's argv, exited with its usage)."""
+    marker = tmp_path / "ran"
+    package = tmp_path / "grpokit_planted_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(PLANTED.format(marker=str(marker)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = recipe_dict()
+    data["rewards"] = [{"name": "grpokit_planted_pkg.__main__:f"}]
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "'grpokit_planted_pkg.__main__' is a `__main__` module, a program's entry point" in err and "Traceback" not in err
+    assert not marker.exists(), "the __main__ module ran"
+
+
+@pytest.mark.parametrize("name", ["PIL.__main__:x", "pygments.__main__:x", "torch.utils.model_dump.__main__:x"])
+def test_an_installed_packages_main_is_refused_unimported(name, capsys):
+    import sys
+
+    with pytest.raises(rewards.RewardError, match="is a `__main__` module"):
+        rewards.build(name)
+    assert name.partition(":")[0] not in sys.modules
+    assert capsys.readouterr().out == ""
+
+
+def _planted_file(tmp_path, where: str) -> tuple[str, object]:
+    """A reward file that writes a marker when executed, at `where` under tmp_path; (its name as a recipe gives it, marker)."""
+    marker = tmp_path / "ran"
+    path = tmp_path / where
+    path.parent.mkdir(parents=True)
+    path.write_text(PLANTED.format(marker=str(marker)))
+    (tmp_path / "elsewhere").mkdir()
+    return f"{tmp_path}/elsewhere/../{where}:f", marker  # named through `..`: the resolved path is what is judged
+
+
+@pytest.mark.parametrize("where, fragment", [
+    ("lib/python3.99/planted.py", "it lies in a Python installation's library"),  # another Python's standard library
+    ("lib64/python3.12t/planted.py", "it lies in a Python installation's library"),
+    ("venv/lib/python3.11/site-packages/planted.py", "it lies in a Python installation's library"),
+    ("pkgs/dist-packages/planted.py", "it lies in a dist-packages folder"),
+])
+def test_a_file_of_any_python_installation_is_refused_unexecuted(where, fragment, tmp_path):
+    name, marker = _planted_file(tmp_path, where)
+    with pytest.raises(rewards.RewardError, match="is not a file of your own") as err:
+        rewards.build(name)
+    assert fragment in str(err.value)
+    assert not marker.exists(), "the file was executed"
+
+
+def test_another_pythons_stdlib_file_is_refused_unexecuted(capsys):
+    """/usr/lib/python3.X/this.py prints the Zen of Python when executed; this process's own stdlib check missed it."""
+    import glob
+    import os
+
+    found = sorted(glob.glob("/usr/lib/python3*/this.py"))
+    if not found:
+        pytest.skip("no system Python with this.py here")
+    relative = os.path.relpath(found[0], os.getcwd())  # through ../.. from the working folder
+    for name in (f"{found[0]}:x", f"{relative}:x"):
+        with pytest.raises(rewards.RewardError, match="is not a file of your own"):
+            rewards.build(name)
+    assert "Zen of Python" not in capsys.readouterr().out
+
+
+def test_a_reward_file_must_be_python_source(tmp_path, capsys):
+    """`./notpy.txt:f` ended in an AttributeError traceback (no loader for a .txt file)."""
+    (tmp_path / "notpy.txt").write_text("def f(completions, **kwargs):\n    return [0.0] * len(completions)\n")
+    data = recipe_dict()
+    data["rewards"] = [{"name": "./notpy.txt:f"}]
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "rewards[0].name: user reward" in err and "notpy.txt' is not a .py file; a reward file is Python source" in err
+    assert "Traceback" not in err

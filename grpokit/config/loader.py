@@ -61,6 +61,9 @@ class Loaded:
 
 MAX_RECIPE_BYTES = 1_000_000  # the largest shipped recipe is ~3 KB: anything near this is not a recipe
 MAX_YAML_VALUES = 100_000  # values once aliases are expanded; a recipe holds a few hundred
+# Recipes a chain of `base:` may hold, the recipe included: shipped recipes use at most 3, and each link costs a
+# file read and a deep merge (a chain of 1,000 ran Python out of stack, reported as "YAML nested too deeply").
+MAX_BASE_CHAIN = 32
 
 
 class _TooLarge(ValueError):
@@ -219,6 +222,10 @@ def _load_chain(path: Path, seen: list[Path], origins: dict) -> tuple[dict, list
     if path in seen:
         cycle = " -> ".join(str(p) for p in seen + [path])
         raise RecipeError([Problem("base", f"recipes extend each other in a cycle: {cycle}", file=str(seen[-1]))])
+    if len(seen) >= MAX_BASE_CHAIN:
+        raise RecipeError([Problem("base", f"the chain of base recipes is longer than {MAX_BASE_CHAIN} (MAX_BASE_CHAIN; "
+                                   f"shipped recipes use at most 3): stopped before reading {path}, the base named here, "
+                                   f"{MAX_BASE_CHAIN} links from {seen[0]}", file=str(seen[-1]))])
     data = read_yaml(path)
     if data is None:
         data = {}

@@ -36,6 +36,16 @@ class Recipe:
     sampling: dict
     num_processes: int = 1
     lint: dict = field(default_factory=lambda: {"ignore": []})
+    origins: dict = field(default_factory=dict)  # key path -> the file (or "command line") that set it
+
+    def origin(self, key_path: str) -> str:
+        """Where `key_path` (or its nearest set parent) was set, for a message to name: a file or "command line"."""
+        parts = key_path.split(".")
+        while parts:
+            if self.origins.get(".".join(parts)):
+                return self.origins[".".join(parts)]
+            parts.pop()
+        return str(self.path)
 
     def as_dict(self) -> dict:
         """What is saved as the resolved recipe next to a run: rerunnable as is."""
@@ -99,6 +109,10 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
 
     trainer = validate_dataclass_keys(data.get("trainer") or {}, GRPOConfig, "trainer", problems, TRAINER_BOUNDS,
                                       origin, refuse=TRAINER_REFUSED)
+    if "output_dir" in trainer and not (isinstance(trainer["output_dir"], str) and trainer["output_dir"].strip()):
+        # GRPOConfig types it `str | None`, so null (`trainer.output_dir=` on the command line) passed the type check
+        problems.add("trainer.output_dir", "must be a folder path; leave the key out for the default runs/<recipe name>",
+                     trainer.pop("output_dir"), file=origin("trainer.output_dir"))
     trainer.setdefault("output_dir", str(Path("runs") / recipe_name(loaded.path)))
     trainer.setdefault("report_to", "none")
 
@@ -133,7 +147,8 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
 
     for r in rewards:
         r.pop("logged_as")
-    return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint)
+    return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint,
+                  dict(loaded.origins))
 
 
 def _check_heldout(dataset: dict, problems: Problems, origin) -> None:

@@ -54,11 +54,14 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from rewards._judge import judge, plan
 
 CHILD = str(Path(__file__).resolve().with_name("_sandbox_child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it
+RESULTS_BYTES = 4 << 20  # read from one candidate's results pipe at most; past it the job is killed
 STOP_TIMEOUT_S = 5.0  # for a stopped job's processes to be gone (milliseconds, unless the box is swamped)
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
 
@@ -92,8 +95,10 @@ class Outcome:
     loaded: bool = False           # the code (and setup) ran without raising
     isolation: frozenset = frozenset()  # "net", "pid", "mountns", "readonly", "tmpfs", "proc", "uid=65534" | "nocaps", ...
     ended: str = "done"            # "done" | "cut-short" (died or killed before its last test) | "timeout" |
-                                   # "output" (too much printed) | "no-report" (the sandbox never started)
+                                   # "output" (too much printed) | "results" (too much sent on the results
+                                   # pipe) | "no-report" (the sandbox never started)
     output: bytes = b""            # the start of stdout + stderr, for debugging
+    notes: list = field(default_factory=list)  # why each failed value check failed, as decided here
 
     @property
     def fraction(self) -> float:
@@ -116,9 +121,8 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
     [True, False]
     """
     nonce = secrets.token_hex(16)
-    uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
-    job = {"nonce": nonce, "code": code, "tests": list(tests), "setup": setup or "", "uid": uid, "gid": gid,
-           "wall_s": limits.wall_s(len(tests)), **asdict(limits)}
+    job, checks, owners = build_job(code, tests, setup, limits)
+    job["nonce"] = nonce
     outcome = Outcome(passed=[False] * len(tests))
     results_r, results_w = os.pipe()
     output_r, output_w = os.pipe()
@@ -135,8 +139,9 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
         finally:
             os.close(results_w)
             os.close(output_w)
+    reports = _Reports(nonce, len(owners))
     try:
-        _collect(proc, results_r, output_r, nonce, limits, outcome)
+        _collect(proc, results_r, output_r, reports, limits, outcome)
     finally:
         _end(proc, stop=outcome.ended != "done")
         os.close(results_r)
@@ -144,7 +149,46 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
     if not outcome.isolation:
         raise SandboxError(f"the code sandbox did not start ({outcome.ended}, exit code {proc.returncode}); "
                            f"its output: {outcome.output.decode(errors='replace')[-2000:]!r}")
+    _decide(checks, owners, reports.steps, outcome)
     return outcome
+
+
+def build_job(code: str, tests: list[str], setup: str, limits: Limits) -> tuple[dict, tuple, list]:
+    """What the sandbox is sent (no nonce yet), the tests' Checks, and for each step its (test, probe)
+    (probe None: an opaque test's verdict). A value check's step holds only its probe's source.
+
+    >>> job, _, owners = build_job("", ["assert add(20, 22) == 42"], "", Limits())
+    >>> job["steps"], owners
+    ([('eval', 'add(20, 22)', '<test 0>', False)], [(0, 0)])
+    """
+    checks = plan(tuple(tests), setup or "")
+    steps, owners = [], []
+    for i, check in enumerate(checks):
+        if check.expr is None:
+            steps.append(("exec", check.source, f"<test {i}>", False))
+            owners.append((i, None))
+        for k, (source, iterable) in enumerate(check.probes):
+            steps.append(("eval", source, f"<test {i}>", iterable))
+            owners.append((i, k))
+    uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
+    job = {"code": code, "steps": steps, "setup": setup or "", "uid": uid, "gid": gid,
+           "wall_s": limits.wall_s(len(steps)), **asdict(limits)}
+    return job, checks, owners
+
+
+def _decide(checks: tuple, owners: list, steps: dict, outcome: Outcome) -> None:
+    """Each test's verdict: an opaque test's as the sandbox reported it, a value check's decided here."""
+    payloads = [[None] * len(check.probes) for check in checks]
+    for j, (i, k) in enumerate(owners):
+        if k is None:
+            outcome.passed[i] = steps.get(j) is True
+        elif isinstance(steps.get(j), bytes):
+            payloads[i][k] = steps[j]
+    for i, check in enumerate(checks):
+        if check.expr is not None:
+            outcome.passed[i], why = judge(check, payloads[i])
+            if why:
+                outcome.notes.append(f"<test {i}>: {why}")
 
 
 def _end(proc: subprocess.Popen, stop: bool) -> None:
@@ -163,11 +207,11 @@ def _end(proc: subprocess.Popen, stop: bool) -> None:
     proc.wait()
 
 
-def _collect(proc, results_r: int, output_r: int, nonce: str, limits: Limits, outcome: Outcome) -> None:
-    """Read report lines and (bounded) output until the results pipe closes or a deadline passes."""
-    prefix = nonce.encode() + b" "
+def _collect(proc, results_r: int, output_r: int, reports: "_Reports", limits: Limits, outcome: Outcome) -> None:
+    """Read reports and (bounded) output until the results pipe closes, a deadline passes, or either
+    pipe brings more than its cap (the job is then killed: what it did not report fails)."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S  # moved to the candidate's own budget once it reports
-    pending, output_seen, started, reported = b"", 0, False, 0
+    output_seen, results_seen = 0, 0
     outcome.ended = "no-report"
     with selectors.DefaultSelector() as sel:
         sel.register(results_r, selectors.EVENT_READ)
@@ -191,25 +235,63 @@ def _collect(proc, results_r: int, output_r: int, nonce: str, limits: Limits, ou
                         return
                     continue
                 if not chunk:  # every holder of the results pipe is gone: the job is over
-                    if started:
-                        outcome.ended = "done" if reported == len(outcome.passed) else "cut-short"
+                    if outcome.isolation:
+                        outcome.ended = "done" if len(reports.steps) == reports.n_steps else "cut-short"
                     return
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    if not line.startswith(prefix):
-                        continue  # cannot happen unless something forged a line; never trust it
-                    kind, _, value = line[len(prefix):].decode("ascii", "replace").partition(" ")
-                    if kind == "iso" and not started:
-                        started = True
-                        outcome.isolation = frozenset(value.split(","))
-                        deadline = time.monotonic() + limits.wall_s(len(outcome.passed)) + 1.0
-                    elif kind == "load":
-                        outcome.loaded = value == "1"
-                    elif kind == "test":
-                        i, _, ok = value.partition(" ")
-                        if i.isdigit() and int(i) < len(outcome.passed):
-                            outcome.passed[int(i)] = ok == "1"
-                            reported += 1
+                results_seen += len(chunk)
+                if results_seen > RESULTS_BYTES:
+                    outcome.ended = "results"
+                    return
+                reports.feed(chunk)
+                if reports.isolation and not outcome.isolation:
+                    outcome.isolation = reports.isolation
+                    deadline = time.monotonic() + limits.wall_s(reports.n_steps) + 1.0
+                outcome.loaded = reports.loaded
+
+
+class _Reports:
+    """Parses the results pipe: `<nonce> <kind> <value>` lines, a `value` line's payload after it. Lines
+    without the nonce are skipped (only something that forged them wrote them); the first report of a
+    step counts."""
+
+    def __init__(self, nonce: str, n_steps: int):
+        self.prefix, self.n_steps = nonce.encode() + b" ", n_steps
+        self.buffer, self.payload_for = bytearray(), None  # (step, size) whose bytes come next
+        self.isolation, self.loaded, self.steps = frozenset(), False, {}
+
+    def feed(self, chunk: bytes) -> None:
+        self.buffer += chunk
+        pos = 0
+        while True:
+            if self.payload_for is not None:
+                step, size = self.payload_for
+                if len(self.buffer) - pos < size:
+                    break
+                self.steps.setdefault(step, bytes(self.buffer[pos:pos + size]))
+                pos, self.payload_for = pos + size, None
+                continue
+            end = self.buffer.find(b"\n", pos)
+            if end < 0:
+                break
+            self.line(bytes(self.buffer[pos:end]))
+            pos = end + 1
+        del self.buffer[:pos]
+
+    def line(self, line: bytes) -> None:
+        if not line.startswith(self.prefix):
+            return  # cannot happen unless something forged a line; never trust it
+        kind, _, value = line[len(self.prefix):].decode("ascii", "replace").partition(" ")
+        fields = value.split(" ")
+        if kind == "iso" and not self.isolation:
+            self.isolation = frozenset(value.split(","))
+        elif kind == "load":
+            self.loaded = value == "1"
+        elif not (fields[0].isdigit() and int(fields[0]) < self.n_steps):
+            return
+        elif kind in ("pass", "fail"):
+            self.steps.setdefault(int(fields[0]), kind == "pass")
+        elif kind == "value" and len(fields) == 2 and fields[1].isdigit() and int(fields[1]) <= RESULTS_BYTES:
+            self.payload_for = (int(fields[0]), int(fields[1]))
 
 
 def run_many(jobs: list[tuple[str, list[str], str]], limits: Limits = Limits(), workers: int = 4) -> list[Outcome]:

@@ -14,11 +14,14 @@ never the one that cleans up after it:
                 slept cannot outlive the job.
     runner      sets rlimits (CPU, address space, processes, file size, open files, no core), drops to
                 an unprivileged uid (as root) or drops every capability (in a user namespace), then
-                runs the code and each test, one report line per test on RESULT_FD.
+                runs the setup, the code and each step of the job, one report per step on RESULT_FD.
 
-Report lines are `<nonce> <kind> <value>`; the nonce comes with the job and is never printed, so a
-candidate that writes "test 0 1" to every descriptor it can find forges nothing. What each step could
-not do on this machine is reported (`iso ...`) rather than fatal: the parent decides and documents.
+A step is a probe (an expression needing the code's names, e.g. `add(1, 2)`: its value is sent back in
+rewards/_values.py's format and the parent decides the test, see rewards/_judge.py) or an opaque test
+(run whole here; pass or fail sent back). Reports are `<nonce> <kind> <value>` lines, a value's bytes
+following its line; the nonce comes with the job and is never printed, so a candidate that writes
+"pass 0" to every descriptor it can find forges nothing. What each step could not do on this machine
+is reported (`iso ...`) rather than fatal: the parent decides and documents.
 """
 
 import ctypes
@@ -176,7 +179,9 @@ def _close_fds(keep: int) -> None:
 
 
 def _run_tests(job: dict, report) -> None:
-    """Execute the code, then each test in the code's namespace, reporting each before the next starts."""
+    """Execute the setup and the code, then each step in the code's namespace, reporting each before the
+    next starts: a probe's value (`value`, or `fail` when it raised or is not a plain value), an opaque
+    test's verdict (`pass` / `fail`)."""
 
     def on_alarm(signum, frame):
         raise _Timeout()
@@ -184,25 +189,102 @@ def _run_tests(job: dict, report) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
 
-    def timed(source: str, filename: str) -> bool:
+    def timed(run, source: str, label: str):
         try:
             signal.setitimer(signal.ITIMER_REAL, job["time_s"])
             try:
-                exec(compile(source, filename, "exec"), namespace)
+                return True, run(source, label)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
-            return True
         except BaseException as err:  # noqa: BLE001 - assert failing, code crashing, sys.exit, timeout: all "did not pass"
             try:  # one line for whoever reads the output (the parent keeps its start)
-                print(f"{filename}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
+                print(f"{label}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
             except BaseException:  # noqa: BLE001 - stderr closed or replaced by the code
                 pass
-            return False
+            return False, None
 
-    loaded = timed(job["setup"], "<setup>") and timed(job["code"], "<completion>")
-    report("load", int(loaded))
-    for i, test in enumerate(job["tests"]):
-        report("test", f"{i} {int(loaded and timed(test, f'<test {i}>'))}")
+    def execute(source: str, label: str) -> None:
+        _exec(_compile(source, label, "exec"), namespace)
+
+    def value(iterable: bool):
+        return lambda source, label: _encode(_eval(_compile(source, label, "eval"), namespace), iterable)
+
+    loaded = timed(execute, job["setup"], "<setup>")[0] and timed(execute, job["code"], "<completion>")[0]
+    report("load", "1" if loaded else "0")
+    for j, (kind, source, label, iterable) in enumerate(job["steps"]):
+        if not loaded:
+            report("fail", j)
+        elif kind == "exec":
+            report("pass" if timed(execute, source, label)[0] else "fail", j)
+        else:
+            ok, payload = timed(value(iterable), source, label)
+            report("value", j, payload) if ok else report("fail", j)
+
+
+# The harness's own references, taken before any graded code runs (which may rebind the builtins' and
+# os's): the names below resolve to these module globals, whatever `builtins.int = ...` does later.
+_exec, _eval, _compile, _write = exec, eval, compile, os.write
+from builtins import (bool, bytearray, bytes, complex, dict, float, frozenset, int, isinstance,  # noqa: E402
+                      issubclass, len, list, memoryview, set, str, tuple, type)
+_VALUE_BYTES = 1 << 20  # one value's encoding; past it the probe fails (the parent reads at most a few per candidate)
+_VALUE_ITEMS = 1 << 18  # items in one value (rewards/_values.py refuses more)
+_VALUE_DEPTH = 64
+_SEQUENCES = ((list, b"l"), (tuple, b"t"), (set, b"S"), (frozenset, b"Z"))
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, set, frozenset, dict)
+
+
+def _encode(value, iterable: bool) -> bytes:
+    """The value in rewards/_values.py's format, as its base types (a Counter as a dict, a namedtuple as a
+    tuple); `iterable`: any other iterable as the list of its items. ValueError for anything else."""
+    if iterable and not isinstance(value, _PLAIN):
+        items = []
+        for item in value:
+            items.append(item)
+            if len(items) > _VALUE_ITEMS:
+                raise ValueError("too many items")
+        value = items
+    out, budget = [], [_VALUE_ITEMS, _VALUE_BYTES]
+    _put(value, out, 0, budget)
+    if budget[1] < 0:
+        raise ValueError("value too big to send")
+    return b"".join(out)
+
+
+def _put(x, out: list, depth: int, budget: list) -> None:
+    budget[0] -= 1
+    if budget[0] < 0 or budget[1] < 0 or depth > _VALUE_DEPTH:
+        raise ValueError("value too big or too deep to send")
+    kind = type(x)
+    if x is None or x is True or x is False:
+        out.append(b"N" if x is None else b"T" if x else b"F")
+    elif issubclass(kind, int):
+        out.append(b"i%x;" % int.__index__(x))
+    elif issubclass(kind, float):
+        out.append(b"f%s;" % float.hex(x).encode())
+    elif issubclass(kind, complex):
+        real, imag = complex.__getnewargs__(x)
+        out.append(b"c%s;%s;" % (float.hex(real).encode(), float.hex(imag).encode()))
+    elif issubclass(kind, (str, bytes, bytearray)):
+        raw = str.encode(x, "utf-8", "surrogatepass") if issubclass(kind, str) else bytes(memoryview(x))
+        out.append(b"%c%d:" % (115 if issubclass(kind, str) else 98, len(raw)))
+        out.append(raw)
+        budget[1] -= len(raw)
+    elif issubclass(kind, dict):
+        pairs = list(dict.items(x))
+        out.append(b"d%d:" % len(pairs))
+        for key, item in pairs:
+            _put(key, out, depth + 1, budget)
+            _put(item, out, depth + 1, budget)
+    else:
+        for base, tag in _SEQUENCES:
+            if issubclass(kind, base):
+                items = list(base.__iter__(x))
+                out.append(b"%s%d:" % (tag, len(items)))
+                for item in items:
+                    _put(item, out, depth + 1, budget)
+                return
+        raise ValueError(f"a {kind.__name__} is not a plain value")
+    budget[1] -= 16
 
 
 def _supervise(job: dict, out: int, report, layers: list) -> int:
@@ -268,9 +350,13 @@ def main() -> None:
     os.close(devnull)
     out, nonce = int(sys.argv[1]), job.pop("nonce")
 
-    def report(kind: str, value) -> None:
+    def report(kind: str, value, payload: bytes = None) -> None:
+        """One line `<nonce> <kind> <value>`; with a payload, its length ends the line and its bytes follow."""
+        line = f"{nonce} {kind} {value}\n" if payload is None else f"{nonce} {kind} {value} {len(payload)}\n"
+        data = memoryview(line.encode() + (payload or b""))
         try:
-            os.write(out, f"{nonce} {kind} {value}\n".encode())
+            while data:
+                data = data[_write(out, data):]
         except OSError:  # the code closed or replaced the descriptor: its later tests just go unreported
             pass
 

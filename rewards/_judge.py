@@ -36,6 +36,7 @@ import builtins
 import functools
 import math
 import operator
+import reprlib
 import sys
 from dataclasses import dataclass
 
@@ -50,10 +51,16 @@ class Opaque(Exception):
 
 
 def _sum(items, start=0):
+    """`sum`, but lists and tuples are joined in one pass (Python's repeated `+` is quadratic)."""
     items = list(items)
-    if not all(isinstance(x, (int, float, complex)) for x in [*items, start]):
-        raise TypeError("sum of non-numbers")  # list and str sums are quadratic
-    return sum(items, start)
+    if all(isinstance(x, (int, float, complex)) for x in [*items, start]):
+        return sum(items, start)
+    for kind in (list, tuple):
+        if isinstance(start, kind) and all(isinstance(x, kind) for x in items):
+            if len(start) + sum(len(x) for x in items) > MAX_ITEMS * 8:
+                raise BadValue("sum too long")
+            return kind([*start, *(y for x in items for y in x)])
+    raise TypeError("sum: numbers, or lists (tuples) with a list (tuple) start")
 
 
 def _pow(base, exp, mod=None):
@@ -245,8 +252,18 @@ def judge(check: Check, payloads: list) -> tuple[bool, str]:
         why = "AssertionError"
     except Exception as err:  # noqa: BLE001 - whatever the values make of the test, it did not pass
         why = f"{type(err).__name__}: {str(err)[:100]}"
-    shown = ", ".join(f"{src} = {'(no value)' if v is MISSING else repr(v)[:80]}" for (src, _), v in zip(check.probes, values))
+    shown = ", ".join(f"{src} = {_show(v)}" for (src, _), v in zip(check.probes, values))
     return False, f"{why} ({shown})"
+
+
+def _show(value) -> str:
+    """A short repr (reprlib's, which looks at a few items only) of a value, for a failure note."""
+    if value is MISSING:
+        return "(no value)"
+    try:
+        return reprlib.repr(value)
+    except ValueError:  # an int past Python's digit limit
+        return "(too long to show)"
 
 
 def evaluate(check: Check, values: list):

@@ -34,11 +34,16 @@ other candidates running at the same time (same uid), a process that calls `sets
 and files stay capped), and a python that `nobody` cannot read leaves only preloaded modules importable
 ("stdlib-unreadable").
 
-Per-test results travel on a pipe of their own as `<nonce> test <i> <0|1>` lines; stdout, stderr and
-the exit status are never read as results, and the nonce is never printed. The code runs in the
-harness's own interpreter, so a candidate that deliberately walks the harness's stack frames can find
-the nonce: this stops accidental and trivial forgery (printing "PASS", exiting 0), not a determined
-adversary -- nor can any assert-based check stop an object whose `__eq__` always says True.
+Who decides: not the sandbox. Each test is parsed here first (rewards/_judge.py); for the common
+`assert EXPR` forms the sandbox is sent only the sub-expressions that need the code's names
+(`add(1, 2)`), sends back their values, and this process decides pass/fail -- the code never sees the
+expected side, and nothing it runs changes a verdict. Other tests run whole in the sandbox ("opaque",
+listed in rewards/_judge.py) and report pass/fail from there; the code runs in that interpreter, so a
+candidate that walks the harness's stack frames can forge those, and only those.
+
+Reports travel on a pipe of their own as `<nonce> <kind> <step> ...` lines (a value's bytes after its
+line); stdout, stderr and the exit status are never read as results, and the nonce is never printed.
+At most RESULTS_BYTES are read from it per candidate: past that the job is killed ("results").
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ _exec, _eval, _compile, _write = exec, eval, compile, os.write
 from builtins import (bool, bytearray, bytes, complex, dict, float, frozenset, int, isinstance,  # noqa: E402
                       issubclass, len, list, memoryview, set, str, tuple, type)
 _VALUE_BYTES = 1 << 20  # one value's encoding; past it the probe fails (the parent reads at most a few per candidate)
-_VALUE_ITEMS = 1 << 18  # items in one value (rewards/_values.py refuses more)
+_VALUE_ITEMS = 1 << 16  # items in one value (rewards/_values.py refuses more)
 _VALUE_DEPTH = 64
 _SEQUENCES = ((list, b"l"), (tuple, b"t"), (set, b"S"), (frozenset, b"Z"))
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, set, frozenset, dict)

@@ -191,7 +191,7 @@ MALFORMED = [
     (b"i" + b"f" * 40_000 + b";", "int over the size cap"), (b"i" + b"f" * 10**6, "unterminated digits"),
     (b"s10:abc", "string past the end"), (b"l4294967295:N", "count past the end"),
     (b"l1:" * 100 + b"N", "too deep"), (b"l1:" * 100_000 + b"N", "far too deep"),
-    (b"l262145:" + b"N" * 262145, "too many items"), (b"S40:" + _COLLIDING, "a set of colliding keys"),
+    (b"l65536:" + b"N" * 65536, "too many items"), (b"S40:" + _COLLIDING, "a set of colliding keys"),
     (b"d40:" + _COLLIDING.replace(b";", b";N"), "a dict of colliding keys"), (b"S1:l0:", "unhashable set item"),
     (b"s2:\xff\xfe", "not UTF-8"), (b"fnope;", "not a float"), (b"l-1:", "negative count"),
 ]
@@ -204,14 +204,14 @@ def test_malformed_or_oversized_values_are_refused(data, why):
 
 
 def test_values_too_big_deep_or_strange_fail_their_own_test_only():
-    code = ("def big(): return list(range(10**6))\n"
+    code = ("def big(): return list(range(10**5))\n"
             "def deep():\n    x = []\n    for _ in range(1000):\n        x = [x]\n    return x\n"
             "def loop():\n    x = []\n    x.append(x)\n    return x\n"
             "class Thing:\n    pass\n"
             "def thing(): return Thing()\n"
             "def gen(): return (i for i in range(3))\n"
             "def ok(): return 3\n")
-    tests = ["assert len(big()) == 10**6", "assert deep() != []", "assert loop() != []", "assert thing() != 1",
+    tests = ["assert len(big()) == 10**5", "assert deep() != []", "assert loop() != []", "assert thing() != 1",
              "assert gen() != 1", "assert ok() == 3"]
     assert run(code, tests, limits=FAST).passed == [False] * 5 + [True]
 
@@ -256,3 +256,13 @@ def test_the_judge_modules_document_themselves():
 
     for module in ("rewards._judge", "rewards._values"):
         assert doctest.testmod(importlib.import_module(module)).failed == 0, module
+
+
+@pytest.mark.parametrize("name", ["patched_os_write", "patched_int", "patched_compile", "patched_exec"])
+def test_opaque_tests_resist_the_cheap_attacks_too(name):
+    # A loop is run whole in the sandbox; the harness there uses its own exec, compile and os.write, bound
+    # before the code ran, and formats its reports without the builtins the code can replace.
+    loop = ["for a, b in [(1, 2), (2, 2), (0, 5)]:\n    assert add(a, b) == a + b"]
+    assert plan(tuple(loop), "")[0].expr is None
+    completion = f"```python\n{WRONG_ADD}{ATTACKS[name]}\n```"
+    assert CodeTests(timeout=FAST.time_s)(completions=[completion], tests=[loop]) == [0.0]

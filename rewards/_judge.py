@@ -42,7 +42,8 @@ from dataclasses import dataclass
 
 from rewards._values import MAX_ITEMS, BadValue, decode, safe_dict, safe_set
 
-MAX_RESULT_BITS = 1 << 20  # an int the evaluator may produce (`f(x) ** 9`, `f(x) << 40`)
+# An int the evaluator may produce (`f(x) ** 9`, `int(s, 2)`): dividing two such takes ~40 ms here.
+MAX_RESULT_BITS = 1 << 18
 MISSING = object()  # a probe that raised, timed out, or sent no value / a malformed one
 
 
@@ -66,7 +67,16 @@ def _sum(items, start=0):
 def _pow(base, exp, mod=None):
     if mod is None:
         _guard_pow(base, exp)
+    elif isinstance(exp, int) and isinstance(mod, int) and max(exp.bit_length(), mod.bit_length()) > 4096:
+        raise BadValue("modular power too big")  # its time grows as exp's bits times mod's squared
     return pow(base, exp, mod)
+
+
+def _int(*args, **kwargs):
+    value = int(*args, **kwargs)
+    if value.bit_length() > MAX_RESULT_BITS:  # int(s, 16) knows no digit limit
+        raise BadValue("int too big")
+    return value
 
 
 def _round(x, ndigits=None):
@@ -92,16 +102,18 @@ _BUILTINS = {name: getattr(builtins, name) for name in (
     "abs", "all", "any", "bool", "chr", "complex", "dict", "divmod", "float", "frozenset", "int", "isinstance",
     "len", "list", "max", "min", "ord", "pow", "range", "repr", "round", "set", "sorted", "str", "sum", "tuple",
     "type", "reversed", "enumerate", "zip", "bin", "hex", "oct")}
-_SAFE = {set: lambda *a: safe_set(*a) if a else set(), frozenset: lambda *a: safe_set(*a, kind=frozenset) if a else frozenset(),
-         dict: lambda *a: safe_dict(*a) if a else {}, sum: _sum, pow: _pow, round: _round, range: _range, type: _type}
+_SAFE = {set: lambda *a: safe_set(*a) if a else set(),
+         frozenset: lambda *a: safe_set(*a, kind=frozenset) if a else frozenset(),
+         dict: lambda *a: safe_dict(*a) if a else {},
+         sum: _sum, pow: _pow, round: _round, range: _range, type: _type, int: _int}
 # Names that are not the graded code's own, though it could rebind them where it runs.
 _AMBIENT = frozenset(dir(builtins)) | frozenset(sys.stdlib_module_names)
 _MATH = {name: getattr(math, name) for name in (
     "isclose", "fabs", "sqrt", "floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "copysign", "exp", "log",
     "log2", "log10", "hypot", "gcd", "pi", "e", "tau", "inf", "nan")}
-# Builtins that only iterate their argument: a probe there may be any iterable (a generator, a map),
-# which the sandbox turns into a list first.
-_CONSUMERS = {"list", "tuple", "set", "frozenset", "sorted", "sum", "min", "max", "any", "all", "dict"}
+# Builtins that only iterate their first argument (min and max: their only one; zip: every one): a
+# probe there may be any iterable (a generator, a map), which the sandbox turns into a list first.
+_CONSUMERS = {"list", "tuple", "set", "frozenset", "sorted", "sum", "any", "all", "dict", "enumerate"}
 # Never inside a probe: the sandbox would see (and could decide) a comparison.
 _NOT_IN_PROBES = (ast.Compare, ast.BoolOp, ast.IfExp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
                   ast.GeneratorExp, ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)
@@ -207,8 +219,8 @@ class _Cutter:
             return self.probe(node, iterable)
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             raise Opaque
-        consumes = isinstance(func, ast.Name) and func.id in _CONSUMERS and len(node.args) == 1
-        args = [self.cut(a, iterable=consumes) for a in node.args]
+        name = func.id if isinstance(func, ast.Name) else ""
+        args = [self.cut(a, iterable=_consumes(name, i, len(node.args))) for i, a in enumerate(node.args)]
         return ast.Call(func, args, [ast.keyword(k.arg, self.cut(k.value)) for k in node.keywords])
 
     def probe(self, node: ast.expr, iterable: bool) -> ast.Name:
@@ -223,6 +235,11 @@ class _Cutter:
             raise Opaque
         self.probes.append((ast.unparse(node), iterable))
         return ast.Name(f"<probe {len(self.probes) - 1}>", ast.Load())
+
+
+def _consumes(name: str, i: int, n_args: int) -> bool:
+    """Does builtin `name` only iterate its argument i of n_args?"""
+    return (name in _CONSUMERS and i == 0) or (name in ("min", "max") and n_args == 1) or name == "zip"
 
 
 def _is_math(node: ast.expr) -> bool:

@@ -232,11 +232,12 @@ def test_forged_values_from_the_graded_code_fail_without_harm():
 # A value the code chose must not make the trainer allocate without bound (each would take gigabytes).
 GREEDY = ["assert [0] * n() == []", "assert 'ab' * n() == ''", "assert n() ** n() > 0", "assert 10 ** n() > 0",
           "assert 1 << n() > 0", "assert '%*d' % (n(), 1) == ''", "assert set(range(n())) == set()",
-          "assert round(3, -n()) == 0", "assert " + " * ".join(["huge()"] * 12) + " > 0"]
+          "assert round(3, -n()) == 0", "assert " + " * ".join(["huge()"] * 12) + " > 0",
+          "assert int(hexes(), 16) > 0", "assert pow(huge(), huge(), huge() - 1) >= 0"]
 
 
 def test_values_the_code_chose_cannot_make_the_trainer_allocate_without_bound():
-    code = "def n(): return 10**12\ndef huge(): return 2**100000\n"
+    code = "def n(): return 10**12\ndef huge(): return 2**100000\ndef hexes(): return 'f' * 300000\n"
     out = run(code, GREEDY, limits=FAST)
     assert out.passed == [False] * len(GREEDY), out.notes
     assert all("BadValue" in note or "ValueError" in note for note in out.notes), out.notes

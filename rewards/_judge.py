@@ -107,7 +107,8 @@ _SAFE = {set: lambda *a: safe_set(*a) if a else set(),
          dict: lambda *a: safe_dict(*a) if a else {},
          sum: _sum, pow: _pow, round: _round, range: _range, type: _type, int: _int}
 # Names that are not the graded code's own, though it could rebind them where it runs.
-_AMBIENT = frozenset(dir(builtins)) | frozenset(sys.stdlib_module_names)
+_BUILTIN_NAMES = frozenset(dir(builtins))
+_MODULES = _BUILTIN_NAMES | frozenset(sys.stdlib_module_names)
 _MATH = {name: getattr(math, name) for name in (
     "isclose", "fabs", "sqrt", "floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "copysign", "exp", "log",
     "log2", "log10", "hypot", "gcd", "pi", "e", "tau", "inf", "nan")}
@@ -226,12 +227,14 @@ class _Cutter:
     def probe(self, node: ast.expr, iterable: bool) -> ast.Name:
         if any(isinstance(n, _NOT_IN_PROBES) for n in ast.walk(node)):
             raise Opaque
-        root = node
+        root, above = node, None
         while isinstance(root, (ast.Call, ast.Attribute, ast.Subscript)):
-            root = root.func if isinstance(root, ast.Call) else root.value
+            root, above = (root.func if isinstance(root, ast.Call) else root.value), root
         # A probe is the code's own name applied to inputs. Rooted anywhere else it would hand the code
-        # what it is compared with, which the code could rebind: `EXPECTED`, `check(f(1))`, `bin(5)`.
-        if not isinstance(root, ast.Name) or root.id in self.setup_names or root.id in _AMBIENT:
+        # what it is compared with, which the code could rebind: `EXPECTED`, `check(f(1))`, `bin(5)`,
+        # `math.factorial(5)` (a module only before a dot: `chunk(xs, 2)` is the code's function).
+        ambient = _MODULES if isinstance(above, ast.Attribute) else _BUILTIN_NAMES
+        if not isinstance(root, ast.Name) or root.id in self.setup_names or root.id in ambient:
             raise Opaque
         self.probes.append((ast.unparse(node), iterable))
         return ast.Name(f"<probe {len(self.probes) - 1}>", ast.Load())

@@ -242,6 +242,8 @@ def _collect(proc, results_r: int, output_r: int, reports: "_Reports", limits: L
                 if not chunk:  # every holder of the results pipe is gone: the job is over
                     if outcome.isolation:
                         outcome.ended = "done" if len(reports.steps) == reports.n_steps else "cut-short"
+                    if any(k.fd == output_r for k, _ in sel.select(0)):  # what it printed last may be unread
+                        outcome.output += os.read(output_r, 4096)[: max(0, 4096 - output_seen)]
                     return
                 results_seen += len(chunk)
                 if results_seen > RESULTS_BYTES:

@@ -6,8 +6,10 @@ need its names and never sees the expected answer (rewards/_judge.py).
 
 import importlib
 import importlib.util
+import json
 import marshal
 import math
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,7 @@ from rewards._sandbox import CHILD, Limits, build_job, run
 from rewards._values import BadValue, decode
 from rewards.code import CodeTests
 
+ROOT = Path(__file__).resolve().parent.parent
 FAST = Limits(time_s=0.5, memory_mb=256, processes=16, file_mb=4, output_kb=16)
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"]
 WRONG_ADD = "def add(a, b):\n    return 0\n"
@@ -267,3 +270,12 @@ def test_opaque_tests_resist_the_cheap_attacks_too(name):
     assert plan(tuple(loop), "")[0].expr is None
     completion = f"```python\n{WRONG_ADD}{ATTACKS[name]}\n```"
     assert CodeTests(timeout=FAST.time_s)(completions=[completion], tests=[loop]) == [0.0]
+
+
+def test_every_shipped_code_test_is_judged_in_the_trainer():
+    # A function whose name is also a standard module's (`chunk`) is still the code's: only a module
+    # before a dot (`math.factorial(5)`) is taken for one.
+    rows = [json.loads(line) for line in (ROOT / "grpokit/assets/code20.jsonl").read_text().splitlines()]
+    for row in rows:
+        assert all(check.expr is not None for check in plan(tuple(row["tests"]), "")), row["tests"]
+    assert plan(("assert f(5) == math.factorial(5)",), "")[0].expr is None

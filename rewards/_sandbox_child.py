@@ -178,6 +178,14 @@ def _close_fds(keep: int) -> None:
     os.closerange(keep + 1, 1 << 16)
 
 
+# The harness's own references, taken before any graded code runs (which may rebind the builtins' and
+# os's): these names resolve to module globals, whatever `builtins.int = ...` or `os.write = ...` does.
+from builtins import (bool, bytearray, bytes, complex, dict, float, frozenset, int, isinstance,  # noqa: E402
+                      issubclass, len, list, memoryview, set, str, tuple, type)
+
+_exec, _eval, _compile, _write = exec, eval, compile, os.write
+
+
 def _run_tests(job: dict, report) -> None:
     """Execute the setup and the code, then each step in the code's namespace, reporting each before the
     next starts: a probe's value (`value`, or `fail` when it raised or is not a plain value), an opaque
@@ -218,14 +226,12 @@ def _run_tests(job: dict, report) -> None:
             report("pass" if timed(execute, source, label)[0] else "fail", j)
         else:
             ok, payload = timed(value(iterable), source, label)
-            report("value", j, payload) if ok else report("fail", j)
+            if ok:
+                report("value", j, payload)
+            else:
+                report("fail", j)
 
 
-# The harness's own references, taken before any graded code runs (which may rebind the builtins' and
-# os's): the names below resolve to these module globals, whatever `builtins.int = ...` does later.
-_exec, _eval, _compile, _write = exec, eval, compile, os.write
-from builtins import (bool, bytearray, bytes, complex, dict, float, frozenset, int, isinstance,  # noqa: E402
-                      issubclass, len, list, memoryview, set, str, tuple, type)
 _VALUE_BYTES = 1 << 20  # one value's encoding; past it the probe fails (the parent reads at most a few per candidate)
 _VALUE_ITEMS = 1 << 16  # items in one value (rewards/_values.py refuses more)
 _VALUE_DEPTH = 64

@@ -1,26 +1,29 @@
 """Deciding pass/fail for code_tests where the graded code cannot reach: in the trainer, from values.
 
-Each test is parsed here before anything runs. A test of the form `assert EXPR` (any message ignored)
-whose EXPR is built from literals, comparisons, `and`/`or`/`not`, arithmetic, subscripts and a short list
-of pure builtins (`_BUILTINS`, plus `math.isclose` and friends) is a *value check*: each smallest
-sub-expression that needs the graded code's names (`add(1, 2)`, `f(x)` in `set(f(x)) == {1, 2}`) is cut
-out as a *probe*, and the sandbox is sent only the probes. It evaluates each and sends back its value
-(literal types only, see rewards/_values.py); the rest of the test -- the expected value, the
+Each test is parsed here before anything runs. A test made of `assert EXPR` statements (messages
+ignored; `for` loops over a literal list, tuple or `range(<ints>)` are unrolled) whose EXPRs are built
+from literals, comparisons, `and`/`or`/`not`, arithmetic, subscripts and a short list of pure builtins
+(rewards/_evaluate.py: `BUILTINS`, and `math.isclose` and friends) is a *value check*: each smallest
+sub-expression rooted in the graded code's own names (`add(1, 2)`, `f(x)` in `set(f(x)) == {1, 2}`) is
+cut out as a *probe*, and the sandbox is sent only the probes. It evaluates each and sends back its
+value (literal types only, see rewards/_values.py); the rest of the test -- the expected value, the
 comparison, the builtins around the probe -- is evaluated here, with the real builtins, whatever the
 code redefined. So nothing the code executes can change a value check's verdict: it can only choose the
 values of its own probes, without seeing what they are compared with.
 
 Values are compared as their base types: a Counter, OrderedDict or defaultdict arrives as a dict, a
 namedtuple as a tuple, an int or str subclass as int or str, so `==` holds as Python's does between those
-and literals; a value of any other type (a custom object, a generator outside `list(...)` and the other
-consumers) fails its test.
+and literals; a value of any other type (a custom object, a Fraction, a generator outside `list(...)`
+and the other consumers), of more than 65,536 items, 1 MiB or 64 levels fails its test.
 
 Everything else is an *opaque* test, run whole inside the sandbox as before, its verdict reported from
-there: several statements, loops, comprehensions, lambdas, f-strings, method calls on literals, a test
-with no probe at all (`assert sorted([3, 1]) == [1, 3]` where the task is to write `sorted`), and one
-whose other side needs names the setup defined (`assert f(x) == EXPECTED`, `assert check(f)`), since the
-graded code could rebind them. An opaque test's verdict can be forged by code that walks the harness's
-stack frames (the report function and its nonce are in reach of the interpreter the code runs in).
+there: other statements (an assignment, a call for its side effects, try/except, a loop over anything
+but a literal), comprehensions, lambdas, f-strings, method calls on literals, `is` between two values,
+a test with no probe at all (`assert sorted([3, 1]) == [1, 3]` where the task is to write `sorted`), and
+one whose other side needs the setup's names or a module's (`assert f(x) == EXPECTED`,
+`assert check(f(x))`, `assert f(5) == math.factorial(5)`), since the graded code could rebind them. An
+opaque test's verdict can be forged by code that walks the harness's stack frames (the report function
+and its nonce are in reach of the interpreter the code runs in).
 
 >>> checks = plan(("assert add(1, 2) == 3",), "")
 >>> [c.probes for c in checks]
@@ -33,85 +36,25 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import functools
-import math
-import operator
 import reprlib
 import sys
 from dataclasses import dataclass
 
-from rewards._values import MAX_ITEMS, BadValue, decode, safe_dict, safe_set
+from rewards._evaluate import BUILTINS, MATH, MISSING, evaluate
+from rewards._values import BadValue, decode
 
-# An int the evaluator may produce (`f(x) ** 9`, `int(s, 2)`): dividing two such takes ~40 ms here.
-MAX_RESULT_BITS = 1 << 18
-MISSING = object()  # a probe that raised, timed out, or sent no value / a malformed one
+MAX_ASSERTS = 64  # asserts in one test (a loop's included) judged here; more make it opaque
 
 
 class Opaque(Exception):
     """The test is not a value check (see the module docstring)."""
 
 
-def _sum(items, start=0):
-    """`sum`, but lists and tuples are joined in one pass (Python's repeated `+` is quadratic)."""
-    items = list(items)
-    if all(isinstance(x, (int, float, complex)) for x in [*items, start]):
-        return sum(items, start)
-    for kind in (list, tuple):
-        if isinstance(start, kind) and all(isinstance(x, kind) for x in items):
-            if len(start) + sum(len(x) for x in items) > MAX_ITEMS * 8:
-                raise BadValue("sum too long")
-            return kind([*start, *(y for x in items for y in x)])
-    raise TypeError("sum: numbers, or lists (tuples) with a list (tuple) start")
-
-
-def _pow(base, exp, mod=None):
-    if mod is None:
-        _guard_pow(base, exp)
-    elif isinstance(exp, int) and isinstance(mod, int) and max(exp.bit_length(), mod.bit_length()) > 4096:
-        raise BadValue("modular power too big")  # its time grows as exp's bits times mod's squared
-    return pow(base, exp, mod)
-
-
-def _int(*args, **kwargs):
-    value = int(*args, **kwargs)
-    if value.bit_length() > MAX_RESULT_BITS:  # int(s, 16) knows no digit limit
-        raise BadValue("int too big")
-    return value
-
-
-def _round(x, ndigits=None):
-    if ndigits is not None and not -1000 <= ndigits <= 1000:
-        raise ValueError("round: ndigits out of range")
-    return round(x) if ndigits is None else round(x, ndigits)
-
-
-def _range(*args):
-    r = range(*args)
-    if len(r) > MAX_ITEMS:
-        raise BadValue("range too long")
-    return r
-
-
-def _type(x):
-    return type(x)
-
-
-# Pure builtins a test may use here (as names they are the real ones: `isinstance(x, set)`); when called,
-# those that could allocate without bound, or hash keys chosen to collide, are replaced by `_SAFE`'s.
-_BUILTINS = {name: getattr(builtins, name) for name in (
-    "abs", "all", "any", "bool", "chr", "complex", "dict", "divmod", "float", "frozenset", "int", "isinstance",
-    "len", "list", "max", "min", "ord", "pow", "range", "repr", "round", "set", "sorted", "str", "sum", "tuple",
-    "type", "reversed", "enumerate", "zip", "bin", "hex", "oct")}
-_SAFE = {set: lambda *a: safe_set(*a) if a else set(),
-         frozenset: lambda *a: safe_set(*a, kind=frozenset) if a else frozenset(),
-         dict: lambda *a: safe_dict(*a) if a else {},
-         sum: _sum, pow: _pow, round: _round, range: _range, type: _type, int: _int}
 # Names that are not the graded code's own, though it could rebind them where it runs.
 _BUILTIN_NAMES = frozenset(dir(builtins))
 _MODULES = _BUILTIN_NAMES | frozenset(sys.stdlib_module_names)
-_MATH = {name: getattr(math, name) for name in (
-    "isclose", "fabs", "sqrt", "floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "copysign", "exp", "log",
-    "log2", "log10", "hypot", "gcd", "pi", "e", "tau", "inf", "nan")}
 # Builtins that only iterate their first argument (min and max: their only one; zip: every one): a
 # probe there may be any iterable (a generator, a map), which the sandbox turns into a list first.
 _CONSUMERS = {"list", "tuple", "set", "frozenset", "sorted", "sum", "any", "all", "dict", "enumerate"}
@@ -160,15 +103,69 @@ def _bound_names(setup: str) -> frozenset:
 def _check(test: str, setup_names: frozenset) -> Check:
     try:
         tree = ast.parse(test)
-        if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
-            raise Opaque
         cutter = _Cutter(setup_names)
-        expr = cutter.cut(tree.body[0].test)
+        parts = [cutter.cut(e) for e in _asserted(tree.body, {})]
         if not cutter.probes:
             raise Opaque
+        expr = parts[0] if len(parts) == 1 else ast.BoolOp(ast.And(), parts)
         return Check(test, ast.fix_missing_locations(expr), tuple(cutter.probes))
     except (Opaque, SyntaxError, ValueError, RecursionError, MemoryError):
         return Check(test)
+
+
+def _asserted(body: list, bound: dict) -> list:
+    """What a run of `assert` statements asserts, in order; a `for` over a literal list or tuple, or a
+    `range` of literal ints, is unrolled, its names replaced by the items (`for x, y in [(1, 2)]: assert
+    f(x) == y`). Opaque for any other statement, or past MAX_ASSERTS."""
+    out, scope = [], dict(bound)
+    for stmt in body:
+        if isinstance(stmt, ast.Assert):
+            out.append(_Substitute(scope).visit(stmt.test))
+        elif isinstance(stmt, ast.For) and not stmt.orelse:
+            for item in _items(_Substitute(scope).visit(stmt.iter)):
+                scope.update(_bind(stmt.target, item))  # the loop's names stay bound after it, as in Python
+                out += _asserted(stmt.body, scope)
+        else:
+            raise Opaque
+        if len(out) > MAX_ASSERTS:
+            raise Opaque
+    return out
+
+
+def _items(node: ast.expr) -> list:
+    """The items a loop runs over, as expressions: a list or tuple display's, or `range(<ints>)`'s."""
+    if isinstance(node, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in node.elts):
+        return node.elts
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
+            and not node.keywords and 1 <= len(node.args) <= 3
+            and all(isinstance(a, ast.Constant) and type(a.value) is int for a in node.args)):
+        span = range(*(a.value for a in node.args))
+        if len(span) <= MAX_ASSERTS:
+            return [ast.Constant(i) for i in span]
+    raise Opaque
+
+
+def _bind(target: ast.expr, item: ast.expr) -> dict:
+    """{name: item's part} for a loop target (`x`, or `x, y` over tuple items); Opaque when they differ."""
+    if isinstance(target, ast.Name):
+        return {target.id: item}
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(item, (ast.Tuple, ast.List)) \
+            and len(target.elts) == len(item.elts):
+        return {k: v for t, i in zip(target.elts, item.elts) for k, v in _bind(t, i).items()}
+    raise Opaque
+
+
+class _Substitute(ast.NodeTransformer):
+    """A copy of an expression with some names replaced (lambdas and comprehensions stay opaque anyway)."""
+
+    def __init__(self, bound: dict):
+        self.bound = bound
+
+    def visit(self, node):
+        return super().visit(copy.deepcopy(node)) if self.bound else node
+
+    def visit_Name(self, node):
+        return copy.deepcopy(self.bound[node.id]) if node.id in self.bound else node
 
 
 class _Cutter:
@@ -178,7 +175,7 @@ class _Cutter:
         self.setup_names, self.probes = setup_names, []
 
     def known(self, name: str) -> bool:
-        return name in _BUILTINS and name not in self.setup_names
+        return name in BUILTINS and name not in self.setup_names
 
     def cut(self, node: ast.expr, iterable: bool = False) -> ast.expr:
         if isinstance(node, ast.Constant):
@@ -208,7 +205,8 @@ class _Cutter:
             parts = (node.lower, node.upper, node.step)
             return ast.Slice(*(None if p is None else self.cut(p) for p in parts))
         if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            return type(node)([self.cut(e) for e in node.elts], **({} if isinstance(node, ast.Set) else {"ctx": ast.Load()}))
+            elts = [self.cut(e) for e in node.elts]
+            return ast.Set(elts) if isinstance(node, ast.Set) else type(node)(elts, ast.Load())
         if isinstance(node, ast.Dict) and None not in node.keys:
             return ast.Dict([self.cut(k) for k in node.keys], [self.cut(v) for v in node.values])
         raise Opaque  # starred items, comprehensions, lambdas, f-strings, walrus ...
@@ -247,7 +245,7 @@ def _consumes(name: str, i: int, n_args: int) -> bool:
 
 def _is_math(node: ast.expr) -> bool:
     return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "math"
-            and node.attr in _MATH)
+            and node.attr in MATH)
 
 
 def _singleton(node: ast.expr) -> bool:
@@ -267,7 +265,7 @@ def judge(check: Check, payloads: list) -> tuple[bool, str]:
         except BadValue:
             values.append(MISSING)
     try:
-        if evaluate(check, values):
+        if _outcome(check, values):
             return True, ""
         why = "AssertionError"
     except Exception as err:  # noqa: BLE001 - whatever the values make of the test, it did not pass
@@ -286,119 +284,6 @@ def _show(value) -> str:
         return "(too long to show)"
 
 
-def evaluate(check: Check, values: list):
-    """The test's expression with its probes replaced by `values`; raises for a MISSING value or any error."""
-    env = {f"<probe {i}>": v for i, v in enumerate(values)}
-    return _Evaluator(env).eval(check.expr)
-
-
-_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-           ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitAnd: operator.and_,
-           ast.BitOr: operator.or_, ast.BitXor: operator.xor}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
-_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-            ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
-
-
-class _Evaluator:
-    """Evaluates the node types `_Cutter` keeps, on literal-typed values, with bounded allocation."""
-
-    def __init__(self, env: dict):
-        self.env = env
-
-    def eval(self, node: ast.expr):
-        method = getattr(self, "_" + type(node).__name__)
-        return method(node)
-
-    def _Constant(self, node):
-        return node.value
-
-    def _Name(self, node):
-        if node.id in self.env:
-            value = self.env[node.id]
-            if value is MISSING:
-                raise LookupError(f"no value for {node.id}")
-            return value
-        return _BUILTINS[node.id]
-
-    def _Attribute(self, node):
-        return _MATH[node.attr]
-
-    def _Call(self, node):
-        func = self.eval(node.func)
-        func = _SAFE.get(func, func)
-        return func(*[self.eval(a) for a in node.args], **{k.arg: self.eval(k.value) for k in node.keywords})
-
-    def _Compare(self, node):
-        left = self.eval(node.left)
-        for op, right_node in zip(node.ops, node.comparators):
-            right = self.eval(right_node)
-            if not _COMPARE[type(op)](left, right):
-                return False
-            left = right
-        return True
-
-    def _BoolOp(self, node):
-        value = None
-        for value_node in node.values:
-            value = self.eval(value_node)
-            if bool(value) is isinstance(node.op, ast.Or):
-                return value
-        return value
-
-    def _BinOp(self, node):
-        left, right = self.eval(node.left), self.eval(node.right)
-        _guard(node.op, left, right)
-        return _BINOPS[type(node.op)](left, right)
-
-    def _UnaryOp(self, node):
-        return _UNARY[type(node.op)](self.eval(node.operand))
-
-    def _IfExp(self, node):
-        return self.eval(node.body) if self.eval(node.test) else self.eval(node.orelse)
-
-    def _Subscript(self, node):
-        return self.eval(node.value)[self.eval(node.slice)]
-
-    def _Slice(self, node):
-        return slice(*(None if p is None else self.eval(p) for p in (node.lower, node.upper, node.step)))
-
-    def _Tuple(self, node):
-        return tuple(self.eval(e) for e in node.elts)
-
-    def _List(self, node):
-        return [self.eval(e) for e in node.elts]
-
-    def _Set(self, node):
-        return safe_set(self.eval(e) for e in node.elts)
-
-    def _Dict(self, node):
-        return safe_dict((self.eval(k), self.eval(v)) for k, v in zip(node.keys, node.values))
-
-
-def _guard(op: ast.operator, left, right) -> None:
-    """Refuse an operation whose result could be unboundedly large: values here may be the code's choice."""
-    if isinstance(op, ast.Mult):
-        for seq, n in ((left, right), (right, left)):
-            if isinstance(seq, (str, bytes, list, tuple)) and isinstance(n, int) and len(seq) * max(n, 0) > MAX_ITEMS * 8:
-                raise BadValue("repetition too long")
-        if isinstance(left, int) and isinstance(right, int) and left.bit_length() + right.bit_length() > MAX_RESULT_BITS:
-            raise BadValue("product too big")
-    elif isinstance(op, ast.Pow):
-        _guard_pow(left, right)
-    elif isinstance(op, ast.LShift) and isinstance(right, int) and isinstance(left, int):
-        if left.bit_length() + right > MAX_RESULT_BITS:
-            raise BadValue("shift too big")
-    elif isinstance(op, ast.Mod) and isinstance(left, (str, bytes)):
-        raise BadValue("%-formatting is not evaluated")  # '%*d' % (10**9, 1) allocates a gigabyte
-    elif isinstance(op, ast.MatMult):
-        raise BadValue("@ is not evaluated")
-
-
-def _guard_pow(base, exp) -> None:
-    if isinstance(base, int) and isinstance(exp, int) and exp > 0 and abs(base) > 1:
-        if base.bit_length() * exp > MAX_RESULT_BITS:
-            raise BadValue("power too big")
-
+def _outcome(check: Check, values: list):
+    """The test's expression with its probes replaced by `values` (rewards/_evaluate.py)."""
+    return evaluate(check.expr, {f"<probe {i}>": v for i, v in enumerate(values)})

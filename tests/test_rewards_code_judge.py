@@ -247,26 +247,42 @@ def test_values_the_code_chose_cannot_make_the_trainer_allocate_without_bound():
 
 
 def test_opaque_tests_still_run_whole_in_the_sandbox():
-    # A loop, and an expected value the setup defines (the code could rebind it): both run as before.
-    tests = ["for i in range(3):\n    assert add(i, i) == 2 * i", "assert add(1, 2) == EXPECTED"]
+    # An assignment before the assert, a generator expression, and an expected value the setup defines
+    # (the code could rebind it): all three run as before.
+    tests = ["total = add(1, 2)\nassert total == 3", "assert all(add(i, i) == 2 * i for i in range(3))",
+             "assert add(1, 2) == EXPECTED"]
     assert all(check.expr is None for check in plan(tuple(tests), "EXPECTED = 3"))
     right = run("def add(a, b):\n    return a + b\n", tests, setup="EXPECTED = 3", limits=FAST)
     wrong = run(WRONG_ADD, tests, setup="EXPECTED = 3", limits=FAST)
-    assert right.passed == [True, True] and wrong.passed == [False, False]
+    assert right.passed == [True] * 3 and wrong.passed == [False] * 3
+
+
+def test_several_asserts_and_loops_over_literals_are_judged_in_the_trainer():
+    tests = ["assert add(1, 2) == 3\nassert add(2, 2) == 4",
+             "for a, b in [(1, 2), (2, 2), (0, 5)]:\n    assert add(a, b) == a + b",
+             "for i in range(4):\n    for j in (i, 7):\n        assert add(i, j) - j == i",
+             "for i in [1, 2]:\n    assert add(i, 0) == i\nassert add(i, i) == 4"]  # i stays bound after its loop
+    checks = plan(tuple(tests), "")
+    assert all(check.expr is not None for check in checks)
+    assert [len(check.probes) for check in checks] == [2, 3, 8, 3]
+    assert run("def add(a, b):\n    return a + b\n", tests, limits=FAST).passed == [True] * 4
+    assert run("def add(a, b):\n    return a + b if a < 2 else 0\n", tests, limits=FAST).passed == [False] * 4
+    forged = WRONG_ADD + ATTACKS["frame_walk"].replace("'test', f'{i} 1'", "'pass', i")  # verdicts, not values
+    assert run(forged, tests, limits=FAST).passed == [False] * 4
 
 
 def test_the_judge_modules_document_themselves():
     import doctest
 
-    for module in ("rewards._judge", "rewards._values"):
+    for module in ("rewards._judge", "rewards._evaluate", "rewards._values"):
         assert doctest.testmod(importlib.import_module(module)).failed == 0, module
 
 
 @pytest.mark.parametrize("name", ["patched_os_write", "patched_int", "patched_compile", "patched_exec"])
 def test_opaque_tests_resist_the_cheap_attacks_too(name):
-    # A loop is run whole in the sandbox; the harness there uses its own exec, compile and os.write, bound
-    # before the code ran, and formats its reports without the builtins the code can replace.
-    loop = ["for a, b in [(1, 2), (2, 2), (0, 5)]:\n    assert add(a, b) == a + b"]
+    # A generator expression is run whole in the sandbox; the harness there uses its own exec, compile and
+    # os.write, bound before the code ran, and formats its reports without the builtins the code can replace.
+    loop = ["assert all(add(a, b) == a + b for a, b in [(1, 2), (2, 2), (0, 5)])"]
     assert plan(tuple(loop), "")[0].expr is None
     completion = f"```python\n{WRONG_ADD}{ATTACKS[name]}\n```"
     assert CodeTests(timeout=FAST.time_s)(completions=[completion], tests=[loop]) == [0.0]

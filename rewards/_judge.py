@@ -43,7 +43,7 @@ import sys
 from dataclasses import dataclass
 
 from rewards._evaluate import BUILTINS, MATH, MISSING, evaluate
-from rewards._values import BadValue, decode
+from rewards._values import BadValue, Budget, decode
 
 MAX_ASSERTS = 64  # asserts in one test (a loop's included) judged here; more make it opaque
 
@@ -252,8 +252,9 @@ def _singleton(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and any(node.value is s for s in _SINGLETONS)
 
 
-def judge(check: Check, payloads: list) -> tuple[bool, str]:
-    """(passed, why not) for a value check, given each probe's encoded value (None where it sent none).
+def judge(check: Check, payloads: list, budget: Budget | None = None) -> tuple[bool, str]:
+    """(passed, why not) for a value check, given each probe's encoded value (None where it sent none);
+    the values' items are taken from `budget` (rewards/_values.py), shared by one candidate's tests.
 
     >>> judge(plan(("assert abs(f(2) - 1.41) < 0.01",), "")[0], [b"f0x1.6a09e667f3bcdp+0;"])
     (True, '')
@@ -261,7 +262,7 @@ def judge(check: Check, payloads: list) -> tuple[bool, str]:
     values = []
     for payload in payloads:
         try:
-            values.append(MISSING if payload is None else decode(payload))
+            values.append(MISSING if payload is None else decode(payload, budget))
         except BadValue:
             values.append(MISSING)
     try:

@@ -63,10 +63,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rewards._judge import judge, plan
+from rewards._values import Budget
 
 CHILD = str(Path(__file__).resolve().with_name("_sandbox_child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it
-RESULTS_BYTES = 4 << 20  # read from one candidate's results pipe at most; past it the job is killed
+RESULTS_BYTES = 1 << 20  # read from one candidate's results pipe at most; past it the job is killed
+VALUE_ITEMS = 1 << 18    # items of all one candidate's values together: decoding them takes ~0.1-0.3 s at most
 STOP_TIMEOUT_S = 5.0  # for a stopped job's processes to be gone (milliseconds, unless the box is swamped)
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
 
@@ -189,9 +191,10 @@ def _decide(checks: tuple, owners: list, steps: dict, outcome: Outcome) -> None:
             outcome.passed[i] = steps.get(j) is True
         elif isinstance(steps.get(j), bytes):
             payloads[i][k] = steps[j]
+    budget = Budget(VALUE_ITEMS)
     for i, check in enumerate(checks):
         if check.expr is not None:
-            outcome.passed[i], why = judge(check, payloads[i])
+            outcome.passed[i], why = judge(check, payloads[i], budget)
             if why:
                 outcome.notes.append(f"<test {i}>: {why}")
 

@@ -232,7 +232,7 @@ def _run_tests(job: dict, report) -> None:
                 report("fail", j)
 
 
-_VALUE_BYTES = 1 << 20  # one value's encoding; past it the probe fails (the parent reads at most a few per candidate)
+_VALUE_BYTES = 1 << 19  # one value's encoding; past it the probe fails (the parent reads 1 MiB per candidate)
 _VALUE_ITEMS = 1 << 16  # items in one value (rewards/_values.py refuses more)
 _VALUE_DEPTH = 64
 _SEQUENCES = ((list, b"l"), (tuple, b"t"), (set, b"S"), (frozenset, b"Z"))
@@ -257,30 +257,30 @@ def _encode(value, iterable: bool) -> bytes:
 
 
 def _put(x, out: list, depth: int, budget: list) -> None:
+    """Append x's encoding to `out`; budget is [items left, bytes left]."""
     budget[0] -= 1
     if budget[0] < 0 or budget[1] < 0 or depth > _VALUE_DEPTH:
         raise ValueError("value too big or too deep to send")
     kind = type(x)
     if x is None or x is True or x is False:
-        out.append(b"N" if x is None else b"T" if x else b"F")
+        piece = b"N" if x is None else b"T" if x else b"F"
     elif issubclass(kind, int):
-        out.append(b"i%x;" % int.__index__(x))
+        piece = b"i%x;" % int.__index__(x)
     elif issubclass(kind, float):
-        out.append(b"f%s;" % float.hex(x).encode())
+        piece = b"f%s;" % float.hex(x).encode()
     elif issubclass(kind, complex):
         real, imag = complex.__getnewargs__(x)
-        out.append(b"c%s;%s;" % (float.hex(real).encode(), float.hex(imag).encode()))
+        piece = b"c%s;%s;" % (float.hex(real).encode(), float.hex(imag).encode())
     elif issubclass(kind, (str, bytes, bytearray)):
         raw = str.encode(x, "utf-8", "surrogatepass") if issubclass(kind, str) else bytes(memoryview(x))
-        out.append(b"%c%d:" % (115 if issubclass(kind, str) else 98, len(raw)))
-        out.append(raw)
-        budget[1] -= len(raw)
+        piece = b"%c%d:%s" % (115 if issubclass(kind, str) else 98, len(raw), raw)
     elif issubclass(kind, dict):
         pairs = list(dict.items(x))
         out.append(b"d%d:" % len(pairs))
         for key, item in pairs:
             _put(key, out, depth + 1, budget)
             _put(item, out, depth + 1, budget)
+        return
     else:
         for base, tag in _SEQUENCES:
             if issubclass(kind, base):
@@ -290,7 +290,8 @@ def _put(x, out: list, depth: int, budget: list) -> None:
                     _put(item, out, depth + 1, budget)
                 return
         raise ValueError(f"a {kind.__name__} is not a plain value")
-    budget[1] -= 16
+    out.append(piece)
+    budget[1] -= len(piece)
 
 
 def _supervise(job: dict, out: int, report, layers: list) -> int:

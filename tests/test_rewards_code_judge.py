@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rewards._judge import plan
-from rewards._sandbox import CHILD, Limits, build_job, run
+from rewards._sandbox import CHILD, VALUE_ITEMS, Limits, build_job, run
 from rewards._values import BadValue, decode
 from rewards.code import CodeTests
 
@@ -295,3 +295,12 @@ def test_every_shipped_code_test_is_judged_in_the_trainer():
     for row in rows:
         assert all(check.expr is not None for check in plan(tuple(row["tests"]), "")), row["tests"]
     assert plan(("assert f(5) == math.factorial(5)",), "")[0].expr is None
+
+
+def test_one_candidates_values_share_a_bounded_number_of_items():
+    # Each value is within the per-value cap; together they pass VALUE_ITEMS, so the last is not decoded.
+    per_value = 60_000
+    assert 4 * (per_value + 1) <= VALUE_ITEMS < 5 * (per_value + 1)
+    code = f"def big(): return [1] * {per_value}\n"
+    out = run(code, [f"assert len(big()) == {per_value}"] * 5, limits=FAST)
+    assert out.passed == [True] * 4 + [False]

@@ -179,7 +179,7 @@ def build_job(code: str, tests: list[str], setup: str, limits: Limits) -> tuple[
             owners.append((i, k))
     uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
     job = {"code": code, "steps": steps, "setup": setup or "", "uid": uid, "gid": gid,
-           "wall_s": limits.wall_s(len(steps)), **asdict(limits)}
+           "wall_s": limits.wall_s(len(tests)), **asdict(limits)}
     return job, checks, owners
 
 
@@ -255,7 +255,7 @@ def _collect(proc, results_r: int, output_r: int, reports: "_Reports", limits: L
                 reports.feed(chunk)
                 if reports.isolation and not outcome.isolation:
                     outcome.isolation = reports.isolation
-                    deadline = time.monotonic() + limits.wall_s(reports.n_steps) + 1.0
+                    deadline = time.monotonic() + limits.wall_s(len(outcome.passed)) + 1.0
                 outcome.loaded = reports.loaded
 
 

@@ -197,13 +197,18 @@ def _run_tests(job: dict, report) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
 
+    left = {}  # seconds left to each label: the probes of one test share its time_s, as the test would
+
     def timed(run, source: str, label: str):
         try:
-            signal.setitimer(signal.ITIMER_REAL, job["time_s"])
+            budget = left.get(label, job["time_s"])
+            if budget <= 0:
+                raise _Timeout()
+            signal.setitimer(signal.ITIMER_REAL, budget)
             try:
                 return True, run(source, label)
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                left[label] = signal.setitimer(signal.ITIMER_REAL, 0)[0]
         except BaseException as err:  # noqa: BLE001 - assert failing, code crashing, sys.exit, timeout: all "did not pass"
             try:  # one line for whoever reads the output (the parent keeps its start)
                 print(f"{label}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)

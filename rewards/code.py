@@ -76,8 +76,8 @@ class CodeTests:
     hanging test does not hide the others. For the common `assert f(x) == y` forms the sandbox only
     evaluates `f(x)` and sends its value back; the verdict is decided in the trainer, so the code never
     sees `y` and cannot change its own verdict (rewards/_judge.py lists the forms, and what stays out of
-    reach for the others). `timeout` is seconds per test (per sub-expression sent); `memory_mb` the address
-    space; `workers` how many candidates run at once. What the sandbox holds, and where, is in
+    reach for the others). `timeout` is seconds per test (its sub-expressions together); `memory_mb`
+    the address space; `workers` how many candidates run at once. What the sandbox holds, and where, is in
     rewards/_sandbox.py; on a machine that refuses namespaces the code can reach the network, and this
     reward warns once; where candidates would share the trainer's uid and process space (not root, no
     user namespaces) it refuses to run, saying how to fix the machine.

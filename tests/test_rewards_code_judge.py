@@ -304,3 +304,12 @@ def test_one_candidates_values_share_a_bounded_number_of_items():
     code = f"def big(): return [1] * {per_value}\n"
     out = run(code, [f"assert len(big()) == {per_value}"] * 5, limits=FAST)
     assert out.passed == [True] * 4 + [False]
+
+
+def test_the_sub_expressions_of_one_test_share_its_time():
+    # A loop of 8 hanging calls is one test: it gets one timeout in all, not one per call.
+    hang = "def f(x):\n    while True:\n        pass\n"
+    tests = ["for i in range(8):\n    assert f(i) == i", "assert f(0) == 0 or True"]
+    out = run(hang, tests, limits=Limits(time_s=0.3))
+    assert out.passed == [False, False] and out.ended == "done"
+    assert out.output.count(b"_Timeout") == 9  # each call says why it stopped; the test's time ran out once

@@ -14,7 +14,8 @@ values of its own probes, without seeing what they are compared with.
 Values are compared as their base types: a Counter, OrderedDict or defaultdict arrives as a dict, a
 namedtuple as a tuple, an int or str subclass as int or str, so `==` holds as Python's does between those
 and literals; a value of any other type (a custom object, a Fraction, a generator outside `list(...)`
-and the other consumers), of more than 65,536 items, 1 MiB or 64 levels fails its test.
+and the other consumers), or past the caps (65,536 items, 512 KiB or 64 levels deep; 262,144 items for
+all of one candidate's values together) fails its test.
 
 Everything else is an *opaque* test, run whole inside the sandbox as before, its verdict reported from
 there: other statements (an assignment, a call for its side effects, try/except, a loop over anything

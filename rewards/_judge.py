@@ -53,9 +53,14 @@ class Opaque(Exception):
     """The test is not a value check (see the module docstring)."""
 
 
-# Names that are not the graded code's own, though it could rebind them where it runs.
-_BUILTIN_NAMES = frozenset(dir(builtins))
-_MODULES = _BUILTIN_NAMES | frozenset(sys.stdlib_module_names)
+# Names that are not the graded code's own, though it could rebind them where it runs: the builtins, and
+# library names a test may build its expected value with after the code imported them (`Counter({'a': 2})`,
+# `sqrt(2)`); names a task's function plausibly has (`gcd`, `factorial`, `add`) are left to the code.
+_AMBIENT = frozenset(dir(builtins)) | {
+    "Counter", "OrderedDict", "defaultdict", "deque", "namedtuple", "ChainMap", "Fraction", "Decimal",
+    "sqrt", "isqrt", "pi", "e", "tau", "inf", "nan", "isclose", "floor", "ceil", "trunc", "fabs", "log", "log2",
+    "log10", "exp", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "radians", "degrees", "hypot"}
+_MODULES = _AMBIENT | frozenset(sys.stdlib_module_names)
 # Builtins that only iterate their first argument (min and max: their only one; zip: every one): a
 # probe there may be any iterable (a generator, a map), which the sandbox turns into a list first.
 _CONSUMERS = {"list", "tuple", "set", "frozenset", "sorted", "sum", "any", "all", "dict", "enumerate"}
@@ -231,8 +236,8 @@ class _Cutter:
             root, above = (root.func if isinstance(root, ast.Call) else root.value), root
         # A probe is the code's own name applied to inputs. Rooted anywhere else it would hand the code
         # what it is compared with, which the code could rebind: `EXPECTED`, `check(f(1))`, `bin(5)`,
-        # `math.factorial(5)` (a module only before a dot: `chunk(xs, 2)` is the code's function).
-        ambient = _MODULES if isinstance(above, ast.Attribute) else _BUILTIN_NAMES
+        # `Counter('aab')`, `math.factorial(5)` (a module only before a dot: `chunk(xs, 2)` is the code's).
+        ambient = _MODULES if isinstance(above, ast.Attribute) else _AMBIENT
         if not isinstance(root, ast.Name) or root.id in self.setup_names or root.id in ambient:
             raise Opaque
         self.probes.append((ast.unparse(node), iterable))

@@ -313,3 +313,12 @@ def test_the_sub_expressions_of_one_test_share_its_time():
     out = run(hang, tests, limits=Limits(time_s=0.3))
     assert out.passed == [False, False] and out.ended == "done"
     assert out.output.count(b"_Timeout") == 9  # each call says why it stopped; the test's time ran out once
+
+
+def test_an_expected_side_built_with_a_library_name_is_never_a_probe():
+    # `Counter` and `sqrt` here exist only because the code imported them: sent as probes they would show
+    # the code the expected value and let it choose it, so these tests run whole in the sandbox instead.
+    tests = ["assert tally('aab') == Counter({'a': 2, 'b': 1})", "assert root(2) == sqrt(2)"]
+    assert all(check.expr is None for check in plan(tuple(tests), ""))
+    code = "from collections import Counter\nfrom math import sqrt\ndef tally(s): return Counter(s)\ndef root(x): return sqrt(x)\n"
+    assert run(code, tests, limits=FAST).passed == [True, True]

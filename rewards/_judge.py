@@ -131,6 +131,8 @@ def _asserted(body: list, bound: dict) -> list:
             for item in _items(_Substitute(scope).visit(stmt.iter)):
                 scope.update(_bind(stmt.target, item))  # the loop's names stay bound after it, as in Python
                 out += _asserted(stmt.body, scope)
+                if len(out) > MAX_ASSERTS:
+                    raise Opaque
         else:
             raise Opaque
         if len(out) > MAX_ASSERTS:

@@ -32,12 +32,14 @@ ATTACKS = {
     # the harness compiles and runs each test with the builtins of the interpreter it shares with the code
     "patched_compile": "import builtins; _c=builtins.compile; builtins.compile=lambda s,f,m,*a,**k: _c('pass',f,m)",
     "patched_exec": "import builtins; builtins.exec=lambda *a,**k: None",
-    # finds the reporter on the stack and reports every test passed, then leaves before any test runs
+    # finds the reporter on the stack and reports every test passed (in the report forms of the harness
+    # before and after values were sent), then leaves before any test runs
     "frame_walk": ("import sys, os\nf = sys._getframe()\nwhile f is not None and 'report' not in f.f_locals:\n"
-                   "    f = f.f_back\nfor i in range(3):\n    f.f_locals['report']('test', f'{i} 1')\nos._exit(0)"),
+                   "    f = f.f_back\nfor i in range(3):\n    f.f_locals['report']('test', f'{i} 1')\n"
+                   "    f.f_locals['report']('pass', i)\nos._exit(0)"),
     # the same through the garbage collector's list of live objects
     "gc_walk": ("import gc, os\nfor o in gc.get_objects():\n    if getattr(o, '__name__', '') == 'report' and callable(o):\n"
-                "        for i in range(3):\n            o('test', f'{i} 1')\nos._exit(0)"),
+                "        for i in range(3):\n            o('test', f'{i} 1')\n            o('pass', i)\nos._exit(0)"),
     # a value that claims to equal anything
     "always_equal": "class _Any:\n    __eq__ = lambda s, o: True\nadd = lambda a, b: _Any()",
 }
@@ -53,9 +55,8 @@ def test_the_attacks_leave_a_right_answer_passing():
     # Each attack line is harmless in itself: with a right `add` before it the score stays what it was,
     # so the zeros above come from the verdicts, not from code that no longer runs.
     right = "def add(a, b):\n    return a + b\n"
-    for name in ("patched_os_write", "patched_int", "always_equal"):
-        code = right + ATTACKS[name] if name != "always_equal" else right
-        assert run(code, ADD_TESTS, limits=FAST).passed == [True] * 3, name
+    for name in ("patched_os_write", "patched_int", "patched_compile", "patched_exec"):
+        assert run(right + ATTACKS[name], ADD_TESTS, limits=FAST).passed == [True] * 3, name
 
 
 def test_flooding_the_results_pipe_ends_the_candidate_early():
@@ -267,8 +268,7 @@ def test_several_asserts_and_loops_over_literals_are_judged_in_the_trainer():
     assert [len(check.probes) for check in checks] == [2, 3, 8, 3]
     assert run("def add(a, b):\n    return a + b\n", tests, limits=FAST).passed == [True] * 4
     assert run("def add(a, b):\n    return a + b if a < 2 else 0\n", tests, limits=FAST).passed == [False] * 4
-    forged = WRONG_ADD + ATTACKS["frame_walk"].replace("'test', f'{i} 1'", "'pass', i")  # verdicts, not values
-    assert run(forged, tests, limits=FAST).passed == [False] * 4
+    assert run(WRONG_ADD + ATTACKS["frame_walk"], tests, limits=FAST).passed == [False] * 4
 
 
 def test_the_judge_modules_document_themselves():

@@ -87,11 +87,16 @@ same time (same uid), a process that calls `setsid` and sleeps can outlive its j
 cgroup (no CPU; its memory and files stay capped; with the cgroup it is killed when the job ends),
 and a python that `nobody` cannot read leaves only preloaded modules importable ("stdlib-unreadable").
 
-Per-test results travel on a pipe of their own as `<nonce> test <i> <0|1>` lines; stdout, stderr and
-the exit status are never read as results, and the nonce is never printed. The code runs in the
-harness's own interpreter, so a candidate that deliberately walks the harness's stack frames can find
-the nonce: this stops accidental and trivial forgery (printing "PASS", exiting 0), not a determined
-adversary -- nor can any assert-based check stop an object whose `__eq__` always says True.
+Who decides: not the sandbox. Each test is parsed here first (rewards/_judge.py); for the common
+`assert EXPR` forms the sandbox is sent only the sub-expressions that need the code's names
+(`add(1, 2)`), sends back their values, and this process decides pass/fail -- the code never sees the
+expected side, and nothing it runs changes a verdict. Other tests run whole in the sandbox ("opaque",
+listed in rewards/_judge.py) and report pass/fail from there; the code runs in that interpreter, so a
+candidate that walks the harness's stack frames can forge those, and only those.
+
+Reports travel on a pipe of their own as `<nonce> <kind> <step> ...` lines (a value's bytes after its
+line); stdout, stderr and the exit status are never read as results, and the nonce is never printed.
+At most RESULTS_BYTES are read from it per candidate: past that the job is killed ("results").
 """
 
 from __future__ import annotations
@@ -107,11 +112,16 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from rewards._judge import judge, plan
+from rewards._values import Budget
 
 CHILD = str(Path(__file__).resolve().with_name("_sandbox_child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it
+RESULTS_BYTES = 1 << 20  # read from one candidate's results pipe at most; past it the job is killed
+VALUE_ITEMS = 1 << 18    # items of all one candidate's values together: decoding them takes ~0.1-0.3 s at most
 STOP_TIMEOUT_S = 5.0  # for a stopped job's processes to be gone (milliseconds, unless the box is swamped)
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
 
@@ -148,8 +158,10 @@ class Outcome:
     isolation: frozenset = frozenset()  # "net", "pid", "newroot", "noshm", "nomemfd", "userns", "cgroup-memory",
                                         # "cgroup-pids", "uid=65534" | "nocaps", ...
     ended: str = "done"            # "done" | "cut-short" (died or killed before its last test) | "timeout" |
-                                   # "output" (too much printed) | "no-report" (the sandbox never started)
+                                   # "output" (too much printed) | "results" (too much sent on the results
+                                   # pipe) | "no-report" (the sandbox never started)
     output: bytes = b""            # the start of stdout + stderr, for debugging
+    notes: list = field(default_factory=list)  # why each failed value check failed, as decided here
 
     @property
     def fraction(self) -> float:
@@ -172,9 +184,8 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
     [True, False]
     """
     nonce = secrets.token_hex(16)
-    uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
-    job = {"nonce": nonce, "code": code, "tests": list(tests), "setup": setup or "", "uid": uid, "gid": gid,
-           "wall_s": limits.wall_s(len(tests)), **asdict(limits)}
+    job, checks, owners = build_job(code, tests, setup, limits)
+    job["nonce"] = nonce
     outcome = Outcome(passed=[False] * len(tests))
     results_r, results_w = os.pipe()
     output_r, output_w = os.pipe()
@@ -191,8 +202,9 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
         finally:
             os.close(results_w)
             os.close(output_w)
+    reports = _Reports(nonce, len(owners))
     try:
-        _collect(proc, results_r, output_r, nonce, limits, outcome)
+        _collect(proc, results_r, output_r, reports, limits, outcome)
     finally:
         _end(proc, stop=outcome.ended != "done")
         os.close(results_r)
@@ -200,7 +212,47 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
     if not outcome.isolation:
         raise SandboxError(f"the code sandbox did not start ({outcome.ended}, exit code {proc.returncode}); "
                            f"its output: {outcome.output.decode(errors='replace')[-2000:]!r}")
+    _decide(checks, owners, reports.steps, outcome)
     return outcome
+
+
+def build_job(code: str, tests: list[str], setup: str, limits: Limits) -> tuple[dict, tuple, list]:
+    """What the sandbox is sent (no nonce yet), the tests' Checks, and for each step its (test, probe)
+    (probe None: an opaque test's verdict). A value check's step holds only its probe's source.
+
+    >>> job, _, owners = build_job("", ["assert add(20, 22) == 42"], "", Limits())
+    >>> job["steps"], owners
+    ([('eval', 'add(20, 22)', '<test 0>', False)], [(0, 0)])
+    """
+    checks = plan(tuple(tests), setup or "")
+    steps, owners = [], []
+    for i, check in enumerate(checks):
+        if check.expr is None:
+            steps.append(("exec", check.source, f"<test {i}>", False))
+            owners.append((i, None))
+        for k, (source, iterable) in enumerate(check.probes):
+            steps.append(("eval", source, f"<test {i}>", iterable))
+            owners.append((i, k))
+    uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
+    job = {"code": code, "steps": steps, "setup": setup or "", "uid": uid, "gid": gid,
+           "wall_s": limits.wall_s(len(tests)), **asdict(limits)}
+    return job, checks, owners
+
+
+def _decide(checks: tuple, owners: list, steps: dict, outcome: Outcome) -> None:
+    """Each test's verdict: an opaque test's as the sandbox reported it, a value check's decided here."""
+    payloads = [[None] * len(check.probes) for check in checks]
+    for j, (i, k) in enumerate(owners):
+        if k is None:
+            outcome.passed[i] = steps.get(j) is True
+        elif isinstance(steps.get(j), bytes):
+            payloads[i][k] = steps[j]
+    budget = Budget(VALUE_ITEMS)
+    for i, check in enumerate(checks):
+        if check.expr is not None:
+            outcome.passed[i], why = judge(check, payloads[i], budget)
+            if why:
+                outcome.notes.append(f"<test {i}>: {why}")
 
 
 def _end(proc: subprocess.Popen, stop: bool) -> None:
@@ -219,11 +271,11 @@ def _end(proc: subprocess.Popen, stop: bool) -> None:
     proc.wait()
 
 
-def _collect(proc, results_r: int, output_r: int, nonce: str, limits: Limits, outcome: Outcome) -> None:
-    """Read report lines and (bounded) output until the results pipe closes or a deadline passes."""
-    prefix = nonce.encode() + b" "
+def _collect(proc, results_r: int, output_r: int, reports: "_Reports", limits: Limits, outcome: Outcome) -> None:
+    """Read reports and (bounded) output until the results pipe closes, a deadline passes, or either
+    pipe brings more than its cap (the job is then killed: what it did not report fails)."""
     deadline = time.monotonic() + STARTUP_TIMEOUT_S  # moved to the candidate's own budget once it reports
-    pending, output_seen, started, reported = b"", 0, False, 0
+    output_seen, results_seen = 0, 0
     outcome.ended = "no-report"
     with selectors.DefaultSelector() as sel:
         sel.register(results_r, selectors.EVENT_READ)
@@ -247,25 +299,65 @@ def _collect(proc, results_r: int, output_r: int, nonce: str, limits: Limits, ou
                         return
                     continue
                 if not chunk:  # every holder of the results pipe is gone: the job is over
-                    if started:
-                        outcome.ended = "done" if reported == len(outcome.passed) else "cut-short"
+                    if outcome.isolation:
+                        outcome.ended = "done" if len(reports.steps) == reports.n_steps else "cut-short"
+                    if any(k.fd == output_r for k, _ in sel.select(0)):  # what it printed last may be unread
+                        outcome.output += os.read(output_r, 4096)[: max(0, 4096 - output_seen)]
                     return
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    if not line.startswith(prefix):
-                        continue  # cannot happen unless something forged a line; never trust it
-                    kind, _, value = line[len(prefix):].decode("ascii", "replace").partition(" ")
-                    if kind == "iso" and not started:
-                        started = True
-                        outcome.isolation = frozenset(value.split(","))
-                        deadline = time.monotonic() + limits.wall_s(len(outcome.passed)) + 1.0
-                    elif kind == "load":
-                        outcome.loaded = value == "1"
-                    elif kind == "test":
-                        i, _, ok = value.partition(" ")
-                        if i.isdigit() and int(i) < len(outcome.passed):
-                            outcome.passed[int(i)] = ok == "1"
-                            reported += 1
+                results_seen += len(chunk)
+                if results_seen > RESULTS_BYTES:
+                    outcome.ended = "results"
+                    return
+                reports.feed(chunk)
+                if reports.isolation and not outcome.isolation:
+                    outcome.isolation = reports.isolation
+                    deadline = time.monotonic() + limits.wall_s(len(outcome.passed)) + 1.0
+                outcome.loaded = reports.loaded
+
+
+class _Reports:
+    """Parses the results pipe: `<nonce> <kind> <value>` lines, a `value` line's payload after it. Lines
+    without the nonce are skipped (only something that forged them wrote them); the first report of a
+    step counts."""
+
+    def __init__(self, nonce: str, n_steps: int):
+        self.prefix, self.n_steps = nonce.encode() + b" ", n_steps
+        self.buffer, self.payload_for = bytearray(), None  # (step, size) whose bytes come next
+        self.isolation, self.loaded, self.steps = frozenset(), False, {}
+
+    def feed(self, chunk: bytes) -> None:
+        self.buffer += chunk
+        pos = 0
+        while True:
+            if self.payload_for is not None:
+                step, size = self.payload_for
+                if len(self.buffer) - pos < size:
+                    break
+                self.steps.setdefault(step, bytes(self.buffer[pos:pos + size]))
+                pos, self.payload_for = pos + size, None
+                continue
+            end = self.buffer.find(b"\n", pos)
+            if end < 0:
+                break
+            self.line(bytes(self.buffer[pos:end]))
+            pos = end + 1
+        del self.buffer[:pos]
+
+    def line(self, line: bytes) -> None:
+        if not line.startswith(self.prefix):
+            return  # cannot happen unless something forged a line; never trust it
+        kind, _, value = line[len(self.prefix):].decode("ascii", "replace").partition(" ")
+        fields = value.split(" ")
+        if kind == "iso" and not self.isolation:
+            self.isolation = frozenset(value.split(","))
+        elif kind == "load":
+            self.loaded = value == "1"
+        elif not (fields[0].isdigit() and int(fields[0]) < self.n_steps):
+            return
+        elif kind in ("pass", "fail"):
+            self.steps.setdefault(int(fields[0]), kind == "pass")
+        elif kind == "value" and len(fields) == 2 and fields[1].isdigit() and int(fields[1]) <= RESULTS_BYTES:
+            self.payload_for = (int(fields[0]), int(fields[1]))
 
 
 def run_many(jobs: list[tuple[str, list[str], str]], limits: Limits = Limits(), workers: int = 4) -> list[Outcome]:

@@ -19,10 +19,13 @@ never the one that cleans up after it:
     runner      drops to an unprivileged uid in a user namespace of its own (as root) or drops every
                 capability (already in a user namespace), sets rlimits (CPU, address space, processes,
                 file size, open files, message queues, no core), refuses memfd_create (seccomp), then
-                runs the code and each test, one report line per test on RESULT_FD.
+                runs the setup, the code and each step of the job, one report per step on RESULT_FD.
 
-Report lines are `<nonce> <kind> <value>`; the nonce comes with the job and is never printed, so a
-candidate that writes "test 0 1" to every descriptor it can find forges nothing. Namespaces the kernel
+A step is a probe (an expression needing the code's names, e.g. `add(1, 2)`: its value is sent back in
+rewards/_values.py's format and the parent decides the test, see rewards/_judge.py) or an opaque test
+(run whole here; pass or fail sent back). Reports are `<nonce> <kind> <value>` lines, a value's bytes
+following its line; the nonce comes with the job and is never printed, so a candidate that writes
+"pass 0" to every descriptor it can find forges nothing. Namespaces the kernel
 refuses, and a user namespace refused to the runner, are reported (`iso ...`) rather than fatal: the
 parent decides and documents. A step that fails once its namespace exists (a mount of the new root,
 the seccomp filter) ends the job before the code runs: the parent raises rather than score it.
@@ -401,8 +404,18 @@ def _close_fds(keep: int) -> None:
     os.closerange(keep + 1, 1 << 16)
 
 
+# The harness's own references, taken before any graded code runs (which may rebind the builtins' and
+# os's): these names resolve to module globals, whatever `builtins.int = ...` or `os.write = ...` does.
+from builtins import (bool, bytearray, bytes, complex, dict, float, frozenset, int, isinstance,  # noqa: E402
+                      issubclass, len, list, memoryview, set, str, tuple, type)
+
+_exec, _eval, _compile, _write = exec, eval, compile, os.write
+
+
 def _run_tests(job: dict, report) -> None:
-    """Execute the code, then each test in the code's namespace, reporting each before the next starts."""
+    """Execute the setup and the code, then each step in the code's namespace, reporting each before the
+    next starts: a probe's value (`value`, or `fail` when it raised or is not a plain value), an opaque
+    test's verdict (`pass` / `fail`)."""
 
     def on_alarm(signum, frame):
         raise _Timeout()
@@ -410,25 +423,106 @@ def _run_tests(job: dict, report) -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
 
-    def timed(source: str, filename: str) -> bool:
+    left = {}  # seconds left to each label: the probes of one test share its time_s, as the test would
+
+    def timed(run, source: str, label: str):
         try:
-            signal.setitimer(signal.ITIMER_REAL, job["time_s"])
+            budget = left.get(label, job["time_s"])
+            if budget <= 0:
+                raise _Timeout()
+            signal.setitimer(signal.ITIMER_REAL, budget)
             try:
-                exec(compile(source, filename, "exec"), namespace)
+                return True, run(source, label)
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            return True
+                left[label] = signal.setitimer(signal.ITIMER_REAL, 0)[0]
         except BaseException as err:  # noqa: BLE001 - assert failing, code crashing, sys.exit, timeout: all "did not pass"
             try:  # one line for whoever reads the output (the parent keeps its start)
-                print(f"{filename}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
+                print(f"{label}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
             except BaseException:  # noqa: BLE001 - stderr closed or replaced by the code
                 pass
-            return False
+            return False, None
 
-    loaded = timed(job["setup"], "<setup>") and timed(job["code"], "<completion>")
-    report("load", int(loaded))
-    for i, test in enumerate(job["tests"]):
-        report("test", f"{i} {int(loaded and timed(test, f'<test {i}>'))}")
+    def execute(source: str, label: str) -> None:
+        _exec(_compile(source, label, "exec"), namespace)
+
+    def value(iterable: bool):
+        return lambda source, label: _encode(_eval(_compile(source, label, "eval"), namespace), iterable)
+
+    loaded = timed(execute, job["setup"], "<setup>")[0] and timed(execute, job["code"], "<completion>")[0]
+    report("load", "1" if loaded else "0")
+    for j, (kind, source, label, iterable) in enumerate(job["steps"]):
+        if not loaded:
+            report("fail", j)
+        elif kind == "exec":
+            report("pass" if timed(execute, source, label)[0] else "fail", j)
+        else:
+            ok, payload = timed(value(iterable), source, label)
+            if ok:
+                report("value", j, payload)
+            else:
+                report("fail", j)
+
+
+_VALUE_BYTES = 1 << 19  # one value's encoding; past it the probe fails (the parent reads 1 MiB per candidate)
+_VALUE_ITEMS = 1 << 16  # items in one value (rewards/_values.py refuses more)
+_VALUE_DEPTH = 64
+_SEQUENCES = ((list, b"l"), (tuple, b"t"), (set, b"S"), (frozenset, b"Z"))
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, set, frozenset, dict)
+
+
+def _encode(value, iterable: bool) -> bytes:
+    """The value in rewards/_values.py's format, as its base types (a Counter as a dict, a namedtuple as a
+    tuple); `iterable`: any other iterable as the list of its items. ValueError for anything else."""
+    if iterable and not isinstance(value, _PLAIN):
+        items = []
+        for item in value:
+            items.append(item)
+            if len(items) > _VALUE_ITEMS:
+                raise ValueError("too many items")
+        value = items
+    out, budget = [], [_VALUE_ITEMS, _VALUE_BYTES]
+    _put(value, out, 0, budget)
+    if budget[1] < 0:
+        raise ValueError("value too big to send")
+    return b"".join(out)
+
+
+def _put(x, out: list, depth: int, budget: list) -> None:
+    """Append x's encoding to `out`; budget is [items left, bytes left]."""
+    budget[0] -= 1
+    if budget[0] < 0 or budget[1] < 0 or depth > _VALUE_DEPTH:
+        raise ValueError("value too big or too deep to send")
+    kind = type(x)
+    if x is None or x is True or x is False:
+        piece = b"N" if x is None else b"T" if x else b"F"
+    elif issubclass(kind, int):
+        piece = b"i%x;" % int.__index__(x)
+    elif issubclass(kind, float):
+        piece = b"f%s;" % float.hex(x).encode()
+    elif issubclass(kind, complex):
+        real, imag = complex.__getnewargs__(x)
+        piece = b"c%s;%s;" % (float.hex(real).encode(), float.hex(imag).encode())
+    elif issubclass(kind, (str, bytes, bytearray)):
+        raw = str.encode(x, "utf-8", "surrogatepass") if issubclass(kind, str) else bytes(memoryview(x))
+        piece = b"%c%d:%s" % (115 if issubclass(kind, str) else 98, len(raw), raw)
+    elif issubclass(kind, dict):
+        pairs = list(dict.items(x))
+        out.append(b"d%d:" % len(pairs))
+        for key, item in pairs:
+            _put(key, out, depth + 1, budget)
+            _put(item, out, depth + 1, budget)
+        return
+    else:
+        for base, tag in _SEQUENCES:
+            if issubclass(kind, base):
+                items = list(base.__iter__(x))
+                out.append(b"%s%d:" % (tag, len(items)))
+                for item in items:
+                    _put(item, out, depth + 1, budget)
+                return
+        raise ValueError(f"a {kind.__name__} is not a plain value")
+    out.append(piece)
+    budget[1] -= len(piece)
 
 
 def _supervise(job: dict, out: int, report, layers: list) -> int:
@@ -496,9 +590,13 @@ def main() -> None:
     os.close(devnull)
     out, nonce = int(sys.argv[1]), job.pop("nonce")
 
-    def report(kind: str, value) -> None:
+    def report(kind: str, value, payload: bytes = None) -> None:
+        """One line `<nonce> <kind> <value>`; with a payload, its length ends the line and its bytes follow."""
+        line = f"{nonce} {kind} {value}\n" if payload is None else f"{nonce} {kind} {value} {len(payload)}\n"
+        data = memoryview(line.encode() + (payload or b""))
         try:
-            os.write(out, f"{nonce} {kind} {value}\n".encode())
+            while data:
+                data = data[_write(out, data):]
         except OSError:  # the code closed or replaced the descriptor: its later tests just go unreported
             pass
 

@@ -73,8 +73,11 @@ class CodeTests:
     None scores None (TRL skips it). The tests are Python statements, usually `assert ...`, run one by
     one after the code (and `setup_column`'s code when named: a string, or a list of lines such as MBPP
     sanitized's `test_imports`) in the same namespace; each counts on its own, so one failing or
-    hanging test does not hide the others. `timeout` is seconds per test; `memory_mb` the address
-    space; `workers` how many candidates run at once. What the sandbox holds, and where, is in
+    hanging test does not hide the others. For the common `assert f(x) == y` forms the sandbox only
+    evaluates `f(x)` and sends its value back; the verdict is decided in the trainer, so the code never
+    sees `y` and cannot change its own verdict (rewards/_judge.py lists the forms, and what stays out of
+    reach for the others). `timeout` is seconds per test (its sub-expressions together); `memory_mb`
+    the address space; `workers` how many candidates run at once. What the sandbox holds, and where, is in
     rewards/_sandbox.py; on a machine that refuses namespaces the code can reach the network, and this
     reward warns once; where candidates would share the trainer's uid and process space (not root, no
     user namespaces) it refuses to run, saying how to fix the machine.

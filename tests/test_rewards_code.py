@@ -135,8 +135,9 @@ HOSTILE = {
 }
 
 
-# Why each fails, from the line the harness prints: a probe must fail on the layer it tests, not on
-# an import or a typo (the ones not listed leave no line: they end or are ended before one is printed).
+# Why each fails, from the line the sandbox prints or, for a value the trainer judged, the judge's note:
+# a probe must fail on the layer it tests, not on an import or a typo (the ones not listed leave no line:
+# they end or are ended before one is printed).
 REASON = {
     "infinite_loop": b"<completion>: _Timeout", "fork_bomb": b"<test 0>: AssertionError",
     "fork_bomb_spinning": b"<completion>: _Timeout", "memory_bomb": b"<completion>: MemoryError",
@@ -195,7 +196,8 @@ def test_hostile_code_scores_zero_and_harms_nothing(name, outside, monkeypatch):
     honest = CODE20[0]
     outcomes = run_many([(code, tests, ""), (honest["solution"], honest["tests"], "")], FAST, workers=2)
     assert outcomes[0].passed == [False] * len(tests), outcomes[0]
-    assert REASON.get(name, b"") in outcomes[0].output, outcomes[0].output[:300]
+    why = outcomes[0].output + "\n".join(outcomes[0].notes).encode()  # the sandbox's lines, then the judge's
+    assert REASON.get(name, b"") in why, why[:300]
     assert outcomes[1].passed == [True] * 3, "a hostile candidate disturbed the honest one next to it"
     assert _sandbox_processes() <= before, "a sandbox process outlived its job"
     assert outside.read_text() == "alive"

@@ -1,0 +1,324 @@
+"""code_tests' verdicts: nothing the graded code executes can change its own verdict.
+
+The trainer side decides pass/fail from values; the graded side computes only the sub-expressions that
+need its names and never sees the expected answer (rewards/_judge.py).
+"""
+
+import importlib
+import importlib.util
+import json
+import marshal
+import math
+from pathlib import Path
+
+import pytest
+
+from rewards._judge import plan
+from rewards._sandbox import CHILD, VALUE_ITEMS, Limits, build_job, run
+from rewards._values import BadValue, decode
+from rewards.code import CodeTests
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = Limits(time_s=0.5, memory_mb=256, processes=16, file_mb=4, output_kb=16)
+ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"]
+WRONG_ADD = "def add(a, b):\n    return 0\n"
+
+# Each line, appended to a wrong `add`, tries to turn its failing asserts into passes.
+ATTACKS = {
+    # rewrites the harness's own report lines on their way out
+    "patched_os_write": "import os; _w=os.write; os.write=lambda fd,b: _w(fd, b[:-2]+b'1\\n' if b.endswith(b' 0\\n') else b)",
+    # the harness formats its verdict with int()
+    "patched_int": "import builtins; builtins.int=lambda *a,**k: 1",
+    # the harness compiles and runs each test with the builtins of the interpreter it shares with the code
+    "patched_compile": "import builtins; _c=builtins.compile; builtins.compile=lambda s,f,m,*a,**k: _c('pass',f,m)",
+    "patched_exec": "import builtins; builtins.exec=lambda *a,**k: None",
+    # finds the reporter on the stack and reports every test passed (in the report forms of the harness
+    # before and after values were sent), then leaves before any test runs
+    "frame_walk": ("import sys, os\nf = sys._getframe()\nwhile f is not None and 'report' not in f.f_locals:\n"
+                   "    f = f.f_back\nfor i in range(3):\n    f.f_locals['report']('test', f'{i} 1')\n"
+                   "    f.f_locals['report']('pass', i)\nos._exit(0)"),
+    # the same through the garbage collector's list of live objects
+    "gc_walk": ("import gc, os\nfor o in gc.get_objects():\n    if getattr(o, '__name__', '') == 'report' and callable(o):\n"
+                "        for i in range(3):\n            o('test', f'{i} 1')\n            o('pass', i)\nos._exit(0)"),
+    # a value that claims to equal anything
+    "always_equal": "class _Any:\n    __eq__ = lambda s, o: True\nadd = lambda a, b: _Any()",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_a_wrong_answer_scores_zero_whatever_else_the_code_runs(name):
+    completion = f"```python\n{WRONG_ADD}{ATTACKS[name]}\n```"
+    assert CodeTests(timeout=FAST.time_s)(completions=[completion], tests=[ADD_TESTS]) == [0.0]
+
+
+def test_the_attacks_leave_a_right_answer_passing():
+    # Each attack line is harmless in itself: with a right `add` before it the score stays what it was,
+    # so the zeros above come from the verdicts, not from code that no longer runs.
+    right = "def add(a, b):\n    return a + b\n"
+    for name in ("patched_os_write", "patched_int", "patched_compile", "patched_exec"):
+        assert run(right + ATTACKS[name], ADD_TESTS, limits=FAST).passed == [True] * 3, name
+
+
+def test_flooding_the_results_pipe_ends_the_candidate_early():
+    # The results descriptor's number is on the command line; an endless writer to it is cut off once
+    # the parent has read its cap, rather than being read until the wall-clock deadline.
+    flood = ("import os, sys\nfd = int(sys.argv[1])\nchunk = b'x' * 65536\nwhile True:\n    os.write(fd, chunk)\n")
+    out = run("def add(a, b):\n    return a + b\n" + flood, ADD_TESTS, limits=Limits(time_s=5.0))
+    assert out.ended == "results" and out.passed == [False] * 3
+
+
+def test_the_sandbox_is_sent_the_probes_and_never_the_expected_side():
+    tests = ["assert add(20, 22) == 4242", "assert set(pairs(7)) == {(1, 9191)}", "assert abs(ratio(3) - 0.7171) < 1e-6",
+             "assert math.isclose(root(2), 1.4142, rel_tol=1e-3)", "assert not is_odd(8080)"]
+    job, checks, _ = build_job(WRONG_ADD, tests, "", FAST)
+    assert [step[:2] for step in job["steps"]] == [
+        ("eval", "add(20, 22)"), ("eval", "pairs(7)"), ("eval", "ratio(3)"), ("eval", "root(2)"), ("eval", "is_odd(8080)")]
+    sent = marshal.dumps(job)
+    for hidden in (b"4242", b"9191", b"7171", b"1.4142", b"isclose", b"abs", b"==", b"assert", b"not"):
+        assert hidden not in sent, hidden
+    assert all(check.expr is not None for check in checks)  # every one judged in the trainer
+
+
+# Functions for the forms below; WRONG returns a falsy string that none of the tests accept.
+FORMS_CODE = """
+import math
+def f(x): return x + 1
+def is_even(n): return n % 2 == 0
+def nothing(): return None
+def evens(n): return (i for i in range(0, n, 2))
+def halve(x): return x / 2
+def pair(): return (3, 4)
+def words(s): return s.split()
+"""
+WRONG = "\n".join(f"def {name}(*a): return ''" for name in ("f", "is_even", "nothing", "evens", "halve", "pair", "words"))
+# (test, what the form is)
+FORMS = [
+    ("assert f(1) == 2", "=="),
+    ("assert f(1) != f(2)", "!= between two probes"),
+    ("assert f(1) < 3 <= f(2)", "chained < and <="),
+    ("assert f(5) > 5 and f(5) >= 6", "> and >= under and"),
+    ("assert f(1) in [2, 4]", "in a literal"),
+    ("assert 'b' in words('a b')", "in a probe"),
+    ("assert 9 not in words('a b') or words('a') == 'a'", "not in, or"),
+    ("assert nothing() is None", "is None"),
+    ("assert f(0) is not None and f(0)", "is not None"),
+    ("assert math.isclose(halve(3), 1.5000001, rel_tol=1e-6)", "math.isclose with a keyword"),
+    ("assert abs(halve(7) - 3.5) < 1e-6", "abs of a difference"),
+    ("assert is_even(4)", "bare assert"),
+    ("assert not is_even(3) and is_even(2)", "not"),
+    ("assert set(evens(5)) == set([0, 2, 4])", "set() of a generator"),
+    ("assert sorted(evens(7), reverse=True) == [6, 4, 2, 0]", "sorted() of a generator, keyword"),
+    ("assert sum(evens(5)) == 6 and max(evens(5)) == 4", "sum and max of a generator"),
+    ("assert pair()[1] == 4 and pair() == (3, 4)", "subscript; tuple"),
+    ("assert isinstance(pair(), tuple) and len(words('x y z')) == 3", "isinstance, len"),
+    ("assert f(2) ** 2 == 9 and -f(2) == -3 and f(9) // 3 == 3", "arithmetic"),
+    ("assert str(f(1)) == '2' and int('3') == f(2)", "str, int"),
+    ("assert f(1) == float('inf') or f(1) == 2", "float('inf') on the expected side"),
+]
+
+
+def test_a_right_answer_passes_every_supported_form_and_a_wrong_one_none():
+    tests = [test for test, _ in FORMS]
+    assert all(check.expr is not None for check in plan(tuple(tests), "")), "each form is judged in the trainer"
+    right, wrong = run(FORMS_CODE, tests, limits=FAST), run(WRONG, tests, limits=FAST)
+    assert right.passed == [True] * len(FORMS), [form for (_, form), ok in zip(FORMS, right.passed) if not ok]
+    assert wrong.passed == [False] * len(FORMS), [form for (_, form), ok in zip(FORMS, wrong.passed) if ok]
+
+
+# Values whose type is a subclass of a plain one, nan and inf: the verdict must be Python's own.
+KINDS_CODE = """
+import math
+from collections import Counter, OrderedDict, defaultdict, namedtuple
+P = namedtuple('P', 'x y')
+class I(int):
+    pass
+def count(s): return Counter(s)
+def ordered(): return OrderedDict([('b', 1), ('a', 2)])
+def grouped():
+    d = defaultdict(list)
+    d['k'].append(1)
+    return d
+def point(): return P(1, 2)
+def small(): return I(3)
+def nan(): return float('nan')
+def inf(): return float('-inf')
+def cx(): return complex(1, -2)
+"""
+KINDS = [
+    "assert count('aab') == {'a': 2, 'b': 1}", "assert count('aab') == {'a': 2}", "assert count('aab')['b'] == 1",
+    "assert count('') == {}", "assert ordered() == {'a': 2, 'b': 1}", "assert list(ordered()) == ['b', 'a']",
+    "assert grouped() == {'k': [1]}", "assert point() == (1, 2)", "assert point() == [1, 2]", "assert point()[1] == 2",
+    "assert point().x == 1", "assert small() == 3", "assert isinstance(small(), int)", "assert nan() != nan()",
+    "assert nan() == nan()", "assert math.isnan(nan())", "assert [nan()] == [nan()]", "assert inf() < -1e308",
+    "assert inf() == float('-inf')", "assert math.isinf(inf())", "assert cx() == 1 - 2j", "assert abs(cx()) > 2",
+]
+
+
+def test_values_of_subclasses_nan_and_inf_compare_as_python_compares_them():
+    expected = []
+    for test in KINDS:  # Python's own verdict, the code and the test run together here
+        namespace = {}
+        exec(KINDS_CODE, namespace)
+        try:
+            exec(test, namespace)
+            expected.append(True)
+        except AssertionError:
+            expected.append(False)
+    assert expected.count(False) >= 4  # the table holds failing cases too
+    assert run(KINDS_CODE, KINDS, limits=FAST).passed == expected
+
+
+def _child_encoder():
+    """The sandbox's own `_encode`, loaded from its file (a script, not a package module)."""
+    spec = importlib.util.spec_from_file_location("sandbox_child_for_test", CHILD)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._encode
+
+
+def test_every_plain_value_survives_the_trip_to_the_trainer():
+    encode = _child_encoder()
+    values = [None, True, False, 0, -1, 2**200, -(2**4000), 1.5, -0.0, float("inf"), 1e-310, complex(1, -2), "",
+              "héllo\n\ud800", b"\x00\n", [], (1,), {1, 2}, frozenset({"a"}), {"k": [1, (2, None)], 3: {4.5}},
+              [[[[]]]], {(1, 2): frozenset({(3,)})}]
+    for value in values:
+        back = decode(encode(value, False))
+        assert back == value and type(back) is type(value), value
+    assert math.isnan(decode(encode(float("nan"), False)))
+    assert decode(encode(iter(range(3)), True)) == [0, 1, 2]  # an iterable where a consumer takes it
+
+
+# (bytes, what is wrong with them): each is refused, quickly, without harm to this process.
+_COLLIDING = b"".join(b"i%x;" % (k * (2**61 - 1)) for k in range(1, 41))  # 40 ints with one hash
+MALFORMED = [
+    (b"", "nothing"), (b"X", "unknown tag"), (b"N N", "bytes after the value"), (b"i;", "empty int"),
+    (b"i" + b"f" * 40_000 + b";", "int over the size cap"), (b"i" + b"f" * 10**6, "unterminated digits"),
+    (b"s10:abc", "string past the end"), (b"l4294967295:N", "count past the end"),
+    (b"l1:" * 100 + b"N", "too deep"), (b"l1:" * 100_000 + b"N", "far too deep"),
+    (b"l65536:" + b"N" * 65536, "too many items"), (b"S40:" + _COLLIDING, "a set of colliding keys"),
+    (b"d40:" + _COLLIDING.replace(b";", b";N"), "a dict of colliding keys"), (b"S1:l0:", "unhashable set item"),
+    (b"s2:\xff\xfe", "not UTF-8"), (b"fnope;", "not a float"), (b"l-1:", "negative count"),
+]
+
+
+@pytest.mark.parametrize("data, why", MALFORMED, ids=[why for _, why in MALFORMED])
+def test_malformed_or_oversized_values_are_refused(data, why):
+    with pytest.raises(BadValue):
+        decode(data)
+
+
+def test_values_too_big_deep_or_strange_fail_their_own_test_only():
+    code = ("def big(): return list(range(10**5))\n"
+            "def deep():\n    x = []\n    for _ in range(1000):\n        x = [x]\n    return x\n"
+            "def loop():\n    x = []\n    x.append(x)\n    return x\n"
+            "class Thing:\n    pass\n"
+            "def thing(): return Thing()\n"
+            "def gen(): return (i for i in range(3))\n"
+            "def ok(): return 3\n")
+    tests = ["assert len(big()) == 10**5", "assert deep() != []", "assert loop() != []", "assert thing() != 1",
+             "assert gen() != 1", "assert ok() == 3"]
+    assert run(code, tests, limits=FAST).passed == [False] * 5 + [True]
+
+
+def test_forged_values_from_the_graded_code_fail_without_harm():
+    # The code finds the reporter and sends hostile bytes as the first value of each probe (the first
+    # report of a step counts); the last test's probe it leaves alone.
+    forge = ("import sys\nf = sys._getframe()\nwhile 'report' not in f.f_locals:\n    f = f.f_back\n"
+             "r = f.f_locals['report']\n"
+             f"for j, bad in enumerate([b'l1:' * 100000 + b'N', {b'S40:' + _COLLIDING!r}, b'l4294967295:', b'\\n\\n']):\n"
+             "    r('value', j, bad)\n"
+             "def add(a, b):\n    return a + b\n")
+    tests = ADD_TESTS + ["assert add(3, 3) == 6", "assert add(4, 4) == 8"]
+    out = run(forge, tests, limits=FAST)
+    assert out.passed == [False, False, False, False, True], out
+
+
+# A value the code chose must not make the trainer allocate without bound (each would take gigabytes).
+GREEDY = ["assert [0] * n() == []", "assert 'ab' * n() == ''", "assert n() ** n() > 0", "assert 10 ** n() > 0",
+          "assert 1 << n() > 0", "assert '%*d' % (n(), 1) == ''", "assert set(range(n())) == set()",
+          "assert round(3, -n()) == 0", "assert " + " * ".join(["huge()"] * 12) + " > 0",
+          "assert int(hexes(), 16) > 0", "assert pow(huge(), huge(), huge() - 1) >= 0"]
+
+
+def test_values_the_code_chose_cannot_make_the_trainer_allocate_without_bound():
+    code = "def n(): return 10**12\ndef huge(): return 2**100000\ndef hexes(): return 'f' * 300000\n"
+    out = run(code, GREEDY, limits=FAST)
+    assert out.passed == [False] * len(GREEDY), out.notes
+    assert all("BadValue" in note or "ValueError" in note for note in out.notes), out.notes
+
+
+def test_opaque_tests_still_run_whole_in_the_sandbox():
+    # An assignment before the assert, a generator expression, and an expected value the setup defines
+    # (the code could rebind it): all three run as before.
+    tests = ["total = add(1, 2)\nassert total == 3", "assert all(add(i, i) == 2 * i for i in range(3))",
+             "assert add(1, 2) == EXPECTED"]
+    assert all(check.expr is None for check in plan(tuple(tests), "EXPECTED = 3"))
+    right = run("def add(a, b):\n    return a + b\n", tests, setup="EXPECTED = 3", limits=FAST)
+    wrong = run(WRONG_ADD, tests, setup="EXPECTED = 3", limits=FAST)
+    assert right.passed == [True] * 3 and wrong.passed == [False] * 3
+
+
+def test_several_asserts_and_loops_over_literals_are_judged_in_the_trainer():
+    tests = ["assert add(1, 2) == 3\nassert add(2, 2) == 4",
+             "for a, b in [(1, 2), (2, 2), (0, 5)]:\n    assert add(a, b) == a + b",
+             "for i in range(4):\n    for j in (i, 7):\n        assert add(i, j) - j == i",
+             "for i in [1, 2]:\n    assert add(i, 0) == i\nassert add(i, i) == 4"]  # i stays bound after its loop
+    checks = plan(tuple(tests), "")
+    assert all(check.expr is not None for check in checks)
+    assert [len(check.probes) for check in checks] == [2, 3, 8, 3]
+    assert run("def add(a, b):\n    return a + b\n", tests, limits=FAST).passed == [True] * 4
+    assert run("def add(a, b):\n    return a + b if a < 2 else 0\n", tests, limits=FAST).passed == [False] * 4
+    assert run(WRONG_ADD + ATTACKS["frame_walk"], tests, limits=FAST).passed == [False] * 4
+
+
+def test_the_judge_modules_document_themselves():
+    import doctest
+
+    for module in ("rewards._judge", "rewards._evaluate", "rewards._values"):
+        assert doctest.testmod(importlib.import_module(module)).failed == 0, module
+
+
+@pytest.mark.parametrize("name", ["patched_os_write", "patched_int", "patched_compile", "patched_exec"])
+def test_opaque_tests_resist_the_cheap_attacks_too(name):
+    # A generator expression is run whole in the sandbox; the harness there uses its own exec, compile and
+    # os.write, bound before the code ran, and formats its reports without the builtins the code can replace.
+    loop = ["assert all(add(a, b) == a + b for a, b in [(1, 2), (2, 2), (0, 5)])"]
+    assert plan(tuple(loop), "")[0].expr is None
+    completion = f"```python\n{WRONG_ADD}{ATTACKS[name]}\n```"
+    assert CodeTests(timeout=FAST.time_s)(completions=[completion], tests=[loop]) == [0.0]
+
+
+def test_every_shipped_code_test_is_judged_in_the_trainer():
+    # A function whose name is also a standard module's (`chunk`) is still the code's: only a module
+    # before a dot (`math.factorial(5)`) is taken for one.
+    rows = [json.loads(line) for line in (ROOT / "grpokit/assets/code20.jsonl").read_text().splitlines()]
+    for row in rows:
+        assert all(check.expr is not None for check in plan(tuple(row["tests"]), "")), row["tests"]
+    assert plan(("assert f(5) == math.factorial(5)",), "")[0].expr is None
+
+
+def test_one_candidates_values_share_a_bounded_number_of_items():
+    # Each value is within the per-value cap; together they pass VALUE_ITEMS, so the last is not decoded.
+    per_value = 60_000
+    assert 4 * (per_value + 1) <= VALUE_ITEMS < 5 * (per_value + 1)
+    code = f"def big(): return [1] * {per_value}\n"
+    out = run(code, [f"assert len(big()) == {per_value}"] * 5, limits=FAST)
+    assert out.passed == [True] * 4 + [False]
+
+
+def test_the_sub_expressions_of_one_test_share_its_time():
+    # A loop of 8 hanging calls is one test: it gets one timeout in all, not one per call.
+    hang = "def f(x):\n    while True:\n        pass\n"
+    tests = ["for i in range(8):\n    assert f(i) == i", "assert f(0) == 0 or True"]
+    out = run(hang, tests, limits=Limits(time_s=0.3))
+    assert out.passed == [False, False] and out.ended == "done"
+    assert out.output.count(b"_Timeout") == 9  # each call says why it stopped; the test's time ran out once
+
+
+def test_an_expected_side_built_with_a_library_name_is_never_a_probe():
+    # `Counter` and `sqrt` here exist only because the code imported them: sent as probes they would show
+    # the code the expected value and let it choose it, so these tests run whole in the sandbox instead.
+    tests = ["assert tally('aab') == Counter({'a': 2, 'b': 1})", "assert root(2) == sqrt(2)"]
+    assert all(check.expr is None for check in plan(tuple(tests), ""))
+    code = "from collections import Counter\nfrom math import sqrt\ndef tally(s): return Counter(s)\ndef root(x): return sqrt(x)\n"
+    assert run(code, tests, limits=FAST).passed == [True, True]

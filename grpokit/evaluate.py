@@ -58,7 +58,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
 
     start = time.time()
     origin = str(recipe.path)
-path = Path(out) if out else default_out(recipe, run_dir)
+    path = Path(out) if out else default_out(recipe, run_dir)
     trained = _check_inputs(recipe, run_dir, samples, path)
     ownership.refuse_unless_replaceable([path], key="--eval-out" if out else str(path), origin=origin)  # before the work
     args = grpo_args(recipe)
@@ -95,7 +95,7 @@ path = Path(out) if out else default_out(recipe, run_dir)
                              "rewards": sampled["rewards"]}
     result["examples"] = greedy["examples"]
     result["seconds"] = round(time.time() - start, 1)
-ownership.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", origin=origin)
+    ownership.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", origin=origin)
     log(f"wrote {path}")
     return result
 

@@ -117,7 +117,7 @@ def merge(run_dir: str | Path, out_dir: str | Path | None = None, overwrite: boo
                     + ("; this run is a full fine-tune: its directory already loads as a model, nothing to merge" if full
                        else "; give a run directory or checkpoint trained with a lora section"), str(run_dir))
     out = Path(out_dir).expanduser() if out_dir is not None else run_dir / "merged"
-previous = _check_inputs(run_dir, out, overwrite)
+    previous = _check_inputs(run_dir, out, overwrite)
 
     import torch
     from peft import PeftModel

@@ -24,8 +24,7 @@ COLOCATE_KNOBS = ("vllm_gpu_memory_utilization", "vllm_enable_sleep_mode", "vllm
 SERVER_KNOBS = ("vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout", "vllm_group_port")
 # The server-side flags of `trl vllm-serve` a colocate knob corresponds to, for the message.
 SERVE_FLAGS = {"vllm_gpu_memory_utilization": "--gpu_memory_utilization", "vllm_tensor_parallel_size": "--tensor_parallel_size",
-               "vllm_max_model_length": "--max_model_len", "vllm_enable_sleep_mode": "--enable_sleep_mode",
-               "vllm_model_impl": "--vllm_model_impl"}
+               "vllm_max_model_length": "--max_model_len", "vllm_model_impl": "--vllm_model_impl"}
 
 
 def _mode(trainer: dict) -> str:
@@ -46,8 +45,10 @@ def check_knobs(trainer: dict, model: dict, num_processes: int, problems, origin
     if mode == "server":
         for knob in COLOCATE_KNOBS:
             if knob in trainer:
-                problems.add(f"trainer.{knob}", f"applies to vllm_mode colocate only; with vllm_mode server the server "
-                             f"process sets it (trl vllm-serve {SERVE_FLAGS[knob]} ...)", trainer[knob],
+                where = (f"the server process sets it (trl vllm-serve {SERVE_FLAGS[knob]} ...)" if knob in SERVE_FLAGS
+                         else "the server process owns its memory (trl vllm-serve has no sleep mode)")
+                problems.add(f"trainer.{knob}", f"applies to vllm_mode colocate only; with vllm_mode server {where}",
+                             trainer[knob],
                              file=origin(f"trainer.{knob}"))
         if trainer.get("vllm_server_base_url") and ({"vllm_server_host", "vllm_server_port"} & trainer.keys()):
             given = [k for k in ("vllm_server_host", "vllm_server_port") if k in trainer]

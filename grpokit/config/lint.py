@@ -331,9 +331,11 @@ def _vllm_max_model_len(recipe, args, facts):
     if plan is None or (plan.engine.blocker() or ("",))[0] != "max-model-len":
         return None
     v = plan.engine
-    return LintWarning("vllm-max-model-len", ("trainer.vllm_max_model_length",), (
-        f"{plan.engine.blocking()}; set trainer.vllm_max_model_length: {v.sequence_tokens} (prompt + completion), "
-        f"or raise trainer.vllm_gpu_memory_utilization to {v.min_utilization:g}"))
+    fix = (f"raise trainer.vllm_gpu_memory_utilization to {v.min_utilization:g}" if v.max_model_len_given else
+           f"set trainer.vllm_max_model_length: {v.sequence_tokens} (prompt + completion), or raise "
+           f"trainer.vllm_gpu_memory_utilization to {v.min_utilization:g}")
+    knob = "trainer.vllm_gpu_memory_utilization" if v.max_model_len_given else "trainer.vllm_max_model_length"
+    return LintWarning("vllm-max-model-len", (knob,), f"{plan.engine.blocking()}; {fix}")
 
 
 @rule("bf16-unsupported", "bfloat16 asked for on a GPU without bfloat16 (T4, V100)")

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from grpokit import rundir
-from grpokit.config import Recipe, dump, engine
+from grpokit.config import Recipe, dump
+from grpokit.config import engine
 from grpokit.config.trainer_args import grpo_args, resolved_dtype
 from grpokit.dist import end_distributed, is_main_process, say
 from grpokit.errors import Problem, RecipeError

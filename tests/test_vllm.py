@@ -250,3 +250,23 @@ def test_each_vllm_recipe_prints_share_capacity_and_verdict(model, capsys):
     assert "-> fits" in peak
     planned = peak.split()[1]  # the recipe's header states the planned peak --check prints
     assert f"Planned peak {float(planned):.1f} GiB" in path.read_text().replace("\n#", "")
+
+
+@pytest.mark.slow
+def test_gpu_generation_dry_run(tmp_path):
+    """bench/gpu_generation.py --dry-run: the CPU-possible path (tiny shape, transformers engines run, vLLM's are
+    planned and recorded as skipped where vLLM is absent), results written."""
+    import json
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_generation.py"), "--dry-run", "--engines",
+                           "hf,vllm-sleep", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(next(tmp_path.glob("gpu_generation-*-dry-run.json")).read_text())
+    hf, vllm = results["engines"]
+    assert hf["status"] == "ok" and hf["measured"]["completion_tokens_per_s"] > 0 and hf["plan"]["peak_gib"] > 0
+    assert vllm["plan"]["kv_capacity_tokens"] > 0
+    assert vllm["status"] == "ok" or vllm["status"].startswith("skipped: vLLM is not importable")

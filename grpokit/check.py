@@ -5,7 +5,7 @@ formatted rows, what the recipe computes in GRPO's terms, and its memory plan. L
 from __future__ import annotations
 
 from grpokit.config import Recipe, dump, lint
-from grpokit.planning import memory
+from grpokit.planning import memory, vllm_share
 from grpokit.planning.architecture import ConfigNotFound
 from grpokit.reporting.explain import explain_table
 from grpokit.training import prepare
@@ -30,13 +30,21 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
           "\n# DAPO and Dr. GRPO (eq. 8.1-8.3 and each knob: README.md, \"GRPO in one screen\")")
     print("\n".join(explain_table(recipe, prep.args)))
     print()
+    facts = {"gpu": gpu_facts(), "prompt_length": prompt_length}
     try:
         import torch
 
-        plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
-                               gpu_memory_gb=gpu_memory_gb)
+        planner = vllm_share.plan_for if prep.args.use_vllm else memory.plan_for
+        plan = planner(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
+                       gpu_memory_gb=gpu_memory_gb)
         print("\n".join(plan.render()))
-        if prep.args.use_cpu or not torch.cuda.is_available():  # a run here takes other kernels: plan those too
+        facts["vllm_plan"] = plan if plan.engine is not None else None
+        if plan.engine is not None and not plan.engine.sleep:  # what sleep mode would change, for the lint
+            facts["vllm_plan_asleep"] = vllm_share.plan_for(prep.args, model=recipe.model, lora=recipe.lora,
+                                                            prompt_length=prompt_length, gpu_memory_gb=gpu_memory_gb,
+                                                            sleep=True)
+        if not prep.args.use_vllm and (prep.args.use_cpu or not torch.cuda.is_available()):
+            # a run here takes other kernels: plan those too (a vLLM run is refused without CUDA)
             cpu = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
                                   gpu_memory_gb=gpu_memory_gb, device="cpu")
             print(f"  on this machine (no CUDA) a run takes the CPU path ({cpu.settings.dtype}, TRL's head without "
@@ -48,7 +56,7 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
             print(f"  note: prompt length = {prompt_how}, {prompt_length} tokens")
     except (ConfigNotFound, ValueError) as err:
         print(f"Memory plan: not available -- {err}")
-    warnings = lint.lint(recipe, prep.args, answer_lengths=lint.answer_lengths(prep))
+    warnings = lint.lint(recipe, prep.args, answer_lengths=lint.answer_lengths(prep), **facts)
     if warnings:
         print("\n# lint: knobs that cannot act or work against each other (grpokit/config/lint.py)")
         print("\n".join(w.format() for w in warnings))
@@ -56,6 +64,15 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
         print(f"\nnote: {note}")
     print("\ncheck passed: no weights loaded, nothing trained.")
     return 0
+
+
+def gpu_facts() -> dict | None:
+    """The visible GPU as the lint reads it (name, bfloat16 support), or None without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return {"name": torch.cuda.get_device_name(0), "bf16": bool(torch.cuda.is_bf16_supported())}
 
 
 MEASURED_ROWS = 200_000  # every row up to this; beyond it an evenly spaced sample of this many (said so)

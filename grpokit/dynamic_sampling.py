@@ -13,6 +13,11 @@ right-padded) and `num_items_in_batch` is recomputed for what is kept. Advantage
 `scale_rewards` "group" or "none" a group's advantages depend on that group only, so mixing rounds is
 exact ("batch" scaling and "normalize_then_sum" would mix rounds' statistics, so they are refused).
 
+Under vLLM (`use_vllm`) TRL adds per-row tensors to a round's output -- the log-probs vLLM sampled each token with
+(`sampling_per_token_logps`) and its importance-sampling ratio (`importance_sampling_ratio`, one per sequence in
+the `sequence_*` modes) -- and they are cut and padded with their rows like the others, so the correction of a
+kept row is that row's own.
+
 Short batch (max_rounds ran out): the missing slots are filled with zero-spread groups from the rounds
 already generated, with advantage 0 *and* loss mask 0 (through TRL's `tool_mask`), so they add no policy,
 KL or entropy term and no tokens to `num_items_in_batch`; the kept groups' token normalisation (loss_type

@@ -174,12 +174,20 @@ def _load(model_path: str, run_dir: str | None, trained: str | None, recipe: Rec
     log(f"loading model: {run_dir if trained == 'full' else model_path}" + (f" + adapter {run_dir}" if trained == "adapter" else ""))
     model = load_model(run_dir if trained == "full" else model_path, recipe)
     if trained == "adapter":
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, run_dir)
+        model = _with_adapter(model, run_dir, quantized=recipe.model.get("quantization", "none") != "none")
     if torch.cuda.is_available() and recipe.model.get("quantization", "none") == "none":
         model = model.to("cuda")
     return model.eval()
+
+
+def _with_adapter(model, run_dir: str, quantized: bool):
+    """The base with the run's LoRA adapter: merged into the weights when the base is not quantized, so generation
+    runs plain matmuls instead of every adapted layer's base + dropout + A + B each decode step (the same outputs up
+    to rounding); a quantized base keeps the adapter apart (merging into 4/8-bit weights re-quantizes them)."""
+    from peft import PeftModel
+
+    model = PeftModel.from_pretrained(model, run_dir)
+    return model if quantized else model.merge_and_unload()
 
 
 def _prompt_text(tokenizer, prompt) -> str:

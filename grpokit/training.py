@@ -14,11 +14,13 @@ from typing import Any
 
 from grpokit import rundir
 from grpokit.config import Recipe, dump
+from grpokit.config import engine
 from grpokit.config.trainer_args import grpo_args, resolved_dtype
 from grpokit.dist import end_distributed, is_main_process, say
 from grpokit.errors import Problem, RecipeError
 from grpokit.models import describe_error, is_gguf_file, load_model, load_tokenizer, model_source, not_cached
 from grpokit.reporting.model_card import write_model_card
+from grpokit.trl_compat import vllm_version
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C; SIGTERM ends with 143 (lifecycle.EXIT_CODES)
@@ -96,6 +98,9 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
             notes.append(f"{not_cached('dataset', recipe.dataset['name'])}; its columns are not checked")
     except RecipeError as err:
         problems += err.problems
+    vllm_problems, vllm_notes = engine.environment(bool(args.use_vllm), _cuda(), vllm_version(), training)
+    problems += [Problem("trainer.use_vllm", m, file=str(recipe.path)) for m in vllm_problems]
+    notes += vllm_notes
     if not training:  # --check; a run finds out when it locks the folder (rundir.RunLock), before any weights load
         output_dir = Path(recipe.trainer["output_dir"])
         problems += rundir.forbidden_problems(output_dir, recipe.path, str(recipe.path))
@@ -103,6 +108,12 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
     if problems:
         raise RecipeError(problems)
     return Prepared(recipe, args, lora, reward_funcs, model_path, tokenizer, dataset, notes)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def make_trainer(prep: Prepared, model):

@@ -48,6 +48,41 @@ SOURCE_MARKERS = {
     "_compute_loss": ('"tool_mask" not in inputs', 'inputs["num_items_in_batch"]'),
     "_prepare_inputs": ("split_tensor_dict(generation_batch, self.args.steps_per_generation)",),
 }
+# vLLM, as TRL 1.16 drives it (`trl.generation.vllm_generation.VLLMGeneration`, `GRPOTrainer.__init__`): the
+# versions its `vllm` extra accepts (`trl.import_utils.is_vllm_available` warns outside them), the batch
+# budget colocate mode gives vLLM's scheduler, the sleep level it uses, and the source lines the memory plan
+# and `--check`'s messages follow. `check_vllm_internals()` reads them from TRL's source (vLLM need not be
+# installed).
+VLLM_RANGE = ("0.22.0", "0.31.0")  # inclusive, as TRL's own check
+VLLM_PIN = "0.31.0"  # pyproject's `vllm` extra: inside VLLM_RANGE, resolves with grpokit's torch pin
+VLLM_INSTALL = "pip install -e '.[vllm]'"
+VLLM_MAX_NUM_BATCHED_TOKENS = 4096
+VLLM_SLEEP_LEVEL = 2
+VLLM_SOURCE_MARKERS = {
+    "trl.generation.vllm_generation:VLLMGeneration._init_vllm": (
+        "gpu_memory_utilization=self.gpu_memory_utilization",
+        f"max_num_batched_tokens={VLLM_MAX_NUM_BATCHED_TOKENS}",
+        f"self.llm.sleep(level={VLLM_SLEEP_LEVEL})",
+        'quantization = "bitsandbytes"',
+        "vLLM does not support in-flight 8-bit quantization",
+        "max_model_len=self.max_model_length",
+    ),
+    "trl.generation.vllm_generation:VLLMGeneration._iter_named_params": (
+        "model.merge_adapter()", "model.unmerge_adapter()"),
+    "trl.generation.vllm_generation:VLLMGeneration.sync_weights": ('self.llm.wake_up(tags=["weights"])',),
+    "trl.generation.vllm_generation:VLLMGeneration.generate": (
+        'self.llm.wake_up(tags=["kv_cache"])', f"self.llm.sleep(level={VLLM_SLEEP_LEVEL})"),
+    "trl.trainer.grpo_trainer:GRPOTrainer.__init__": (
+        "max_num_seqs=args.per_device_train_batch_size",
+        "* args.steps_per_generation",
+    ),
+    "trl.trainer.grpo_trainer:GRPOTrainer._generate_and_score_completions": (
+        'output["sampling_per_token_logps"] = sampling_per_token_logps',
+        'output["importance_sampling_ratio"] = vllm_importance_sampling_ratio',
+    ),
+    "trl.import_utils:is_vllm_available": (f'Version("{VLLM_RANGE[0]}") <= _vllm_base_version <= Version("{VLLM_RANGE[1]}")',),
+}
+
 TRAINER_ATTRIBUTES = (
     "_metrics", "_step", "_tokenizer", "_is_vlm", "accelerator", "eos_token_ids", "num_generations",
     "reward_func_names", "reward_weights", "scale_rewards", "multi_objective_aggregation", "state",
@@ -89,6 +124,8 @@ def check_trl_internals(trainer=None) -> None:
             if source is None or marker not in source:
                 problems.append(f"GRPOTrainer.{name} no longer contains `{marker}`")
     problems += _tile_problems()
+    if trainer is not None and getattr(getattr(trainer, "args", None), "use_vllm", False):
+        problems += vllm_internals_problems()
     if trainer is not None:
         problems += [f"trainer attribute `{a}` is missing" for a in TRAINER_ATTRIBUTES if not hasattr(trainer, a)]
     if problems:
@@ -97,6 +134,60 @@ def check_trl_internals(trainer=None) -> None:
             + "\n  - ".join(problems)
             + f"\nInstall the pinned version (pip install trl=={TRL_VERSION}) or set sampling.dynamic: false."
         )
+
+
+def vllm_internals_problems() -> list[str]:
+    """Each `VLLM_SOURCE_MARKERS` line missing from TRL's source: what the vLLM plan and messages rest on.
+
+    >>> vllm_internals_problems()  # [] on trl 1.16.0; vLLM itself is not imported
+    []
+    """
+    import importlib
+
+    problems = []
+    for where, markers in VLLM_SOURCE_MARKERS.items():
+        module_name, _, qualname = where.partition(":")
+        try:
+            obj = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+            source = inspect.getsource(obj)
+        except (ImportError, AttributeError, OSError, TypeError):
+            problems.append(f"{where} is missing")
+            continue
+        problems += [f"{where} no longer contains `{m}`" for m in markers if m not in source]
+    return problems
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM's version, read from its metadata (vLLM is not imported: that takes seconds and a GPU)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def vllm_install_problem(version: str | None) -> str | None:
+    """Why this vLLM cannot serve TRL 1.16's `use_vllm`, with the command that fixes it; None when it can.
+
+    >>> vllm_install_problem("0.31.0") is None, vllm_install_problem("0.32.1").split(";")[0]
+    (True, 'vLLM 0.32.1 is installed, outside the versions TRL 1.16.0 supports (0.22.0 to 0.31.0)')
+    """
+    from packaging.version import InvalidVersion, Version
+
+    fix = f"install grpokit's vllm extra: {VLLM_INSTALL} (vllm=={VLLM_PIN})"
+    if version is None:
+        return f"vLLM is not installed; {fix}"
+    try:
+        base = Version(Version(version).base_version)
+    except InvalidVersion:
+        return f"vLLM reports version {version!r}, which cannot be read; {fix}"
+    lo, hi = VLLM_RANGE
+    if not Version(lo) <= base <= Version(hi):
+        return f"vLLM {version} is installed, outside the versions TRL {TRL_VERSION} supports ({lo} to {hi}); {fix}"
+    return None
 
 
 def _tile_problems() -> list[str]:

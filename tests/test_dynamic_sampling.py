@@ -416,3 +416,59 @@ def _two_process_worker(out: str, model_dir: str) -> None:
 
 if __name__ == "__main__":
     _two_process_worker(sys.argv[1], sys.argv[2])
+
+
+# -- under vLLM: the sampling log-probs and TRL's importance-sampling ratio follow their rows ----------------
+
+
+class StandInVllm:
+    """What TRL 1.16's colocated `VLLMGeneration` hands the trainer, without vLLM: one completion per prompt row
+    (`n=1` in colocate mode) and, for every sampled token, the log-prob vLLM reports (here a stand-in value drawn
+    per completion, remembered by the completion's tokens so a trained row can be checked against its own)."""
+
+    def __init__(self, vocab_size: int, avoid: set[int], seed: int = 0):
+        import random
+
+        self.rng, self.tokens = random.Random(seed), [t for t in range(vocab_size) if t not in avoid]
+        self.issued: dict[tuple[int, ...], list[float]] = {}
+        self.syncs = 0
+
+    def sync_weights(self):
+        self.syncs += 1
+
+    def generate(self, prompts, images, num_generations, profiler):
+        completions, logprobs = [], []
+        for _ in prompts:
+            ids = tuple(self.rng.choice(self.tokens) for _ in range(self.rng.randint(3, 12)))
+            assert ids not in self.issued  # each completion identifies its row
+            self.issued[ids] = [-self.rng.uniform(0.5, 5.0) for _ in ids]
+            completions.append(list(ids))
+            logprobs.append([[lp] for lp in self.issued[ids]])  # top-k per token; TRL keeps lp[0]
+        return prompts, completions, logprobs, None
+
+
+def test_vllm_sampling_logprobs_stay_with_their_rows(tmp_path, tiny_model_dir):
+    """A batch assembled from several rounds carries, for each kept row, the sampling log-probs vLLM gave that very
+    completion and TRL's importance-sampling ratio computed from that row's own tensors; dropped groups leave no row."""
+    trainer = make_trainer(tmp_path, tiny_model_dir, [hashed], {**ON, "max_rounds": 8}, max_steps=3)
+    tok = trainer.processing_class
+    stand_in = StandInVllm(len(tok), {tok.pad_token_id, *trainer.eos_token_ids})
+    trainer.use_vllm, trainer.vllm_generation, trainer._last_loaded_step = True, stand_in, -1
+    assert trainer.vllm_importance_sampling_correction and trainer.vllm_importance_sampling_mode == "sequence_mask"
+    seen = spy_loss(trainer)
+    trainer.train()
+
+    assert seen and stand_in.syncs >= 1
+    assert max(h.get("sampling/rounds", 1) for h in step_logs(trainer)) > 1  # batches were assembled from rounds
+    for batch in seen:
+        assert {"sampling_per_token_logps", "importance_sampling_ratio", "old_per_token_logps"} <= batch.keys()
+        mask = batch["completion_mask"] * batch.get("tool_mask", 1)
+        for i, (ids, m) in enumerate(zip(batch["completion_ids"], batch["completion_mask"])):
+            n = int(m.sum())
+            expected = stand_in.issued[tuple(ids[:n].tolist())]  # this row's own completion
+            assert batch["sampling_per_token_logps"][i, :n].tolist() == pytest.approx(expected)
+        assert set(prompt_words(trainer, batch)) <= {"apple", "cherry", "egg", "grape"}  # flat groups were dropped
+        ratio = torch.exp(((batch["old_per_token_logps"] - batch["sampling_per_token_logps"]) * mask).sum(-1))
+        expected = torch.where(ratio > trainer.vllm_importance_sampling_clip_max, torch.zeros_like(ratio), ratio)
+        assert batch["importance_sampling_ratio"].shape == (len(ratio), 1)
+        assert torch.allclose(batch["importance_sampling_ratio"].squeeze(-1), expected, rtol=1e-4, atol=1e-6)

@@ -161,3 +161,28 @@ def test_eval_of_the_real_model_on_a_handful_of_heldout_prompts(tmp_path, capsys
     assert result["pass_reward"] == "accuracy" and 0 <= result["greedy"]["passed"] <= 4
     assert result["greedy"]["pass@1"] == result["greedy"]["passed"] / 4
     assert result["examples"][0]["answer"].endswith("#### 28")  # held-out row 1: 11 + 17
+
+
+def test_a_lora_run_is_scored_with_the_adapter_merged(tmp_path, tiny_model_dir):
+    """An unquantized base gets the adapter merged into its weights (plain matmuls while generating), and its greedy
+    completions are the adapter's own; a quantized base keeps the adapter apart."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from grpokit.evaluate import _with_adapter
+
+    torch.manual_seed(0)
+    base = lambda: AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype="float32")  # noqa: E731
+    trained = get_peft_model(base(), LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    trained.save_pretrained(tmp_path / "run")
+    merged = _with_adapter(base(), str(tmp_path / "run"), quantized=False)
+    assert not isinstance(merged, PeftModel) and not any("lora" in n for n, _ in merged.named_parameters())
+    apart = _with_adapter(base(), str(tmp_path / "run"), quantized=True)
+    assert isinstance(apart, PeftModel)
+    ids = torch.tensor([[1, 5, 9, 13, 17]])
+    kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        assert torch.equal(merged.eval().generate(ids, **kwargs), apart.eval().generate(ids, **kwargs))
+        plain = base().eval().generate(ids, **kwargs)
+    assert not torch.equal(plain, merged.generate(ids, **kwargs))  # the adapter does change the model

@@ -184,3 +184,84 @@ def test_the_lint_section_is_validated(tmp_path, capsys):
     assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
     err = capsys.readouterr().err
     assert "lint.ignore: has the wrong type" in err and "lint.silence: is not a known key" in err
+
+
+# -- the generation engine (trainer.use_vllm): the plan's figures as facts, no vLLM import ----------------
+
+
+def vllm_facts(recipe, **share):
+    """--check's facts for `recipe` generating with vLLM, planned on Qwen2.5-1.5B's shipped config."""
+    from grpokit.planning import vllm_share
+
+    args = grpo_args(recipe)
+    model = {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}
+    plan = vllm_share.plan_for(args, model=model, lora=recipe.lora, prompt_length=256, **share)
+    asleep = None if plan.engine.sleep else vllm_share.plan_for(args, model=model, lora=recipe.lora,
+                                                                prompt_length=256, sleep=True, **share)
+    return {"vllm_plan": plan, "vllm_plan_asleep": asleep, "prompt_length": 256}
+
+
+# the shipped 1.5B shape: 64 completions of 256 + 1024 tokens per generation, micro-batch 8
+SHAPE = {"use_vllm": True, "per_device_train_batch_size": 8, "num_generations": 8, "steps_per_generation": 8,
+         "max_completion_length": 1024, "vllm_max_model_length": 1280}
+
+
+def test_vllm_kv_preempt(tmp_path):
+    r = recipe_with(tmp_path, {**SHAPE, "vllm_gpu_memory_utilization": 0.3, "vllm_enable_sleep_mode": True})
+    text = fired(r, **vllm_facts(r))["vllm-kv-preempt"]
+    assert "needs 81,920 (64 sequences x 1280 tokens)" in text and "raise trainer.vllm_gpu_memory_utilization to 0.36" in text
+    ok = recipe_with(tmp_path, {**SHAPE, "vllm_gpu_memory_utilization": 0.4, "vllm_enable_sleep_mode": True})
+    assert fired(ok, **vllm_facts(ok)) == {}
+    assert "vllm-kv-preempt" not in fired(r)  # no plan (model not reachable): silent
+
+
+def test_vllm_no_training_room(tmp_path):
+    start = recipe_with(tmp_path, {**SHAPE, "vllm_gpu_memory_utilization": 0.9, "vllm_enable_sleep_mode": True})
+    text = fired(start, **vllm_facts(start))["vllm-no-training-room"]
+    assert "vLLM refuses to start" in text and "lower trainer.vllm_gpu_memory_utilization to at most" in text
+    small = recipe_with(tmp_path, {**SHAPE, "vllm_gpu_memory_utilization": 0.15, "vllm_enable_sleep_mode": True})
+    assert "raise trainer.vllm_gpu_memory_utilization" in fired(small, **vllm_facts(small))["vllm-no-training-room"]
+    # asleep, but the training phase itself is over the card: vLLM's 0.25 GiB is part of it, the fix is the batch
+    big = recipe_with(tmp_path, {**SHAPE, "vllm_gpu_memory_utilization": 0.4, "vllm_enable_sleep_mode": True,
+                                 "per_device_train_batch_size": 64, "steps_per_generation": 1})
+    text = fired(big, **vllm_facts(big))["vllm-no-training-room"]
+    assert "the training phase needs" in text and "asleep" in text and "per_device_train_batch_size" in text
+
+
+def test_vllm_needs_sleep(tmp_path):
+    # awake, vLLM's 7.2 GiB share and a 16-completion micro-batch's backward do not fit together; asleep they do
+    awake = recipe_with(tmp_path, {**SHAPE, "vllm_gpu_memory_utilization": 0.45, "per_device_train_batch_size": 16,
+                                   "steps_per_generation": 4})
+    found = fired(awake, **vllm_facts(awake))
+    assert "trainer.vllm_enable_sleep_mode: true" in found["vllm-needs-sleep"]
+    assert "vllm-no-training-room" not in found  # one warning, the one that fixes it
+    asleep = recipe_with(tmp_path, {**SHAPE, "vllm_gpu_memory_utilization": 0.45, "per_device_train_batch_size": 16,
+                                    "steps_per_generation": 4, "vllm_enable_sleep_mode": True})
+    assert "vllm-needs-sleep" not in fired(asleep, **vllm_facts(asleep))
+
+
+def test_vllm_max_model_len(tmp_path):
+    unset = {k: v for k, v in SHAPE.items() if k != "vllm_max_model_length"}
+    r = recipe_with(tmp_path, {**unset, "vllm_gpu_memory_utilization": 0.25, "vllm_enable_sleep_mode": True})
+    text = fired(r, **vllm_facts(r))["vllm-max-model-len"]
+    assert "less than one max_model_len sequence (32,768" in text and "vllm_max_model_length: 1280" in text
+    short = recipe_with(tmp_path, {**SHAPE, "vllm_max_model_length": 1024, "vllm_gpu_memory_utilization": 0.4,
+                                   "vllm_enable_sleep_mode": True})
+    text = fired(short, **vllm_facts(short))["vllm-max-model-len"]
+    assert "1024 is below the longest prompt (256 tokens) + max_completion_length 1024" in text
+
+
+def test_vllm_knobs_off(tmp_path):
+    text = fired(recipe_with(tmp_path, {"vllm_gpu_memory_utilization": 0.4}))["vllm-knobs-off"]
+    assert "trainer.vllm_gpu_memory_utilization" in text and "trainer.use_vllm is false" in text
+    assert "vllm-knobs-off" not in fired(recipe_with(tmp_path, {"use_vllm": True, "vllm_gpu_memory_utilization": 0.4}))
+
+
+def test_bf16_unsupported(tmp_path):
+    t4 = {"name": "Tesla T4", "bf16": False}
+    r = recipe_with(tmp_path, {"use_vllm": True}, model={**recipe_dict()["model"], "dtype": "bfloat16"})
+    text = fired(r, gpu=t4)["bf16-unsupported"]
+    assert "Tesla T4" in text and "model.dtype: auto" in text and "vLLM refuses bfloat16" in text
+    assert "bf16-unsupported" not in fired(r, gpu={"name": "NVIDIA L4", "bf16": True})
+    assert "bf16-unsupported" not in fired(r)  # no GPU here: nothing to say
+    assert "bf16-unsupported" not in fired(recipe_with(tmp_path), gpu=t4)  # dtype auto picks float16 there

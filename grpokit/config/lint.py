@@ -67,13 +67,17 @@ def on_policy(args) -> bool:
     return args.gradient_accumulation_steps % (args.steps_per_generation * args.num_iterations) == 0
 
 
-def lint(recipe, args, *, answer_lengths: list[int] | None = None) -> list[LintWarning]:
+def lint(recipe, args, *, answer_lengths: list[int] | None = None, gpu: dict | None = None,
+         prompt_length: int | None = None, vllm_plan=None, vllm_plan_asleep=None) -> list[LintWarning]:
     """The warnings for a validated `Recipe` and its `GRPOConfig`, minus the rules its `lint.ignore` names.
 
-    `answer_lengths`: token lengths of the dataset's reference answers, when they could be measured
-    (see `answer_lengths`); rules that need them stay silent without.
+    Facts, each optional (rules that need one stay silent without it): `answer_lengths`, token lengths of the
+    dataset's reference answers (see `answer_lengths`); `gpu`, the visible GPU (`{"name", "bf16"}`);
+    `prompt_length`, the longest prompt the plan assumes; `vllm_plan`, the memory plan with vLLM colocated
+    (`grpokit.planning.vllm_share.plan_for`), and `vllm_plan_asleep`, the same with sleep mode on.
     """
-    facts = {"answer_lengths": answer_lengths or None}
+    facts = {"answer_lengths": answer_lengths or None, "gpu": gpu, "prompt_length": prompt_length,
+             "vllm_plan": vllm_plan, "vllm_plan_asleep": vllm_plan_asleep}
     ignored = set((getattr(recipe, "lint", None) or {}).get("ignore", ()))
     found = (r.check(recipe, args, facts) for name, r in RULES.items() if name not in ignored)
     return [w for w in found if w is not None]
@@ -236,6 +240,115 @@ def _overlong_unmasked(recipe, args, facts):
         "is false in a DAPO recipe with the overlong penalty: a completion cut at max_completion_length is trained "
         "on with a reward computed from an unfinished answer (and the full -penalty), the noise DAPO's overlong "
         "filtering removes; set trainer.mask_truncated_completions: true (DAPO pairs the soft penalty with it)"))
+
+
+# -- the generation engine (trainer.use_vllm): each figure from the vLLM plan, modelled from TRL's and vLLM's code
+
+VLLM_KNOB_PREFIX = "vllm_"
+
+
+@rule("vllm-knobs-off", "vllm_* knobs set while trainer.use_vllm is false")
+def _vllm_knobs_off(recipe, args, facts):
+    knobs = [k for k in recipe.trainer if k.startswith(VLLM_KNOB_PREFIX)]
+    if args.use_vllm or not knobs:
+        return None
+    return LintWarning("vllm-knobs-off", tuple(f"trainer.{k}" for k in knobs), (
+        "cannot act: trainer.use_vllm is false, so TRL generates with transformers and reads no vllm_* knob; set "
+        "trainer.use_vllm: true (vllm_mode colocate runs vLLM on this GPU) or drop them"))
+
+
+def _training_total(plan) -> int:
+    """The training phase as the card sees it: tensors + CUDA context + fragmentation of the trainer's part."""
+    from grpokit.planning.memory import CONTEXT_BYTES, FRAGMENTATION
+
+    phase = plan.phases[-1]
+    trainer = sum(c.bytes for c in phase.components if not c.name.startswith("vLLM"))
+    return phase.bytes + CONTEXT_BYTES + int(FRAGMENTATION * trainer)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+@rule("vllm-kv-preempt", "vLLM's KV cache cannot hold one generation batch: vLLM preempts and recomputes")
+def _vllm_kv_preempt(recipe, args, facts):
+    plan = facts.get("vllm_plan")
+    if plan is None or plan.engine.blocker() or plan.engine.holds_batch:
+        return None
+    v = plan.engine
+    return LintWarning("vllm-kv-preempt", ("trainer.vllm_gpu_memory_utilization",), (
+        f"{v.utilization:g} of {_gib(v.card)} leaves vLLM a KV cache of {v.capacity_tokens:,} tokens, and one generation "
+        f"batch needs {v.needed_tokens:,} ({v.sequences} sequences x {v.sequence_tokens} tokens): vLLM schedules what "
+        "fits and preempts the rest, recomputing their prompts, so generation slows (the plan is modelled, not "
+        f"measured); raise trainer.vllm_gpu_memory_utilization to {v.min_utilization:g} or generate fewer completions "
+        "per generation (trainer.steps_per_generation)"))
+
+
+@rule("vllm-no-training-room", "vLLM's utilization leaves the trainer no room (at start-up or in the training phase)")
+def _vllm_no_training_room(recipe, args, facts):
+    plan, asleep = facts.get("vllm_plan"), facts.get("vllm_plan_asleep")
+    if plan is None:
+        return None
+    v = plan.engine
+    kind, why = v.blocker() or ("", "")
+    if kind in ("startup", "no-kv"):
+        fix = (f"lower trainer.vllm_gpu_memory_utilization to at most {v.max_startup_utilization:g}" if kind == "startup"
+               else f"raise trainer.vllm_gpu_memory_utilization to {v.min_utilization:g}")
+        return LintWarning("vllm-no-training-room", ("trainer.vllm_gpu_memory_utilization",), f"{why}; {fix}")
+    total, card = _training_total(plan), v.card
+    if total <= card or (not v.sleep and asleep is not None and _training_total(asleep) <= card):
+        return None  # fits, or sleep mode alone fixes it (vllm-needs-sleep says so)
+    held = v.held_while_training
+    return LintWarning("vllm-no-training-room", ("trainer.vllm_gpu_memory_utilization",), (
+        f"the training phase needs {_gib(total)} of {_gib(card)}, {_gib(held)} of it held by vLLM while the trainer "
+        f"trains ({'asleep' if v.sleep else 'its whole share, no sleep mode'}): the backward pass would run out of "
+        "memory (modelled, not measured); lower trainer.per_device_train_batch_size or "
+        + ("set trainer.vllm_enable_sleep_mode: true" if not v.sleep else "use a smaller model or 4-bit")))
+
+
+@rule("vllm-needs-sleep", "vLLM colocated without sleep mode, which the memory plan needs to fit")
+def _vllm_needs_sleep(recipe, args, facts):
+    plan, asleep = facts.get("vllm_plan"), facts.get("vllm_plan_asleep")
+    if plan is None or asleep is None or plan.engine.sleep or plan.fits or not asleep.fits:
+        return None
+    v = plan.engine
+    return LintWarning("vllm-needs-sleep", ("trainer.vllm_enable_sleep_mode",), (
+        f"is off: vLLM keeps its whole share ({_gib(v.bytes)}) while the trainer trains, and the plan needs "
+        f"{plan.total_gb:.2f} GiB of {v.card / 2**30:g}; with sleep mode vLLM frees its weights and KV cache after each "
+        f"generation and the plan peaks at {asleep.total_gb:.2f} GiB (modelled, not measured); set "
+        "trainer.vllm_enable_sleep_mode: true (the price: the weights are re-pushed to vLLM at every generation)"))
+
+
+@rule("vllm-max-model-len", "vLLM's max_model_len: unset with a KV cache below the model's context, or below prompt + completion")
+def _vllm_max_model_len(recipe, args, facts):
+    plan, P = facts.get("vllm_plan"), facts.get("prompt_length")
+    given = args.vllm_max_model_length if args.use_vllm else None
+    if given is not None and P is not None and given < P + args.max_completion_length:
+        return LintWarning("vllm-max-model-len", ("trainer.vllm_max_model_length",), (
+            f"{given} is below the longest prompt ({P} tokens) + max_completion_length {args.max_completion_length}: "
+            "vLLM refuses a request whose prompt plus completion budget exceeds max_model_len; set "
+            f"trainer.vllm_max_model_length: {P + args.max_completion_length}"))
+    if plan is None or (plan.engine.blocker() or ("",))[0] != "max-model-len":
+        return None
+    v = plan.engine
+    fix = (f"raise trainer.vllm_gpu_memory_utilization to {v.min_utilization:g}" if v.max_model_len_given else
+           f"set trainer.vllm_max_model_length: {v.sequence_tokens} (prompt + completion), or raise "
+           f"trainer.vllm_gpu_memory_utilization to {v.min_utilization:g}")
+    knob = "trainer.vllm_gpu_memory_utilization" if v.max_model_len_given else "trainer.vllm_max_model_length"
+    return LintWarning("vllm-max-model-len", (knob,), f"{plan.engine.blocking()}; {fix}")
+
+
+@rule("bf16-unsupported", "bfloat16 asked for on a GPU without bfloat16 (T4, V100)")
+def _bf16_unsupported(recipe, args, facts):
+    gpu = facts.get("gpu")
+    knobs = (["model.dtype"] if recipe.model.get("dtype") == "bfloat16" else []) + (
+        ["trainer.bf16"] if recipe.trainer.get("bf16") is True else [])
+    if gpu is None or gpu.get("bf16", True) or not knobs:
+        return None
+    engine = " and vLLM refuses bfloat16 below compute capability 8.0" if args.use_vllm else ""
+    return LintWarning("bf16-unsupported", tuple(knobs), (
+        f"bfloat16 on {gpu.get('name', 'this GPU')}, which has no bfloat16 arithmetic: PyTorch emulates it slowly or "
+        f"fails{engine}; set model.dtype: auto (float16 here, with loss scaling) and drop trainer.bf16"))
 
 
 RULE_NAMES = tuple(RULES)

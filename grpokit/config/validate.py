@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpokit.config.engine import check_knobs
 from grpokit.config.lint import RULE_NAMES
 from grpokit.config.loader import Loaded
 from grpokit.config.schema import non_finite, validate_dataclass_keys, validate_fields
@@ -129,6 +130,7 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
                      trainer["eval_strategy"], file=origin("trainer.eval_strategy"))
     n_proc = num_processes or num_processes_from_env()
     _check_batch(trainer, n_proc, problems, origin)
+    check_knobs(trainer, model, n_proc, problems, origin)
     if sampling.get("dynamic"):
         _check_dynamic_sampling(trainer, problems, origin)
     problems.raise_if_any()

@@ -108,6 +108,7 @@ class Plan:
     moments: list[Phase] = field(default_factory=list)  # every moment planned, in step order
     suggestion: str | None = None
     notes: list[str] = field(default_factory=list)
+    engine: object | None = None  # vllm_share.Share when vLLM generates in this process: its lines and start-up verdict
 
     @property
     def peak(self) -> Phase:
@@ -122,7 +123,9 @@ class Plan:
     def overhead_bytes(self) -> int:
         if self.settings.device == "cpu":  # host memory: no CUDA context, no caching allocator
             return 0
-        return CONTEXT_BYTES + int(FRAGMENTATION * self.peak.bytes)
+        # vLLM allocates its share in one piece (its KV cache is one tensor): fragmentation is the trainer's
+        trainer = sum(c.bytes for c in self.peak.components if not c.name.startswith("vLLM"))
+        return CONTEXT_BYTES + int(FRAGMENTATION * trainer)
 
     @property
     def total_gb(self) -> float:
@@ -134,7 +137,7 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        return self.headroom_gb >= 0
+        return self.headroom_gb >= 0 and not (self.engine is not None and self.engine.blocking())
 
     def as_dict(self) -> dict:
         return {"model": self.model, "source": self.source, "settings": self.settings.__dict__,
@@ -169,7 +172,11 @@ class Plan:
         if s.device == "cuda":
             lines.append(f"  {'overhead':<20}{_gib(self.overhead_bytes):>12}   CUDA context {CONTEXT_BYTES / GIB:.1f} GiB"
                          f" + allocator fragmentation {FRAGMENTATION:.0%} of the peak phase")
+        blocked = self.engine.blocking() if self.engine is not None else None
+        if self.engine is not None:
+            lines += self.engine.render()
         verdict = (f"fits, headroom {self.headroom_gb:.1f} GiB" if self.fits else
+                   f"does NOT fit: {blocked}; first knob to turn: {self.suggestion}" if blocked else
                    f"does NOT fit: {-self.headroom_gb:.1f} GiB short; first knob to turn: {self.suggestion}")
         lines.append(f"  peak {_gib(self.total_gb * GIB)} in the {self.peak.name} phase ({self.peak.moment}) -> {verdict}")
         return lines + [f"  note: {n}" for n in self.notes]
@@ -327,13 +334,21 @@ def plan_for(args, *, model: dict, lora: dict | None, prompt_length: int | None 
 
     Raises `ConfigNotFound` when the model's config.json is not reachable offline.
     """
+    config, knobs = plan_knobs(args, model=model, lora=lora, prompt_length=prompt_length, gpu_memory_gb=gpu_memory_gb,
+                               config=config, device=device)
+    return plan(config, **knobs)
+
+
+def plan_knobs(args, *, model: dict, lora: dict | None, prompt_length: int | None = None, gpu_memory_gb: float = 16.0,
+               config: dict | None = None, device: str = "cuda") -> tuple[dict, dict]:
+    """(the model's config, the `plan` keyword arguments) for a resolved recipe, as `plan_for` plans it."""
     source = "given config"
     if config is None:
         config, source = load_model_config(model["name_or_path"])
     optim = getattr(args.optim, "value", args.optim)
     world = max(1, getattr(args, "world_size", 1) or 1)
-    return plan(
-        config, model=model["name_or_path"], source=source,
+    return config, dict(
+        model=model["name_or_path"], source=source,
         dtype=planned_dtype(model, device), device=device,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         quantization=model.get("quantization", "none"), lora=lora, optim=str(optim), beta=float(args.beta),

@@ -170,6 +170,61 @@ def dynamic_sampling(sampling: dict) -> str:
             f"generated, up to {sampling.get('max_rounds', 4)} rounds per batch")
 
 
+def generation_engine(args) -> str:
+    """Which code generates the completions (TRL 1.16's `_generate_single_turn`)."""
+    if args.use_vllm and args.vllm_mode == "colocate":
+        return (f"vLLM, colocated: started in this training process on this GPU, inside vllm_gpu_memory_utilization "
+                f"{_g(args.vllm_gpu_memory_utilization)} of the card (its own weight copy, workspace and paged KV "
+                f"cache); it schedules up to 4096 tokens per engine step and all {args.per_device_train_batch_size * args.steps_per_generation} "
+                "sequences of a generation batch at once (max_num_seqs), max_model_len "
+                + (str(args.vllm_max_model_length) if args.vllm_max_model_length else "the model's context"))
+    if args.use_vllm:
+        where = args.vllm_server_base_url or f"{args.vllm_server_host}:{args.vllm_server_port}"
+        return f"vLLM server at {where} (trl vllm-serve on another GPU): prompts go out, completions come back"
+    if args.use_transformers_continuous_batching:
+        return "transformers continuous batching (paged KV cache, sequences join and leave the batch as they finish)"
+    return ("transformers generate: the generation batch decoded together, its KV cache growing to prompt + "
+            "completion for every sequence until the longest finishes")
+
+
+def engine_rows(args, lora, model) -> list[tuple[str, str]]:
+    """Sleep mode, weight sync and TRL's importance-sampling correction, for a recipe that generates with vLLM."""
+    if not args.use_vllm:
+        return []
+    rows = []
+    colocate = args.vllm_mode == "colocate"
+    if colocate:
+        rows.append(("vLLM sleep mode", (
+            "on (level 2): after start-up and after every generation vLLM frees its weights and KV cache, so training "
+            "has the memory; before each generation the weights are woken and re-pushed, then the KV cache woken"
+            if args.vllm_enable_sleep_mode else
+            "off: vLLM keeps its weights and KV cache on the GPU while the trainer trains")))
+    merge = ("the LoRA adapter is merged into the base weights, every weight is pushed to vLLM, then unmerged"
+             + (" (PEFT dequantizes and re-quantizes a 4-bit base to merge: it warns of rounding)" if lora and
+                (model or {}).get("quantization") == "4bit" else "")
+             if lora else "every weight is pushed to vLLM")
+    per = updates_per_generation(args)
+    when = ("every generation here (at least one optimizer step between two generations)" if per >= 1 else
+            f"one generation in {_g(round(1 / per, 3))} here (several generations per optimizer step)")
+    rows.append(("weight sync", (
+        f"at the first generation after each optimizer step, {when}: {merge}, "
+        + ("in place on this GPU" if colocate else "over NCCL to the server"))))
+    if args.vllm_importance_sampling_correction:
+        mode = args.vllm_importance_sampling_mode
+        level = "per sequence (the product of its token ratios)" if mode.startswith("sequence") else "per token"
+        lo, hi = args.vllm_importance_sampling_clip_min, args.vllm_importance_sampling_clip_max
+        bounds = f"[{_g(lo) if lo is not None else '-inf'}, {_g(hi) if hi is not None else 'inf'}]"
+        act = (f"masked out of the loss outside {bounds}" if mode.endswith("mask") else f"clipped to {bounds}")
+        rows.append(("vLLM importance sampling", (
+            "corrects for vLLM sampling from slightly different probabilities than the trainer computes (other "
+            "kernels, its own numerics): TRL re-scores each completion with the trainer (a no-grad forward of the "
+            f"generation batch) and weights its loss by π_θ / π_vLLM {level}, {act} ({mode})")))
+    else:
+        rows.append(("vLLM importance sampling", "off: completions are trained on as if the trainer had sampled them, "
+                                                 "though vLLM's probabilities differ slightly from the trainer's"))
+    return rows
+
+
 def explain(args, *, rewards: list[dict], sampling: dict, lora: dict | None, model: dict) -> list[tuple[str, str]]:
     """(term, what the resolved config computes) rows; `args` is a real `trl.GRPOConfig`."""
     rows = [
@@ -181,6 +236,8 @@ def explain(args, *, rewards: list[dict], sampling: dict, lora: dict | None, mod
         ("truncated completions", truncation(args)),
         *reward_rows(rewards),
         ("dynamic sampling", dynamic_sampling(sampling)),
+        ("generation engine", generation_engine(args)),
+        *engine_rows(args, lora, model),
     ]
     if args.top_entropy_quantile < 1.0:
         rows.append(("entropy mask", f"only the top {_g(args.top_entropy_quantile)} of tokens by entropy carry the "

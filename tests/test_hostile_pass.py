@@ -1,0 +1,96 @@
+"""A hostile pass on two promises: grpokit deletes only what it wrote, and code under test never decides its own score.
+
+Each test reproduces one defect found by trying to break a promise; each fails until the defect is fixed.
+Every test touches only pytest's tmp_path.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import with_trainer, write_recipe
+
+from grpokit import ownership
+from grpokit.cli import main
+from grpokit.errors import RecipeError
+from grpokit.rundir import LOCK_FILE, RunLock
+
+
+def fake_run(folder, names=("checkpoint-1", "trainer_state.json", "recipe.yaml", "adapter_model.safetensors")):
+    """A folder as a finished grpokit run leaves it: its entries, and the manifest that lists them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if name.startswith("checkpoint-"):
+            (folder / name).mkdir()
+            (folder / name / "trainer_state.json").write_text('{"global_step": 1}')
+        else:
+            (folder / name).write_text("{}")
+    ownership.claim(folder, names)
+    return folder
+
+
+# Reproduces: a refused launch into a run folder (here: a new run without --resume/--overwrite, exit 2) records the
+# folder's manifest on its way out (RunLock.__exit__ -> Recorder.record), re-listing every file inside each listed
+# folder *as it is now* -- a user's file put inside checkpoint-1 becomes "grpokit's", and the next --overwrite
+# deletes it. Seen end to end with launch.py: `--overwrite` refused naming checkpoint-1/notes.txt, the same command
+# again removed it.
+def test_a_refused_launch_launders_a_users_file_inside_a_checkpoint(tmp_path, capsys):
+    run = fake_run(tmp_path / "run")
+    notes = run / "checkpoint-1" / "notes.txt"
+    notes.write_text("mine")
+    path = write_recipe(tmp_path, with_trainer(tmp_path, output_dir=str(run)))
+    assert main(["--recipe", str(path)]) == 2  # "already holds a run": refused, nothing trained
+    capsys.readouterr()
+    with pytest.raises(RecipeError, match="notes.txt"):  # what --overwrite does once the new run's weights load
+        ownership.remove(run, ownership.listed(run), "trainer.output_dir")
+    assert notes.is_file()
+
+
+# Reproduces: the same laundering through a refused --overwrite itself: remove() refuses because of the user's file,
+# RunLock.__exit__ then records it as the run's, and a second --overwrite removes it.
+def test_a_refused_overwrite_launders_the_file_it_refused_for(tmp_path):
+    run = fake_run(tmp_path / "run")
+    notes = run / "checkpoint-1" / "notes.txt"
+    notes.write_text("mine")
+    for _ in range(2):
+        with pytest.raises(RecipeError, match="notes.txt"):
+            with RunLock(run, "recipe.yaml"):
+                ownership.remove(run, ownership.listed(run), "trainer.output_dir")
+    assert notes.is_file()
+
+
+# Reproduces: a `.grpokit.lock` that is a symbolic link (planted in a shared folder, or copied along) is followed:
+# RunLock opens it with O_CREAT (no O_NOFOLLOW), truncates and writes its pid line into the file it points to --
+# a file grpokit did not write, destroyed by merely launching a run into the folder.
+def test_the_lock_file_is_never_written_through_a_symlink(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK_FILE).symlink_to(victim)
+    with RunLock(run, "recipe.yaml"):
+        pass
+    assert victim.read_text() == "precious"
+
+
+# Reproduces: `.grpokit-files.partial` (the manifest's temporary file) as a symbolic link is written through by
+# ownership._store (Path.write_text follows links): the file it points to is overwritten with manifest JSON.
+def test_the_manifest_temporary_is_never_written_through_a_symlink(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "report.md").write_text("# run")
+    (run / f"{ownership.MANIFEST}.partial").symlink_to(victim)
+    ownership.claim(run, ["report.md"])
+    assert victim.read_text() == "precious"
+
+
+# Reproduces: ownership.write_text's temporary `.NAME.partial` (eval.json, --eval-out) is written through a symlink.
+def test_write_texts_temporary_is_never_written_through_a_symlink(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".eval.json.partial").symlink_to(victim)
+    ownership.write_text(run / "eval.json", "{}")
+    assert victim.read_text() == "precious"

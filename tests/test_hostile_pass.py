@@ -94,3 +94,13 @@ def test_write_texts_temporary_is_never_written_through_a_symlink(tmp_path):
     (run / ".eval.json.partial").symlink_to(victim)
     ownership.write_text(run / "eval.json", "{}")
     assert victim.read_text() == "precious"
+
+
+# Reproduces: the merge of 'trust-inputs' (351927f) left three statements at column 0 inside functions
+# (grpokit/merge.py `previous = _check_inputs(...)`, grpokit/evaluate.py `path = ...` and `ownership.write_text(...)`):
+# both modules fail to import (IndentationError), so `launch.py --merge` and `--eval` crash with a traceback.
+@pytest.mark.parametrize("module", ["grpokit.merge", "grpokit.evaluate"])
+def test_merge_and_eval_modules_import(module):
+    import importlib
+
+    importlib.import_module(module)

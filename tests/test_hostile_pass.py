@@ -104,3 +104,46 @@ def test_merge_and_eval_modules_import(module):
     import importlib
 
     importlib.import_module(module)
+
+
+# Reproduces: `--merge A --merge-out B --overwrite` where B is a run that is training right now (its lock held):
+# the merge never looks at the lock and removes the live run's checkpoints, recipe.yaml and model card, then writes
+# the merged model among the files the run goes on writing. Seen end to end: T/checkpoint-5 and T/recipe.yaml gone
+# mid-training. README: "One run per folder ... exits 2 before anything is touched".
+def test_merge_out_overwrite_refuses_a_folder_a_run_is_training_in(tmp_path):
+    from grpokit.merge import _previous_merge
+
+    adapter_run = fake_run(tmp_path / "A")
+    live = fake_run(tmp_path / "B")
+    with RunLock(live, "recipe.yaml"):
+        with pytest.raises(RecipeError):
+            _previous_merge(adapter_run, live, overwrite=True)
+    assert (live / "checkpoint-1" / "trainer_state.json").is_file()
+
+
+# Reproduces: `--merge-out B --overwrite` where B is another (finished) training run, not a previous merge: the whole
+# run -- checkpoints, adapter, recipe.yaml, report -- is removed and replaced by a merged model, with no word that B
+# was a run. The README promises `--merge-out DIR --overwrite` replaces a previous merge.
+def test_merge_out_overwrite_refuses_a_training_run(tmp_path):
+    from grpokit.merge import _previous_merge
+
+    adapter_run = fake_run(tmp_path / "A")
+    other = fake_run(tmp_path / "B")
+    (other / LOCK_FILE).write_text("pid 1 on host\n")  # what every run leaves behind
+    with pytest.raises(RecipeError):
+        _previous_merge(adapter_run, other, overwrite=True)
+
+
+# Reproduces: `--resume` continues a run whose trainer rotates checkpoints (save_total_limit, as recipes/smoke.yaml
+# sets): TRL's rotation rmtree's an old checkpoint-N whole, a user's file inside it included -- grpokit's ownership
+# check never runs on that path. Seen end to end with launch.py --resume trainer.max_steps=4 ... save_total_limit=2.
+@pytest.mark.slow
+def test_resume_rotation_keeps_a_users_file_inside_an_old_checkpoint(tmp_path, capsys):
+    run = tmp_path / "run"
+    path = write_recipe(tmp_path, with_trainer(tmp_path, output_dir=str(run), max_steps=1, save_strategy="steps", save_steps=1))
+    assert main(["--recipe", str(path)]) == 0
+    notes = run / "checkpoint-1" / "notes.txt"
+    notes.write_text("mine")
+    code = main(["--recipe", str(path), "--resume", "trainer.max_steps=3", "trainer.save_total_limit=1"])
+    capsys.readouterr()
+    assert notes.is_file() or code == 2  # kept, or the resume refused naming it

@@ -147,3 +147,20 @@ def test_resume_rotation_keeps_a_users_file_inside_an_old_checkpoint(tmp_path, c
     code = main(["--recipe", str(path), "--resume", "trainer.max_steps=3", "trainer.save_total_limit=1"])
     capsys.readouterr()
     assert notes.is_file() or code == 2  # kept, or the resume refused naming it
+
+
+# Reproduces: `--resume` skips every ownership check (rundir.guard_output_dir returns at once for a resume), so a
+# folder holding a user's files and a checkpoint -- a Hugging Face Trainer's output, a copied checkpoint, a run from
+# before the manifest -- has them replaced: README.md (the model card), recipe.yaml and report.md are written over
+# (Path.write_text, never ownership.write_text). Seen end to end: a real --resume overwrote all three.
+# Cheap form: a finished checkpoint makes --resume complete the final save, which writes the card over README.md.
+def test_resume_never_writes_over_a_users_files(tmp_path, capsys, tiny_model_dir):
+    run = tmp_path / "X"
+    (run / "checkpoint-1").mkdir(parents=True)
+    (run / "checkpoint-1" / "trainer_state.json").write_text('{"global_step": 1, "log_history": [{"step": 1, "reward": 0.5, "loss": 0.1}]}')
+    readme = run / "README.md"
+    readme.write_text("MY README")
+    path = write_recipe(tmp_path, with_trainer(tmp_path, output_dir=str(run), max_steps=1))
+    code = main(["--recipe", str(path), "--resume"])
+    capsys.readouterr()
+    assert readme.read_text() == "MY README" or code == 2

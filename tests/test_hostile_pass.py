@@ -164,3 +164,30 @@ def test_resume_never_writes_over_a_users_files(tmp_path, capsys, tiny_model_dir
     code = main(["--recipe", str(path), "--resume"])
     capsys.readouterr()
     assert readme.read_text() == "MY README" or code == 2
+
+
+# Reproduces: the manifest keeps names whose entries are gone. `rm -rf run/*` (the shell's * skips the dotfile
+# .grpokit-files) empties a run; a file the user later puts there under a name the old run used (report.md,
+# README.md, config.json ...) counts as grpokit's: a new run says "already holds a run; pass --overwrite", and
+# --overwrite deletes the user's file.
+def test_a_stale_manifest_entry_does_not_claim_a_users_new_file(tmp_path):
+    from grpokit.rundir import guard_output_dir
+
+    run = fake_run(tmp_path / "run", names=("checkpoint-1", "report.md"))
+    import shutil
+
+    shutil.rmtree(run / "checkpoint-1")
+    (run / "report.md").unlink()
+    (run / "report.md").write_text("MY report, written after I emptied the folder")
+    previous = guard_output_dir(run, None, True, "recipe.yaml")
+    ownership.remove(run, previous, "trainer.output_dir")
+    assert (run / "report.md").is_file()
+
+
+# Reproduces: folders a user makes inside a run's checkpoint are invisible to the check when they hold no file
+# (ownership.contents lists files and links only), so --overwrite removes them: a folder grpokit did not write.
+def test_a_users_empty_folder_inside_a_checkpoint_stops_the_removal(tmp_path):
+    run = fake_run(tmp_path / "run")
+    (run / "checkpoint-1" / "my-experiments" / "todo").mkdir(parents=True)
+    with pytest.raises(RecipeError, match="my-experiments"):
+        ownership.remove(run, ownership.listed(run), "trainer.output_dir")

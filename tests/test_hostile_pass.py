@@ -191,3 +191,17 @@ def test_a_users_empty_folder_inside_a_checkpoint_stops_the_removal(tmp_path):
     (run / "checkpoint-1" / "my-experiments" / "todo").mkdir(parents=True)
     with pytest.raises(RecipeError, match="my-experiments"):
         ownership.remove(run, ownership.listed(run), "trainer.output_dir")
+
+
+# Reproduces: `--plot RUN` where RUN/plots (listed: grpokit made it) is now a symbolic link to a user's folder holding
+# their own training.png: ownership.replaceable() finds "plots" in the manifest and calls the user's file grpokit's,
+# and plot_run's savefig writes through the link. Seen end to end: `launch.py --plot PL` replaced the user's PNG.
+def test_plot_never_replaces_a_file_reached_through_a_symlinked_plots_folder(tmp_path):
+    run = fake_run(tmp_path / "run", names=("plots", "report.md"))
+    (run / "plots").rmdir()
+    theirs = tmp_path / "my-figures"
+    theirs.mkdir()
+    (theirs / "training.png").write_text("MY figure")
+    (run / "plots").symlink_to(theirs)
+    with pytest.raises(RecipeError):
+        ownership.refuse_unless_replaceable([run / "report.md", run / "plots" / "training.png"], root=run, key="--plot")

@@ -205,3 +205,22 @@ def test_plot_never_replaces_a_file_reached_through_a_symlinked_plots_folder(tmp
     (run / "plots").symlink_to(theirs)
     with pytest.raises(RecipeError):
         ownership.refuse_unless_replaceable([run / "report.md", run / "plots" / "training.png"], root=run, key="--plot")
+
+
+# Reproduces: rewards/_judge.py learns the setup's names from its assignments, defs and imports only; a setup that
+# binds names another way -- a star import (`from string import *`, MBPP-style test_imports), `globals()[...] = ...`,
+# `exec(...)` -- leaves them out, so a test comparing with such a name (`assert add(1, 2) == EXPECTED`) is planned as
+# a value check whose *expected side is a probe too*: the graded code rebinds the name and chooses both values. A
+# wrong solution scores 1.0 (README: a test that needs the setup's names is opaque; value checks cannot be forged).
+@pytest.mark.parametrize("setup, test, code", [
+    ("globals()['EXPECTED'] = 3", "assert add(1, 2) == EXPECTED",
+     "def add(a, b):\n    global EXPECTED\n    EXPECTED = 0\n    return 0"),
+    ("exec('REF = [1, 2, 3]')", "assert my_sort([3, 1, 2]) == REF",
+     "def my_sort(x):\n    global REF\n    REF = None\n    return None"),
+    ("from string import *", "assert count_letters() == len(ascii_lowercase)",
+     "def count_letters():\n    global ascii_lowercase\n    ascii_lowercase = 'abc'\n    return 3"),
+])
+def test_a_wrong_solution_cannot_rebind_a_setup_name_it_is_compared_with(setup, test, code):
+    from rewards._sandbox import run
+
+    assert run(code, [test], setup).passed == [False]

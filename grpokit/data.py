@@ -303,7 +303,7 @@ def heldout_dataset(recipe, tokenizer, log=print):
     if conversational == "auto":
         conversational = bool(getattr(tokenizer, "chat_template", None))
     try:
-        origin = recipe.origin("dataset.eval_path" if spec.get("path") else "dataset.eval_split")
+        origin = recipe.blame("dataset.eval_path" if spec.get("path") else "dataset.eval_split")
         raw = load_raw(spec, origin=origin)
     except NotReachable as err:
         raise RecipeError([Problem("dataset.eval_split", str(err), spec.get("split"), file=origin)]) from None

@@ -109,6 +109,7 @@ class SafeStop(TrainerCallback):
         self.stop = stop
         self.saving: str | None = None
         self.stopped_at: int | None = None
+        self.on_saving = None  # called with a checkpoint's name before the trainer writes it
         self.on_saved = None  # called after each checkpoint is written whole (the run records it as its own)
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -121,6 +122,8 @@ class SafeStop(TrainerCallback):
             control.should_training_stop = True
             self.stopped_at = state.global_step
         self.saving = f"checkpoint-{state.global_step}" if control.should_save else None
+        if self.saving and self.on_saving is not None:
+            self.on_saving(self.saving)
         return control
 
     def on_save(self, args, state, control, **kwargs):

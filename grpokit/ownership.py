@@ -2,13 +2,16 @@
 
 The rule: grpokit removes or replaces only files and folders it wrote itself, and only after every check of
 the new work has passed. It knows them from a manifest, `.grpokit-files`, kept in each folder it writes
-into: the names of the entries it created there. Anything else in the folder is the user's (or another
-program's): a destructive flag (`--overwrite`, `--merge-out ... --overwrite`, `--plot` replacing a report)
-refuses, exit 2, naming what is there, and removes nothing. A folder with no readable manifest holds nothing
-of grpokit's as far as removal is concerned.
+into: each entry it created there, with its identity as grpokit left it (inode; and for a file its size and
+modification time) and, for a folder, every file and folder inside. An entry that is not in the manifest,
+or no longer the one grpokit left (replaced, edited, a folder swapped for a link), or a file inside a
+recorded folder that grpokit did not record, is the user's: a destructive flag (`--overwrite`, `--merge-out
+... --overwrite`, `--plot` replacing a report) refuses, exit 2, naming it, and removes nothing. A folder
+with no readable manifest holds nothing of grpokit's as far as removal is concerned.
 
 Some folders are never written into at all: the filesystem root, the home directory, and the recipe's own
-folder or one above it -- their files are the user's by definition.
+folder or one above it -- their files are the user's by definition. grpokit's own bookkeeping files are
+never written through a symbolic link.
 
 A leaf: imports only grpokit.errors.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 from grpokit.errors import Problem, RecipeError
@@ -32,6 +36,7 @@ MANIFEST = ".grpokit-files"
 LOCK_FILE = ".grpokit.lock"  # a run's lock (rundir.RunLock): like the manifest, bookkeeping, never the user's
 _OWN = (MANIFEST, LOCK_FILE, f"{MANIFEST}.partial")
 SHOWN = 8  # entries named in a refusal before "and N more"
+WRITING = None  # a folder's contents while grpokit is still writing it (a checkpoint being saved): all of it is grpokit's
 
 
 def _plain(name) -> bool:
@@ -39,36 +44,88 @@ def _plain(name) -> bool:
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
-def _read(folder: Path) -> tuple[set[str], dict[str, set[str]]]:
-    """(names grpokit wrote in `folder`, the files it wrote inside each listed folder); empty without a manifest."""
+def identity(path: Path) -> dict | None:
+    """What grpokit remembers of an entry to know it again: its inode, and for a file its size and mtime."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if os.path.isdir(path) and not os.path.islink(path):
+        return {"ino": st.st_ino}
+    return {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _load(folder: Path) -> dict:
     try:
         data = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        return set(), {}
-    names = data.get("written") if isinstance(data, dict) else None
-    names = {n for n in names if _plain(n) and n not in _OWN} if isinstance(names, list) else set()
-    inside = data.get("inside") if isinstance(data, dict) else None
-    inside = inside if isinstance(inside, dict) else {}
-    return names, {n: {f for f in files if isinstance(f, str)} for n, files in inside.items()
-                   if n in names and isinstance(files, list)}
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read(folder: Path) -> dict[str, dict]:
+    """The entries of `folder` grpokit recorded and that are still as it left them: name -> {"ino", ..., "inside"}.
+
+    An entry written while a save was under way (`pending`, a kill cut the save short) and not recorded since
+    counts as grpokit's when it is newer than the save's start.
+    """
+    folder = Path(folder)
+    data = _load(folder)
+    recorded = data.get("entries")
+    mine = {}
+    for name, rec in (recorded.items() if isinstance(recorded, dict) else ()):
+        if not (_plain(name) and name not in _OWN and isinstance(rec, dict)):
+            continue
+        now = identity(folder / name)
+        if "ino" not in rec:  # claimed before it was written (`claim_writing`): grpokit's once it exists
+            mine[name] = {**(now or {}), "inside": WRITING}
+        elif now is not None and all(rec.get(k) == v for k, v in now.items()):
+            inside = rec.get("inside", [])
+            mine[name] = {**now, "inside": WRITING if inside is WRITING else {f for f in inside if isinstance(f, str)}}
+    since = data.get("pending")
+    if isinstance(since, int):
+        for name in entries(folder):
+            if name not in mine and os.lstat(folder / name).st_mtime_ns >= since and not holds_run(folder / name):
+                mine[name] = {**identity(folder / name), "inside": WRITING}
+    return mine
 
 
 def listed(folder: Path) -> set[str]:
-    """The names grpokit recorded writing in `folder` (empty when it keeps no readable manifest)."""
-    return _read(folder)[0]
+    """The names of the entries of `folder` that grpokit wrote and that are still as it left them."""
+    return set(_read(folder))
 
 
-def _store(folder: Path, names: set[str], inside: dict[str, set[str]]) -> None:
-    """Rewrite the manifest whole: a temporary file renamed over it, so a kill leaves the old one or the new one."""
-    data = {"written_by": "grpokit", "written": sorted(names),
-            "inside": {n: sorted(files) for n, files in sorted(inside.items()) if n in names}}
+def _write_new(path: Path, text: str) -> None:
+    """Write `text` to a fresh file at `path` and nowhere else: a link or file already there is removed first
+    (the link itself, never what it points to), and the file is created exclusively, without following links."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+_KEEP = object()
+
+
+def _store(folder: Path, mine: dict[str, dict], pending=_KEEP) -> None:
+    """Rewrite the manifest whole: a temporary file renamed over it, so a kill leaves the old one or the new one.
+    `pending` (a save's start, `start_pending`) is kept as it is unless given; None clears it."""
+    if pending is _KEEP:
+        pending = _load(folder).get("pending")
+    entries_ = {n: {k: (sorted(v) if isinstance(v, set) else v) for k, v in rec.items()} for n, rec in sorted(mine.items())}
+    data = {"written_by": "grpokit", "entries": entries_}
+    if isinstance(pending, int):
+        data["pending"] = pending
     partial = Path(folder) / f"{MANIFEST}.partial"
-    partial.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    _write_new(partial, json.dumps(data, indent=1) + "\n")
     os.replace(partial, Path(folder) / MANIFEST)
 
 
 def contents(path: Path) -> set[str]:
-    """Every file (and link) below the folder `path`, as paths relative to it; symbolic links are not followed."""
+    """Every file, link and folder below the folder `path`, relative to it (folders end in `/`); links not followed."""
     path = Path(path)
     if not path.is_dir() or path.is_symlink():
         return set()
@@ -76,39 +133,63 @@ def contents(path: Path) -> set[str]:
     for top, dirs, files in os.walk(path):
         rel = Path(top).relative_to(path)
         found |= {str(rel / f) for f in files if f not in _OWN}  # grpokit's bookkeeping is never the user's
-        found |= {str(rel / d) for d in dirs if (Path(top) / d).is_symlink()}
+        found |= {str(rel / d) + ("" if (Path(top) / d).is_symlink() else "/") for d in dirs}
     return found
 
 
+def _entry(folder: Path, name: str) -> dict:
+    """An entry as grpokit records it now: its identity and, for a folder, everything inside."""
+    path = Path(folder) / name
+    rec = dict(identity(path) or {})
+    if path.is_dir() and not path.is_symlink():
+        rec["inside"] = contents(path)
+    return rec
+
+
 def claim(folder: Path, names) -> None:
-    """Record `names`, entries of `folder`, as written by grpokit; a folder among them with what it holds now."""
-    folder = Path(folder)
-    names = {n for n in names if _plain(n) and n not in _OWN}
-    current, inside = _read(folder)
-    for name in names:
-        if (folder / name).is_dir() and not (folder / name).is_symlink():
-            inside[name] = contents(folder / name)
-    _store(folder, current | names, inside)
+    """Record `names`, entries of `folder`, as written by grpokit, as they are now."""
+    mine = _read(folder)
+    for name in {n for n in names if _plain(n) and n not in _OWN}:
+        if (Path(folder) / name).exists() or (Path(folder) / name).is_symlink():
+            mine[name] = _entry(folder, name)
+    _store(folder, mine)
+
+
+def claim_writing(folder: Path, name: str) -> None:
+    """Record `name` before grpokit writes it (a checkpoint about to be saved): a kill mid-write leaves it grpokit's."""
+    mine = _read(folder)
+    mine[name] = {"inside": WRITING}  # no identity yet: `Recorder.record` gives it one once it is whole
+    _store(folder, mine)
+
+
+def start_pending(folder: Path) -> None:
+    """A save of unknown file names is starting (the trainer's final save): what appears from now counts as grpokit's
+    until the next `Recorder.record` (which a kill may never reach)."""
+    _store(folder, _read(folder), pending=time.time_ns())
 
 
 def claim_file(path: Path) -> None:
-    """Record a file (or a folder, with its files) grpokit just wrote: inside the listed folder that holds it,
+    """Record a file (or a folder, with what it holds) grpokit just wrote: inside the recorded folder that holds it,
     else as an entry of its own folder.
 
     >>> import tempfile; d = Path(tempfile.mkdtemp()); (d / "plots").mkdir(); claim(d, ["plots"])
-    >>> _ = (d / "plots" / "a.png").write_text("x"); claim_file(d / "plots" / "a.png"); sorted(_read(d)[1]["plots"])
+    >>> _ = (d / "plots" / "a.png").write_text("x"); claim_file(d / "plots" / "a.png"); sorted(_read(d)["plots"]["inside"])
     ['a.png']
     """
     path = Path(path)
     for holder in path.parents:
         if holder.parent == holder:
             break
-        names, inside = _read(holder.parent)
-        if holder.name in names:
-            rel = path.relative_to(holder)
-            added = {str(rel / f) for f in contents(path)} if path.is_dir() else {str(rel)}
-            inside[holder.name] = inside.get(holder.name, set()) | added
-            _store(holder.parent, names, inside)
+        mine = _read(holder.parent)
+        if holder.name in mine:
+            rec = mine[holder.name]
+            if rec["inside"] is not WRITING:
+                rel = path.relative_to(holder)
+                added = {str(rel / f) for f in contents(path)} | {str(rel) + "/"} if path.is_dir() else {str(rel)}
+                added |= {str(p) + "/" for p in rel.parents if str(p) != "."}
+                rec["inside"] = rec["inside"] | added
+            rec.update(identity(holder) or {})
+            _store(holder.parent, mine)
             return
     claim(path.parent, [path.name])
 
@@ -122,13 +203,20 @@ def entries(folder: Path) -> list[str]:
 
 
 def foreign(folder: Path) -> list[str]:
-    """The entries of `folder` grpokit did not record writing."""
+    """The entries of `folder` grpokit did not write (or that are no longer as it left them)."""
     mine = listed(folder)
     return [n for n in entries(folder) if n not in mine]
 
 
+def unknown_inside(folder: Path, names=None) -> list[str]:
+    """Files and folders inside grpokit's folders in `folder` (all, or `names`) that grpokit did not record."""
+    mine = _read(folder)
+    return sorted(f"{n}/{f}" for n in (names if names is not None else mine) if n in mine
+                  and mine[n]["inside"] is not WRITING for f in contents(Path(folder) / n) - mine[n]["inside"])
+
+
 def holds_run(path: Path) -> bool:
-    """True when `path` is, or contains, the folder of another grpokit run (its lock file, which a run leaves)."""
+    """True when `path` is, or contains, the folder of a grpokit run (its lock file, which a run leaves)."""
     path = Path(path)
     if not path.is_dir() or path.is_symlink():
         return False
@@ -171,14 +259,14 @@ def foreign_problem(folder: Path, key: str, others: list[str], fix: str, origin:
 
 
 def remove(folder: Path, names, key: str, origin: str | None = None) -> None:
-    """Remove those of `names` that `folder`'s manifest lists; nothing else, whatever `names` holds.
+    """Remove those of `names` that grpokit wrote in `folder` (as it left them); nothing else, whatever `names` holds.
 
-    A listed folder that now holds another run's or merge's manifest or lock (one started inside it) is
-    refused, before anything is removed.
+    Refused before anything is removed: a folder among them that now holds another run (one started inside
+    it), or anything inside one of them that grpokit did not record.
     """
     folder = Path(folder)
-    mine, inside = _read(folder)
-    names = sorted(set(names) & mine)
+    mine = _read(folder)
+    names = sorted(set(names) & set(mine))
     if not names:
         return
     nested = [n for n in names if holds_run(folder / n)]
@@ -186,46 +274,64 @@ def remove(folder: Path, names, key: str, origin: str | None = None) -> None:
         raise RecipeError([Problem(key, f"{describe(nested)} in it now hold{'s' if len(nested) == 1 else ''} another grpokit "
                                    "run; nothing was removed: move it out, or choose another folder",
                                    str(folder), file=origin)])
-    unknown = sorted(f"{n}/{f}" for n in names for f in contents(folder / n) - inside.get(n, set()))
+    unknown = unknown_inside(folder, names)
     if unknown:
         raise RecipeError([foreign_problem(folder, key, unknown, "nothing was removed: move them out first", origin)])
     for name in names:
         path = folder / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
+        elif path.is_symlink() or path.exists():
             path.unlink()
-    _store(folder, mine - set(names), inside)
+    _store(folder, {n: rec for n, rec in mine.items() if n not in names})
 
 
 class Recorder:
-    """Records as grpokit's every entry that appears in `folder` while grpokit writes into it.
+    """Records as grpokit's what grpokit writes into `folder` while it works there.
 
     What a library writes on grpokit's behalf (the trainer's checkpoints, adapter and tokenizer files, its
-    logging folder) has names grpokit does not choose, so a run records what is new since it started, and for
-    each folder it made, the files in it; what was there before and not grpokit's stays the user's. While a
-    run holds its folder, what appears there counts as the run's. A folder holding another grpokit run (one
+    logging folder) has names grpokit does not choose, so a run records what is new since it started, and
+    for each folder of grpokit's, the files that appeared in it. What was there when it started and was not
+    grpokit's stays the user's, also inside grpokit's folders. A folder holding another grpokit run (one
     started inside this one) is never recorded.
     """
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
-        self.before = set(foreign(self.folder))
+        self.mine = _read(self.folder)
+        self.start = {n: contents(self.folder / n) for n in entries(self.folder)}  # everything there, and inside
+
+    def forget(self, names) -> None:
+        """`names` were removed (the previous run, by --overwrite): what comes back under them is new."""
+        for name in names:
+            self.start.pop(name, None)
+            self.mine.pop(name, None)
 
     def record(self) -> None:
         if not self.folder.is_dir():
             return
-        current = entries(self.folder)
-        names, inside = _read(self.folder)
-        mine = {n for n in current if n in names or (n not in self.before and not holds_run(self.folder / n))}
-        for name in mine:
-            if (self.folder / name).is_dir() and not (self.folder / name).is_symlink():
-                inside[name] = contents(self.folder / name)
-        _store(self.folder, mine, inside)
+        current = _read(self.folder)  # claims made meanwhile (a checkpoint being written) are grpokit's too
+        mine = {}
+        for name in entries(self.folder):
+            path = self.folder / name
+            if name not in self.start:  # new since the start
+                if not holds_run(path):
+                    mine[name] = _entry(self.folder, name)
+            elif name in self.mine or name in current:  # grpokit's already: what appeared inside is grpokit's too
+                rec = _entry(self.folder, name)
+                before = (current.get(name) or self.mine.get(name) or {}).get("inside", set())
+                if "inside" in rec:
+                    known = set() if before is WRITING else before
+                    rec["inside"] = (rec["inside"] & known) | (rec["inside"] - self.start[name]) if before is not WRITING \
+                        else rec["inside"]
+                mine[name] = rec
+        _store(self.folder, mine, pending=None)  # everything written so far is recorded: no save is pending
+        self.mine = _read(self.folder)
 
 
 def replaceable(path: Path, root: Path | None = None) -> bool:
-    """True when `path` does not exist, or grpokit wrote it: it, or a folder above it up to `root`, is listed.
+    """True when `path` does not exist, or grpokit wrote it: it, or a folder of grpokit's above it up to `root`,
+    recorded and unchanged, and no link on the way.
 
     >>> replaceable(Path("/nonexistent/report.md"))
     True
@@ -235,16 +341,20 @@ def replaceable(path: Path, root: Path | None = None) -> bool:
         return True
     stop = Path(root) if root is not None else path.parent
     for part in [path, *path.parents]:
-        if part.name in listed(part.parent):
-            return True
-        if part.parent == stop or part.parent == part:
+        mine = _read(part.parent)
+        if part.name in mine:
+            rel = str(path.relative_to(part)) if part != path else None
+            inside = mine[part.name].get("inside")
+            return rel is None or inside is WRITING or rel in inside
+        if part.is_symlink() or part.parent == stop or part.parent == part:
             return False
     return False
 
 
 def refuse_unless_replaceable(paths, root: Path | None = None, key: str = "", origin: str | None = None) -> None:
-    """Before any work: every path grpokit is about to write is new, or grpokit's own (`replaceable`)."""
-    theirs = [str(p) for p in paths if not replaceable(p, root)]
+    """Before any work: every path grpokit is about to write is new, or grpokit's own (`replaceable`), and is not
+    reached through a link."""
+    theirs = [str(p) for p in paths if not replaceable(p, root) or _through_link(Path(p), root)]
     if theirs:
         one = len(theirs) == 1
         raise RecipeError([Problem(key or theirs[0], f"{describe(theirs)} exist{'s' if one else ''} and grpokit did not "
@@ -252,15 +362,22 @@ def refuse_unless_replaceable(paths, root: Path | None = None, key: str = "", or
                                    f"{'it' if one else 'them'}, or choose another path", file=origin)])
 
 
+def _through_link(path: Path, root: Path | None) -> bool:
+    """True when a folder between `root` (or the file's own folder) and `path` is a symbolic link."""
+    stop = Path(root) if root is not None else path.parent
+    return any(p.is_symlink() for p in path.parents if p != stop and stop in p.parents)
+
+
 def write_text(path: Path, text: str, key: str = "", origin: str | None = None) -> None:
     """Write a file grpokit owns: refused when `path` exists and grpokit did not write it; recorded after.
 
-    The text goes to a temporary file renamed over the target, so a kill leaves the old file or the new one.
+    The text goes to a fresh temporary file (never through a link) renamed over the target, so a kill leaves
+    the old file or the new one.
     """
     path = Path(path)
     refuse_unless_replaceable([path], key=key, origin=origin)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
+    _write_new(partial, text)
     os.replace(partial, path)
     claim_file(path)

@@ -51,6 +51,16 @@ class RunLock:
         if self.recorder is not None:
             self.recorder.record()
 
+    def claim_writing(self, name: str) -> None:
+        """`name` is about to be written by the run (a checkpoint): grpokit's even if a kill cuts the write short."""
+        if self.recorder is not None:
+            ownership.claim_writing(self.output_dir, name)
+
+    def pending(self) -> None:
+        """A save of names the run does not choose starts now (the final save; see `ownership.start_pending`)."""
+        if self.recorder is not None:
+            ownership.start_pending(self.output_dir)
+
     def _problem(self, message: str) -> RecipeError:
         return RecipeError([Problem("trainer.output_dir", message, str(self.output_dir), file=self.origin)])
 
@@ -64,8 +74,12 @@ class RunLock:
         self.made_lock = not (self.output_dir / LOCK_FILE).exists()
         try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            # never through a link: a planted .grpokit.lock pointing elsewhere would have its target overwritten
+            fd = os.open(self.output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:
+            if (self.output_dir / LOCK_FILE).is_symlink():
+                raise self._problem(f"its {LOCK_FILE} is a symbolic link, not a lock grpokit made; remove the link, or "
+                                    "choose another trainer.output_dir=...") from None
             raise self._problem(f"cannot be written ({err.strerror or err}); choose a writable trainer.output_dir=...") from None
         key = str(self.output_dir.resolve())
         try:
@@ -121,8 +135,10 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, orig
     Returns the entries `--overwrite` will remove -- the previous run's, as its manifest lists them -- which the
     caller removes only once the new run has passed every check (`remove_previous`). Refused (RecipeError): a
     folder that can never hold a run (`ownership.forbidden_reason`), a previous run without --resume or
-    --overwrite, and --overwrite of a folder holding anything grpokit did not write. The base model's eval
-    (`eval-base.json`, written before the run) neither blocks a run nor goes with --overwrite.
+    --overwrite, and a folder holding anything grpokit did not write -- for --overwrite, which would remove it, and
+    for --resume, which would write the run's model, report and recipe among it and let the trainer's checkpoint
+    rotation delete a checkpoint holding it. The base model's eval (`eval-base.json`, written before the run)
+    neither blocks a run nor goes with --overwrite.
 
     Only the main process judges: another rank could otherwise see the main one's fresh `recipe.yaml` and
     refuse its own run; when the main process refuses, the launcher stops them all.
@@ -131,16 +147,20 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, orig
     if forbidden:
         raise RecipeError(forbidden)
     previous = [n for n in ownership.entries(output_dir) if n != BASE_EVAL_FILE]
-    if resume or not is_main_process() or not previous:
+    if not is_main_process() or not previous:
         return []
-    others = [n for n in ownership.foreign(output_dir) if n != BASE_EVAL_FILE]  # kept either way: it blocks nothing
+    # kept either way (eval-base.json blocks nothing); inside grpokit's folders, what it did not record
+    others = [n for n in ownership.foreign(output_dir) if n != BASE_EVAL_FILE] + ownership.unknown_inside(output_dir)
     if others:
-        fix = "--overwrite cannot replace it" if overwrite else "a new run cannot start in it (--resume continues a run there)"
-        fix += ": choose a new or empty trainer.output_dir=..."
+        fix = ("--resume would write its model, report and recipe among them" if resume else
+               "--overwrite cannot replace it" if overwrite else "a new run cannot start in it")
+        fix += ": choose a new or empty trainer.output_dir=..." if not resume else ": move them out of the folder first"
         if not ownership.listed(output_dir) and (output_dir / RECIPE_FILE).is_file() and (output_dir / LOCK_FILE).exists():
             fix += ("; it looks like a run of a grpokit that kept no manifest (.grpokit-files): if everything in it is "
                     "yours to lose, remove the folder yourself")
         raise RecipeError([ownership.foreign_problem(output_dir, "trainer.output_dir", others, fix, origin)])
+    if resume:
+        return []
     if not overwrite:
         raise RecipeError([Problem("trainer.output_dir", "already holds a run; pass --resume to continue it, --overwrite to replace it, "
                                    "or choose another trainer.output_dir=...", str(output_dir), file=origin)])
@@ -154,11 +174,13 @@ def forbidden_problems(output_dir: Path, recipe: Path | None, origin: str) -> li
                     str(output_dir), file=origin)] if reason else []
 
 
-def remove_previous(output_dir: Path, names: list[str], origin: str) -> None:
+def remove_previous(output_dir: Path, names: list[str], origin: str, lock: "RunLock | None" = None) -> None:
     """`--overwrite`, once the new run has passed its checks: remove the previous run's entries (and only those)."""
     if names:
         say(f"--overwrite: removing the previous run in {output_dir} ({ownership.describe(names)})")
         ownership.remove(output_dir, names, "trainer.output_dir", origin)
+        if lock is not None and lock.recorder is not None:
+            lock.recorder.forget(names)  # what the new run writes under these names is its own
 
 
 def warn(message: str) -> None:

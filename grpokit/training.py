@@ -81,7 +81,7 @@ def prepare(recipe: Recipe, log=say, training: bool = False, launching: bool = F
     dataset = None
     try:
         log("loading dataset")
-        source = recipe.origin("dataset.path" if recipe.dataset.get("path") else "dataset.name")  # what the data's faults are blamed on
+        source = recipe.blame("dataset.path" if recipe.dataset.get("path") else "dataset.name")
         raw = data.load_raw(recipe.dataset, origin=source)
         conversational = recipe.dataset["conversational"]
         if conversational == "auto":
@@ -193,7 +193,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, resume: str | None, ov
         + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
     model = load_model(prep.model_path, recipe)
     # Every check has passed and the weights are in: only now does --overwrite remove the previous run.
-    rundir.remove_previous(output_dir, previous, origin)
+    rundir.remove_previous(output_dir, previous, origin, lock)
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         write_recipe_file(recipe, output_dir)
@@ -208,7 +208,8 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, resume: str | None, ov
         f"{'steps' if prep.args.max_steps > 0 else 'epochs'} -> {output_dir}" + (f" (resuming {checkpoint})" if checkpoint else ""))
     with StopOnSignal() as stop:
         safe = add_run_callbacks(trainer, stop)
-        safe.on_saved = lock.record  # each checkpoint joins the manifest as soon as it is whole
+        safe.on_saving = lock.claim_writing  # a checkpoint is grpokit's from before its first byte ...
+        safe.on_saved = lock.record  # ... and recorded file by file as soon as it is whole
         try:
             trainer.train(resume_from_checkpoint=checkpoint)
         except Exception as err:  # noqa: BLE001 - only a failure while a checkpoint is being written is ours to explain
@@ -219,6 +220,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, resume: str | None, ov
             raise Stopped(stop.signum, step=safe.stopped_at)  # not finished: no final save, the checkpoint is the run
         # Finished: a signal now waits until the final save and the report are written (seconds).
         stop.finishing = True
+        lock.pending()  # the final save's files have names the trainer chooses: what appears now is the run's
         try:
             trainer.save_model(str(output_dir))
             trainer.save_state()  # trainer_state.json last: present and readable only once the final save is whole

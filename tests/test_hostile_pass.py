@@ -67,8 +67,9 @@ def test_the_lock_file_is_never_written_through_a_symlink(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / LOCK_FILE).symlink_to(victim)
-    with RunLock(run, "recipe.yaml"):
-        pass
+    with pytest.raises(RecipeError, match="symbolic link"):  # refused, naming the link
+        with RunLock(run, "recipe.yaml"):
+            pass
     assert victim.read_text() == "precious"
 
 
@@ -179,8 +180,9 @@ def test_a_stale_manifest_entry_does_not_claim_a_users_new_file(tmp_path):
     shutil.rmtree(run / "checkpoint-1")
     (run / "report.md").unlink()
     (run / "report.md").write_text("MY report, written after I emptied the folder")
-    previous = guard_output_dir(run, None, True, "recipe.yaml")
-    ownership.remove(run, previous, "trainer.output_dir")
+    with pytest.raises(RecipeError, match="report.md"):  # refused, naming the file that is no longer grpokit's
+        guard_output_dir(run, None, True, "recipe.yaml")
+    ownership.remove(run, ["report.md"], "trainer.output_dir")  # and removal itself passes it over
     assert (run / "report.md").is_file()
 
 
@@ -198,7 +200,7 @@ def test_a_users_empty_folder_inside_a_checkpoint_stops_the_removal(tmp_path):
 # and plot_run's savefig writes through the link. Seen end to end: `launch.py --plot PL` replaced the user's PNG.
 def test_plot_never_replaces_a_file_reached_through_a_symlinked_plots_folder(tmp_path):
     run = fake_run(tmp_path / "run", names=("plots", "report.md"))
-    (run / "plots").rmdir()
+    (run / "plots").unlink()  # fake_run made it a file; a folder or a file, a link now stands in its place
     theirs = tmp_path / "my-figures"
     theirs.mkdir()
     (theirs / "training.png").write_text("MY figure")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, launch, with_trainer, write_recipe
 
-from grpokit import rundir
+from grpokit import ownership, rundir
 from grpokit.errors import RecipeError
 
 
@@ -306,6 +306,8 @@ def test_a_finished_run_is_left_alone_extended_on_request_and_completed_after_a_
     assert run_files(run) == before  # not a byte changed: no step 3, no new checkpoint, the adapter kept
 
     # A kill during the final save: the trainer state (written last) never came, the adapter is cut short, no report.
+    # The run marked the save's start in its manifest first (as training does before save_model).
+    ownership.start_pending(run)
     (run / rundir.STATE_FILE).unlink()
     (run / "adapter_model.safetensors").write_bytes(before["adapter_model.safetensors"][:100])
     (run / "report.md").unlink()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from grpokit.config.engine import check_knobs
 from grpokit.config.lint import RULE_NAMES
-from grpokit.config.loader import Loaded
+from grpokit.config.loader import CLI, Loaded
 from grpokit.config.schema import non_finite, validate_dataclass_keys, validate_fields
 from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, MODEL, PER_GROUP, REQUIRED_SECTIONS, REWARD_ENTRY,
                                      SAMPLING, SECTIONS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
@@ -47,6 +47,12 @@ class Recipe:
                 return self.origins[".".join(parts)]
             parts.pop()
         return str(self.path)
+
+    def blame(self, key_path: str) -> str:
+        """What a message about the data `key_path` names (a dataset file, a split) names as its source: the recipe,
+        or "command line" when that is where the value came from."""
+        where = self.origin(key_path)
+        return where if where == CLI else str(self.path)
 
     def as_dict(self) -> dict:
         """What is saved as the resolved recipe next to a run: rerunnable as is."""

@@ -17,14 +17,30 @@ and literals; a value of any other type (a custom object, a Fraction, a generato
 and the other consumers), or past the caps (65,536 items, 512 KiB or 64 levels deep; 262,144 items for
 all of one candidate's values together) fails its test.
 
+The setup's names (`setup_column`) are never the code's: a name the setup binds is not a probe's root.
+Which names those are is learned by running the setup alone, with no candidate's code, in a sandbox of
+its own, once per distinct setup per process (rewards/_sandbox.py, `survey`) -- not from its text,
+which misses what `from m import *`, `globals()[...] =`, `exec(...)` or `builtins.X =` bind, and not
+from the candidate's run, which the code could change. So a test's classification depends only on the
+tests and the setup. A setup name holding a plain value (`EXPECTED = 3`, `REF = [1, 2]`, a star-imported
+string) is a *constant* of the value check: the candidate's sandbox reports its value right after the
+setup ran and before the code runs (the value the code saw, random or not; the first report of a step
+counts), and it is evaluated here, so rebinding it changes nothing. (Making such tests opaque instead
+would not do: an opaque test runs in the code's namespace, where the code rebinds the name.) Names the tests bind (`expected =
+3` in an earlier test) are not the code's either. Where the setup's run sent no list (it hung, or bound
+too much to send), the setup's names are those its text binds, and a setup that may bind others
+(`binds_unseen`) makes every test opaque. A value check judges a constant as the setup made it: a test
+that expects the code to change a setup value in place fails.
+
 Everything else is an *opaque* test, run whole inside the sandbox as before, its verdict reported from
 there: other statements (an assignment, a call for its side effects, try/except, a loop over anything
 but a literal), comprehensions, lambdas, f-strings, method calls on literals, `is` between two values,
 a test with no probe at all (`assert sorted([3, 1]) == [1, 3]` where the task is to write `sorted`), and
-one whose other side needs the setup's names or a module's (`assert f(x) == EXPECTED`,
-`assert check(f(x))`, `assert f(5) == math.factorial(5)`), since the graded code could rebind them. An
-opaque test's verdict can be forged by code that walks the harness's stack frames (the report function
-and its nonce are in reach of the interpreter the code runs in).
+one whose other side needs a setup name that is not a plain value or a module's (`assert check(f(x))`,
+`assert isinstance(f(x), Box)`, `assert f(5) == math.factorial(5)`). An opaque test runs in the code's
+own namespace, so its verdict can be forged: by rebinding a name it uses (`check`, a name an earlier test
+bound, or one a setup function binds when a test calls it) or by walking the harness's stack frames
+(the report function and its nonce are in reach of the interpreter the code runs in).
 
 >>> checks = plan(("assert add(1, 2) == 3",), "")
 >>> [c.probes for c in checks]
@@ -72,23 +88,59 @@ _SINGLETONS = (None, True, False)
 
 @dataclass(frozen=True)
 class Check:
-    """One test: `expr` (probes replaced by names `<probe i>`) and its probes' (source, iterable) pairs,
-    or, for an opaque test, `expr` None and `source` run whole in the sandbox."""
+    """One test: `expr` (probes replaced by names `<probe i>`, the setup's constants left as their names),
+    its probes' (source, iterable) pairs and the constants it reads; or, for an opaque test, `expr` None
+    and `source` run whole in the sandbox."""
 
     source: str
     expr: ast.expr | None = None
     probes: tuple = ()
+    constants: tuple = ()
 
 
 @functools.lru_cache(maxsize=256)
-def plan(tests: tuple, setup: str) -> tuple:
-    """A Check per test (cached: the completions of one prompt share their tests)."""
-    setup_names = _bound_names(setup)
-    return tuple(_check(test, setup_names) for test in tests)
+def plan(tests: tuple, setup: str, surveyed: frozenset | None = None, constants: frozenset = frozenset()) -> tuple:
+    """A Check per test (cached: the completions of one prompt share their tests). `surveyed`: the names
+    a run of the setup alone bound (rewards/_sandbox.py, `survey`), `constants` those of them holding
+    plain values; None where it was not run or failed: then the setup's names are those it binds
+    visibly, and a setup that may bind others makes every test opaque."""
+    setup_names = _bound_names(setup) | frozenset().union(*(_bound_names(t) for t in tests))
+    if surveyed is None:
+        if binds_unseen(setup):
+            return tuple(Check(test) for test in tests)
+        constants = frozenset()
+    setup_names |= surveyed or frozenset()
+    return tuple(_check(test, setup_names, constants) for test in tests)
+
+
+# What binds names no parse of the code can list: `from m import *`, exec/eval, the namespace's own
+# dict (globals(), vars(), locals(), sys.modules[__name__]), setattr on a module, the builtins module.
+_UNSEEN = frozenset({"exec", "eval", "compile", "globals", "vars", "locals", "setattr", "__import__", "importlib",
+                     "builtins", "__builtins__", "__dict__", "modules", "runpy"})
+
+
+def binds_unseen(code: str) -> bool:
+    """Might `code` bind names that `_bound_names` cannot see?
+
+    >>> binds_unseen("from string import *"), binds_unseen("globals()['X'] = 1"), binds_unseen("import math")
+    (True, True, False)
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False  # it fails in the sandbox too, and every test with it
+    for node in ast.walk(tree):
+        if isinstance(node, ast.alias) and node.name == "*":
+            return True
+        if isinstance(node, ast.Name) and node.id in _UNSEEN or isinstance(node, ast.Attribute) and node.attr in _UNSEEN:
+            return True
+        if isinstance(node, ast.alias) and node.name.split(".")[0] in _UNSEEN:
+            return True
+    return False
 
 
 def _bound_names(setup: str) -> frozenset:
-    """Every name the setup code binds anywhere (an over-estimate is safe: those names go opaque)."""
+    """Every name the code binds visibly (an over-estimate is safe: those names go opaque)."""
     try:
         tree = ast.parse(setup)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -106,15 +158,15 @@ def _bound_names(setup: str) -> frozenset:
     return frozenset(names)
 
 
-def _check(test: str, setup_names: frozenset) -> Check:
+def _check(test: str, setup_names: frozenset, constants: frozenset) -> Check:
     try:
         tree = ast.parse(test)
-        cutter = _Cutter(setup_names)
+        cutter = _Cutter(setup_names, constants)
         parts = [cutter.cut(e) for e in _asserted(tree.body, {})]
         if not cutter.probes:
             raise Opaque
         expr = parts[0] if len(parts) == 1 else ast.BoolOp(ast.And(), parts)
-        return Check(test, ast.fix_missing_locations(expr), tuple(cutter.probes))
+        return Check(test, ast.fix_missing_locations(expr), tuple(cutter.probes), tuple(sorted(cutter.used)))
     except (Opaque, SyntaxError, ValueError, RecursionError, MemoryError):
         return Check(test)
 
@@ -179,14 +231,17 @@ class _Substitute(ast.NodeTransformer):
 class _Cutter:
     """Replaces each probe in an expression by a `<probe i>` name; Opaque where that is not possible."""
 
-    def __init__(self, setup_names: frozenset):
-        self.setup_names, self.probes = setup_names, []
+    def __init__(self, setup_names: frozenset, constants: frozenset):
+        self.setup_names, self.constants, self.probes, self.used = setup_names, constants, [], set()
 
     def known(self, name: str) -> bool:
         return name in BUILTINS and name not in self.setup_names
 
     def cut(self, node: ast.expr, iterable: bool = False) -> ast.expr:
         if isinstance(node, ast.Constant):
+            return node
+        if isinstance(node, ast.Name) and node.id in self.constants:
+            self.used.add(node.id)  # the setup's value, sent before the code ran; never the code's
             return node
         if isinstance(node, ast.Name):
             return node if self.known(node.id) else self.probe(node, iterable)
@@ -260,9 +315,10 @@ def _singleton(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and any(node.value is s for s in _SINGLETONS)
 
 
-def judge(check: Check, payloads: list, budget: Budget | None = None) -> tuple[bool, str]:
-    """(passed, why not) for a value check, given each probe's encoded value (None where it sent none);
-    the values' items are taken from `budget` (rewards/_values.py), shared by one candidate's tests.
+def judge(check: Check, payloads: list, budget: Budget | None = None, constants: dict | None = None) -> tuple[bool, str]:
+    """(passed, why not) for a value check, given each probe's encoded value (None where it sent none)
+    and the setup's constants' values (MISSING where there was none); the values' items are taken from
+    `budget` (rewards/_values.py), shared by one candidate's tests.
 
     >>> judge(plan(("assert abs(f(2) - 1.41) < 0.01",), "")[0], [b"f0x1.6a09e667f3bcdp+0;"])
     (True, '')
@@ -274,7 +330,7 @@ def judge(check: Check, payloads: list, budget: Budget | None = None) -> tuple[b
         except BadValue:
             values.append(MISSING)
     try:
-        if _outcome(check, values):
+        if _outcome(check, values, constants or {}):
             return True, ""
         why = "AssertionError"
     except Exception as err:  # noqa: BLE001 - whatever the values make of the test, it did not pass
@@ -293,6 +349,7 @@ def _show(value) -> str:
         return "(too long to show)"
 
 
-def _outcome(check: Check, values: list):
-    """The test's expression with its probes replaced by `values` (rewards/_evaluate.py)."""
-    return evaluate(check.expr, {f"<probe {i}>": v for i, v in enumerate(values)})
+def _outcome(check: Check, values: list, constants: dict):
+    """The test's expression with its probes replaced by `values`, its constants by theirs (rewards/_evaluate.py)."""
+    env = {name: constants.get(name, MISSING) for name in check.constants}
+    return evaluate(check.expr, env | {f"<probe {i}>": v for i, v in enumerate(values)})

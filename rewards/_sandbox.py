@@ -90,9 +90,11 @@ and a python that `nobody` cannot read leaves only preloaded modules importable 
 Who decides: not the sandbox. Each test is parsed here first (rewards/_judge.py); for the common
 `assert EXPR` forms the sandbox is sent only the sub-expressions that need the code's names
 (`add(1, 2)`), sends back their values, and this process decides pass/fail -- the code never sees the
-expected side, and nothing it runs changes a verdict. Other tests run whole in the sandbox ("opaque",
-listed in rewards/_judge.py) and report pass/fail from there; the code runs in that interpreter, so a
-candidate that walks the harness's stack frames can forge those, and only those.
+expected side, and nothing it runs changes a verdict. The setup's names come from a run of the setup
+alone (`survey`, a job with no code, cached per setup); its plain values are reported by each candidate's
+sandbox before the code runs. Other tests run whole in the sandbox ("opaque", listed in
+rewards/_judge.py) and report pass/fail from there; the code runs in that interpreter, so a candidate
+that rebinds the names they use or walks the harness's stack frames can forge those, and only those.
 
 Reports travel on a pipe of their own as `<nonce> <kind> <step> ...` lines (a value's bytes after its
 line); stdout, stderr and the exit status are never read as results, and the nonce is never printed.
@@ -101,6 +103,7 @@ At most RESULTS_BYTES are read from it per candidate: past that the job is kille
 
 from __future__ import annotations
 
+import functools
 import marshal
 import os
 import pwd
@@ -115,8 +118,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rewards._evaluate import MISSING
 from rewards._judge import judge, plan
-from rewards._values import Budget
+from rewards._values import BadValue, Budget, decode
 
 CHILD = str(Path(__file__).resolve().with_name("_sandbox_child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it
@@ -183,10 +187,43 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
     >>> run("def add(a, b): return a + b", ["assert add(1, 2) == 3", "assert add(1, 1) == 3"]).passed
     [True, False]
     """
-    nonce = secrets.token_hex(16)
     job, checks, owners = build_job(code, tests, setup, limits)
-    job["nonce"] = nonce
     outcome = Outcome(passed=[False] * len(tests))
+    steps = _launch(job, len(owners), limits, outcome)
+    _decide(checks, owners, steps, outcome)
+    return outcome
+
+
+@functools.lru_cache(maxsize=1024)
+def survey(setup: str, limits: Limits = Limits()) -> tuple[frozenset, dict] | None:
+    """(every name the setup binds, {name: encoded value} for those holding plain values), found by running
+    the setup alone -- no candidate's code -- in a sandbox of its own; cached per setup for the process.
+    None where that run sent no list (the setup hung, or bound too much to send): rewards/_judge.py then
+    falls back to what it can see.
+
+    >>> names, values = survey("from math import *\\nK = [1, 2]")
+    >>> "pi" in names and "sqrt" in names, values["K"], "sqrt" in values
+    (True, b'l2:i1;i2;', False)
+    """
+    uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
+    job = {"code": "", "steps": [], "setup": setup, "survey": True, "uid": uid, "gid": gid,
+           "wall_s": limits.wall_s(0), **asdict(limits)}
+    steps = _launch(job, 1, limits, Outcome(passed=[]))
+    try:
+        found = decode(steps[0])
+    except (KeyError, BadValue):  # no value sent (a `fail`, or nothing): not surveyed
+        return None
+    if not (isinstance(found, dict) and all(isinstance(n, str) and (v is None or isinstance(v, bytes))
+                                            for n, v in found.items())):
+        return None
+    return frozenset(found), {name: payload for name, payload in found.items() if payload is not None}
+
+
+def _launch(job: dict, n_steps: int, limits: Limits, outcome: Outcome) -> dict:
+    """Run one job in a fresh sandbox; fills `outcome`'s isolation, ending and output, returns the reports
+    of its steps (step -> True / False / a value's bytes)."""
+    nonce = secrets.token_hex(16)
+    job["nonce"] = nonce
     results_r, results_w = os.pipe()
     output_r, output_w = os.pipe()
     # The job goes in on an unlinked file, not a pipe: no writer to block, nothing left on disk.
@@ -202,7 +239,7 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
         finally:
             os.close(results_w)
             os.close(output_w)
-    reports = _Reports(nonce, len(owners))
+    reports = _Reports(nonce, n_steps)
     try:
         _collect(proc, results_r, output_r, reports, limits, outcome)
     finally:
@@ -212,8 +249,7 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
     if not outcome.isolation:
         raise SandboxError(f"the code sandbox did not start ({outcome.ended}, exit code {proc.returncode}); "
                            f"its output: {outcome.output.decode(errors='replace')[-2000:]!r}")
-    _decide(checks, owners, reports.steps, outcome)
-    return outcome
+    return reports.steps
 
 
 def build_job(code: str, tests: list[str], setup: str, limits: Limits) -> tuple[dict, tuple, list]:
@@ -224,8 +260,16 @@ def build_job(code: str, tests: list[str], setup: str, limits: Limits) -> tuple[
     >>> job["steps"], owners
     ([('eval', 'add(20, 22)', '<test 0>', False)], [(0, 0)])
     """
-    checks = plan(tuple(tests), setup or "")
+    setup = setup or ""
+    surveyed = survey(setup, limits) if setup.strip() else (frozenset(), {})
+    names, values = surveyed or (None, {})
+    checks = plan(tuple(tests), setup, names, frozenset(values))
     steps, owners = [], []
+    # The setup's values a value check reads, sent by the candidate's own sandbox right after the setup
+    # ran and before its code does: the values the code saw, which it cannot change afterwards.
+    for name in sorted({name for check in checks for name in check.constants}):
+        steps.append(("const", name, "<setup>", False))
+        owners.append((None, name))
     for i, check in enumerate(checks):
         if check.expr is None:
             steps.append(("exec", check.source, f"<test {i}>", False))
@@ -242,15 +286,20 @@ def build_job(code: str, tests: list[str], setup: str, limits: Limits) -> tuple[
 def _decide(checks: tuple, owners: list, steps: dict, outcome: Outcome) -> None:
     """Each test's verdict: an opaque test's as the sandbox reported it, a value check's decided here."""
     payloads = [[None] * len(check.probes) for check in checks]
+    constants, budget = {}, Budget(VALUE_ITEMS)
     for j, (i, k) in enumerate(owners):
-        if k is None:
+        if i is None:
+            try:
+                constants[k] = decode(steps[j], budget)
+            except (KeyError, TypeError, BadValue):  # not sent, or not a plain value in this run: tests using it fail
+                constants[k] = MISSING
+        elif k is None:
             outcome.passed[i] = steps.get(j) is True
         elif isinstance(steps.get(j), bytes):
             payloads[i][k] = steps[j]
-    budget = Budget(VALUE_ITEMS)
     for i, check in enumerate(checks):
         if check.expr is not None:
-            outcome.passed[i], why = judge(check, payloads[i], budget)
+            outcome.passed[i], why = judge(check, payloads[i], budget, constants)
             if why:
                 outcome.notes.append(f"<test {i}>: {why}")
 
@@ -367,6 +416,8 @@ def run_many(jobs: list[tuple[str, list[str], str]], limits: Limits = Limits(), 
     if workers <= 1 or len(jobs) == 1:
         return [run(code, tests, setup, limits) for code, tests, setup in jobs]
     with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        # Each distinct setup surveyed once, before its candidates (which would otherwise race to survey it).
+        list(pool.map(lambda setup: survey(setup, limits), {setup for _, _, setup in jobs if setup and setup.strip()}))
         return list(pool.map(lambda job: run(*job, limits=limits), jobs))
 
 

@@ -409,6 +409,8 @@ def _close_fds(keep: int) -> None:
 from builtins import (bool, bytearray, bytes, complex, dict, float, frozenset, int, isinstance,  # noqa: E402
                       issubclass, len, list, memoryview, set, str, tuple, type)
 
+import builtins as _builtins  # noqa: E402
+
 _exec, _eval, _compile, _write = exec, eval, compile, os.write
 
 
@@ -421,7 +423,7 @@ def _run_tests(job: dict, report) -> None:
         raise _Timeout()
 
     signal.signal(signal.SIGALRM, on_alarm)
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    namespace = {"__name__": "__main__", "__builtins__": _builtins}
 
     left = {}  # seconds left to each label: the probes of one test share its time_s, as the test would
 
@@ -448,9 +450,29 @@ def _run_tests(job: dict, report) -> None:
     def value(iterable: bool):
         return lambda source, label: _encode(_eval(_compile(source, label, "eval"), namespace), iterable)
 
-    loaded = timed(execute, job["setup"], "<setup>")[0] and timed(execute, job["code"], "<completion>")[0]
+    builtins_before = dict(vars(_builtins))
+    loaded = timed(execute, job["setup"], "<setup>")[0]
+    if job.get("survey"):  # the setup alone, no code: what it bound, for the parent to classify tests with
+        ok, payload = timed(lambda *_: _survey(namespace, builtins_before), "", "<setup>")
+        if ok:
+            report("value", 0, payload)
+        else:
+            report("fail", 0)
+        return
+    # The setup's values the parent takes as constants, sent before any of the code runs (the first
+    # report of a step counts), so the code cannot choose them.
+    for j, (kind, source, label, iterable) in enumerate(job["steps"]):
+        if kind == "const":
+            ok, payload = timed(value(False), source, label) if loaded else (False, None)
+            if ok:
+                report("value", j, payload)
+            else:
+                report("fail", j)
+    loaded = loaded and timed(execute, job["code"], "<completion>")[0]
     report("load", "1" if loaded else "0")
     for j, (kind, source, label, iterable) in enumerate(job["steps"]):
+        if kind == "const":
+            continue
         if not loaded:
             report("fail", j)
         elif kind == "exec":
@@ -461,6 +483,26 @@ def _run_tests(job: dict, report) -> None:
                 report("value", j, payload)
             else:
                 report("fail", j)
+
+
+def _survey(namespace: dict, builtins_before: dict) -> bytes:
+    """{name: its value's encoding, or None where it is not a plain value (or too big)} for every name the
+    setup bound: in the namespace, or in the builtins (which every name lookup falls back to)."""
+    if namespace.get("__builtins__") is not _builtins:
+        raise ValueError("the setup replaced __builtins__")  # its names cannot be listed: the parent falls back
+    names = [name for name in namespace if name not in ("__builtins__", "__name__")]
+    names += [name for name, v in dict.items(vars(_builtins)) if builtins_before.get(name, _survey) is not v]
+    found, room = {}, _VALUE_BYTES // 2
+    for name in names:
+        try:
+            payload = _encode(namespace[name] if name in namespace else vars(_builtins)[name], False)
+        except Exception:  # noqa: BLE001 - not a plain value: the name stays the setup's, tests using it opaque
+            payload = None
+        if payload is not None and len(payload) > room // 4:
+            payload = None
+        room -= len(payload or b"") + len(name) + 16
+        found[name] = payload
+    return _encode(found, False)
 
 
 _VALUE_BYTES = 1 << 19  # one value's encoding; past it the probe fails (the parent reads 1 MiB per candidate)

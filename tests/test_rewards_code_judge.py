@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rewards._judge import plan
-from rewards._sandbox import CHILD, VALUE_ITEMS, Limits, build_job, run
+from rewards._sandbox import CHILD, VALUE_ITEMS, Limits, build_job, run, survey
 from rewards._values import BadValue, decode
 from rewards.code import CodeTests
 
@@ -322,3 +322,77 @@ def test_an_expected_side_built_with_a_library_name_is_never_a_probe():
     assert all(check.expr is None for check in plan(tuple(tests), ""))
     code = "from collections import Counter\nfrom math import sqrt\ndef tally(s): return Counter(s)\ndef root(x): return sqrt(x)\n"
     assert run(code, tests, limits=FAST).passed == [True, True]
+
+
+# (setup, test, a right `f`): setups binding the name a test compares with, visibly or not. The wrong `f`
+# below rebinds that name (in the namespace and in the builtins) and returns what it set it to.
+SETUP_CASES = [
+    ("EXPECTED = 3", "assert f(1) == EXPECTED", "def f(x):\n    return x + 2"),  # an assignment
+    ("globals()['EXPECTED'] = 3", "assert f(1) == EXPECTED", "def f(x):\n    return x + 2"),  # the namespace's dict
+    ("exec('EXPECTED = 3')", "assert f(1) == EXPECTED", "def f(x):\n    return x + 2"),
+    ("import builtins\nbuiltins.EXPECTED = 3", "assert f(1) == EXPECTED", "def f(x):\n    return x + 2"),  # a builtin
+    ("from string import *", "assert f(1) == ascii_lowercase[:2]", "def f(x):\n    return 'ab'"),  # a star import
+    ("REF = {'a': [1, 2]}", "assert f(1) == REF['a'] and len(REF) == 1", "def f(x):\n    return [1, 2]"),
+]
+REBIND = ("def f(x):\n    import builtins\n    for name in ('EXPECTED', 'ascii_lowercase', 'REF'):\n"
+          "        globals()[name] = 'zz'\n        setattr(builtins, name, 'zz')\n    return 'zz'\n")
+
+
+@pytest.mark.parametrize("setup, test, right", SETUP_CASES, ids=[case[0].splitlines()[-1] for case in SETUP_CASES])
+def test_a_value_the_setup_binds_is_the_setups_whatever_the_code_rebinds(setup, test, right):
+    # Found by running the setup alone, it is a constant of a value check: read in the candidate's own
+    # sandbox before its code runs, compared here.
+    check = plan((test,), setup, *_surveyed(setup))[0]
+    assert check.expr is not None and check.constants
+    assert run(right, [test], setup, limits=FAST).passed == [True]
+    assert run(REBIND, [test], setup, limits=FAST).passed == [False]
+    assert run(REBIND + ATTACKS["frame_walk"].replace("range(3)", "range(4)"), [test], setup, limits=FAST).passed == [False]
+
+
+def _surveyed(setup):
+    names, values = survey(setup, FAST)
+    return names, frozenset(values)
+
+
+def test_a_setup_value_is_the_one_the_candidates_own_setup_made():
+    # A setup that draws a random number: each candidate's sandbox draws its own, and its test is judged
+    # against that one (not the survey's), as Python would judge it.
+    setup = "import random\nSEED = random.random()"
+    tests = ["assert f(SEED) == SEED * 2", "assert g() == SEED"]
+    code = "def f(x):\n    return x * 2\ndef g():\n    return SEED\n"
+    assert all(check.expr is not None for check in plan(tuple(tests), setup, *_surveyed(setup)))
+    assert run(code, tests, setup, limits=FAST).passed == [True, True]
+
+
+def test_what_the_setup_binds_that_is_not_plain_data_keeps_a_test_opaque():
+    # A function, a module, a class: not values the trainer can hold, so the test runs whole in the sandbox.
+    setup = "import string\ndef check(v):\n    return v == 3\nclass Box:\n    pass"
+    tests = ["assert check(f(1))", "assert f(1) == string.digits", "assert isinstance(f(1), Box)"]
+    names, constants = _surveyed(setup)
+    assert {"string", "check", "Box"} <= names and not constants & {"string", "check", "Box"}
+    assert all(check.expr is None for check in plan(tuple(tests), setup, names, constants))
+
+
+def test_without_a_survey_a_setup_that_may_bind_unseen_names_makes_every_test_opaque():
+    # The fallback where running the setup alone sent nothing back (it hung, or bound too much to list).
+    for setup in ("from string import *", "globals()['X'] = 1", "exec('X = 1')", "import builtins", "vars()['X'] = 1"):
+        assert plan(("assert f(1) == X",), setup)[0].expr is None, setup
+    assert plan(("assert f(1) == 2",), "import math\nK = 2")[0].expr is not None
+    hang = "while True:\n    pass"
+    assert survey(hang, FAST) is None
+
+
+def test_a_name_a_test_binds_is_never_the_codes():
+    # `expected` is bound by an earlier test, not by the code: it is not sent as a probe.
+    tests = ("expected = 3", "assert add(1, 2) == expected")
+    assert [check.expr for check in plan(tests, "")] == [None, None]
+
+
+def test_the_plan_depends_on_the_tests_and_the_setup_only():
+    # Classification is done before the code runs, from the tests and a run of the setup alone: two
+    # completions, one of which rebinds every name, are sent the same steps.
+    setup, tests = "from string import *\nK = 2", ["assert f(K) == K + 1", "assert f(1) == len(digits)"]
+    first, checks_a, _ = build_job("def f(x): return x + 1", tests, setup, FAST)
+    second, checks_b, _ = build_job(REBIND, tests, setup, FAST)
+    assert first["steps"] == second["steps"] and checks_a == checks_b
+    assert [step[:2] for step in first["steps"]] == [("const", "K"), ("const", "digits"), ("eval", "f(K)"), ("eval", "f(1)")]

@@ -55,6 +55,21 @@ def with_trainer(folder: Path, **trainer) -> dict:
     return data
 
 
+def fake_run(folder: Path, names=("checkpoint-1", "trainer_state.json", "recipe.yaml", "adapter_model.safetensors")) -> Path:
+    """A folder as a finished grpokit run leaves it: its entries, and the manifest (grpokit.ownership) that lists them."""
+    from grpokit import ownership
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        if name.startswith("checkpoint-"):
+            (folder / name).mkdir()
+            (folder / name / "trainer_state.json").write_text('{"global_step": 1}')
+        else:
+            (folder / name).write_text("{}")
+    ownership.claim(folder, names)
+    return folder
+
+
 def load_bench(name: str):
     """A script of bench/ as a module (bench/ is not a package), e.g. load_bench("gpu_memory")."""
     import importlib.util

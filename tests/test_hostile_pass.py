@@ -7,25 +7,12 @@ Every test touches only pytest's tmp_path.
 from __future__ import annotations
 
 import pytest
-from helpers import with_trainer, write_recipe
+from helpers import fake_run, with_trainer, write_recipe
 
 from grpokit import ownership
 from grpokit.cli import main
 from grpokit.errors import RecipeError
 from grpokit.rundir import LOCK_FILE, RunLock
-
-
-def fake_run(folder, names=("checkpoint-1", "trainer_state.json", "recipe.yaml", "adapter_model.safetensors")):
-    """A folder as a finished grpokit run leaves it: its entries, and the manifest that lists them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        if name.startswith("checkpoint-"):
-            (folder / name).mkdir()
-            (folder / name / "trainer_state.json").write_text('{"global_step": 1}')
-        else:
-            (folder / name).write_text("{}")
-    ownership.claim(folder, names)
-    return folder
 
 
 # Reproduces: a refused launch into a run folder (here: a new run without --resume/--overwrite, exit 2) records the

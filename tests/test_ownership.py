@@ -14,24 +14,11 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import SMOKE_DATA, with_trainer, write_recipe
+from helpers import SMOKE_DATA, fake_run, with_trainer, write_recipe
 
 from grpokit import ownership
 from grpokit.cli import main
 from grpokit.errors import RecipeError
-
-
-def fake_run(folder, names=("checkpoint-1", "trainer_state.json", "recipe.yaml", "adapter_model.safetensors")):
-    """A folder as a finished grpokit run leaves it: its entries, and the manifest that lists them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        if name.startswith("checkpoint-"):
-            (folder / name).mkdir()
-            (folder / name / "trainer_state.json").write_text('{"global_step": 1}')
-        else:
-            (folder / name).write_text("{}")
-    ownership.claim(folder, names)
-    return folder
 
 
 def user_files(folder):

@@ -100,3 +100,24 @@ def test_a_claim_left_by_a_killed_save_does_not_claim_a_users_later_folder(tmp_p
     with pytest.raises(RecipeError, match="checkpoint-2"):
         overwrite(run)
     assert (mine / "notes.txt").is_file()
+
+
+# Reproduces: grpokit's report (write_report), model card (write_model_card) and recipe.yaml (write_recipe_file) are
+# written in place (Path.write_text truncates the existing inode), not as ownership.write_text does (a fresh file
+# renamed over it). A run folder snapshotted with hard links -- `cp -al runs/my backups/my-monday`, rsync
+# --link-dest, rsnapshot -- shares those inodes, so `--plot` (and --resume, and --eval's report refresh) replaces the
+# content of the *backup's* report.md: a file grpokit never wrote, outside the run folder.
+def test_plot_never_changes_a_hard_linked_backup_of_the_report(tmp_path, capsys):
+    from grpokit.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trainer_state.json").write_text('{"global_step": 1, "log_history": [{"step": 1, "reward": 0.5, "loss": 0.1}]}')
+    ownership.claim(run, ["trainer_state.json"])
+    ownership.write_text(run / "report.md", "# Monday's report\n")
+    backup = tmp_path / "backups" / "run-monday"
+    backup.mkdir(parents=True)
+    os.link(run / "report.md", backup / "report.md")  # cp -al run backups/run-monday
+    assert main(["--plot", str(run)]) == 0
+    capsys.readouterr()
+    assert (backup / "report.md").read_text() == "# Monday's report\n"

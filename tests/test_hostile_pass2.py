@@ -121,3 +121,31 @@ def test_plot_never_changes_a_hard_linked_backup_of_the_report(tmp_path, capsys)
     assert main(["--plot", str(run)]) == 0
     capsys.readouterr()
     assert (backup / "report.md").read_text() == "# Monday's report\n"
+
+
+# Reproduces: a `for` over a literal whose item holds a probe (`for v in [f(4)]: ...`) is unrolled by *substituting*
+# the item's expression for each use of the loop name, so `f(4)` -- evaluated once in Python -- becomes one probe per
+# use, each evaluated separately in the sandbox. The graded code counts its calls and answers each use differently:
+# here 10 for `v > 3`, then 0 for `v < 5`. The test cannot pass in Python for any single value but 4; a wrong
+# solution that never returns 4 scores 1.0 (README: a loop over a literal is a value check, which cannot be forged).
+def test_an_unrolled_loop_item_is_one_value_not_one_probe_per_use():
+    from rewards._sandbox import run
+
+    code = "calls = [0]\ndef f(x):\n    calls[0] += 1\n    return 10 if calls[0] % 2 else 0"
+    test = "for v in [f(4)]:\n    assert v > 3 and v < 5"
+    with pytest.raises(AssertionError):  # Python itself: the code fails the test
+        namespace = {}
+        exec(code, namespace)
+        exec(test, namespace)
+    assert run(code, [test]).passed == [False]
+
+
+# Reproduces: a dataset test looping over `range(<literal past 2**63>)` makes rewards._judge._items call len() on a
+# range too long for a C ssize_t: OverflowError, which `_check` does not catch (it catches ValueError, RecursionError
+# ...), so CodeTests raises for the whole batch and the run stops ("reward 'code_tests' raised") instead of the test
+# being opaque. No completion needed: one such row in the dataset stops every run that draws it.
+def test_a_huge_literal_range_loop_is_opaque_not_a_crash():
+    from rewards._judge import plan
+
+    (check,) = plan(("for i in range(100000000000000000000):\n    assert f(i) == i",), "")
+    assert check.expr is None

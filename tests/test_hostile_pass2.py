@@ -1,0 +1,151 @@
+"""A second hostile pass on the same two promises, after the first pass's fixes: grpokit deletes only what it wrote,
+and code under test never decides its own score.
+
+Each test reproduces one defect; each fails until the defect is fixed. Every test touches only pytest's tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from grpokit import ownership
+from grpokit.errors import RecipeError
+
+
+def fake_run(folder, checkpoint_files=("trainer_state.json", "README.md", "adapter_model.safetensors"),
+             top=("trainer_state.json", "recipe.yaml", "report.md")):
+    """A folder as a finished grpokit run leaves it: a checkpoint, top-level files, and the manifest listing them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "checkpoint-1").mkdir()
+    for name in checkpoint_files:
+        (folder / "checkpoint-1" / name).write_text('{"global_step": 1}' if name == "trainer_state.json" else "grpokit's")
+    for name in top:
+        (folder / name).write_text('{"global_step": 1}' if name == "trainer_state.json" else "grpokit's")
+    ownership.claim(folder, ["checkpoint-1", *top])
+    return folder
+
+
+def overwrite(run):
+    """What `--overwrite` does once the new run's weights are loaded (rundir.guard_output_dir, then remove_previous)."""
+    from grpokit.rundir import guard_output_dir, remove_previous
+
+    names = guard_output_dir(run, None, True, "recipe.yaml")
+    remove_previous(run, names, "recipe.yaml")
+
+
+# Reproduces: a file *inside* one of the run's folders is known by its name only (the manifest's `inside` is a list of
+# names, with no identity), so a user who edits a file grpokit wrote there -- fills in the checkpoint's model card
+# README.md with their evaluation notes, or replaces adapter_model.safetensors with weights of their own under the
+# same name -- keeps nothing: --overwrite (and the trainer's checkpoint rotation after --resume) removes it without
+# a word. At the top of the folder the same edit makes the entry the user's (README: "an entry replaced or edited
+# since is no longer grpokit's").
+def test_a_file_edited_inside_a_checkpoint_is_no_longer_grpokits(tmp_path):
+    run = fake_run(tmp_path / "run")
+    card = run / "checkpoint-1" / "README.md"
+    card.write_text("# my evaluation notes for this checkpoint, written over two days\n" * 20)
+    with pytest.raises(RecipeError, match="README.md"):
+        overwrite(run)
+    assert card.is_file()
+
+
+# Reproduces: an entry's identity is its inode, size and mtime only; a file edited in place to the same size whose
+# mtime is then restored (`touch -r`, `cp -p`/`rsync -t` over it, an editor that keeps times) is still "grpokit's",
+# and --overwrite removes the user's edit. The change time (st_ctime), which no user can set back, says it changed.
+def test_a_file_edited_keeping_its_size_and_mtime_is_no_longer_grpokits(tmp_path):
+    run = fake_run(tmp_path / "run")
+    report = run / "report.md"
+    before = os.stat(report)
+    report.write_text("MY report")  # as long as "grpokit's"
+    os.utime(report, ns=(before.st_atime_ns, before.st_mtime_ns))  # touch -r
+    assert os.stat(report).st_size == before.st_size
+    with pytest.raises(RecipeError, match="report.md"):
+        overwrite(run)
+    assert report.read_text() == "MY report"
+
+
+# Reproduces: a folder's identity is its inode alone, and ext4 hands a freed inode to the next folder made: a user who
+# removes the run's checkpoint-1 and copies in a checkpoint of their own under the same name (from another machine,
+# to resume from it) gets the same inode back; with the trainer's standard file names inside, the copy counts as
+# grpokit's and --overwrite removes it. (On a filesystem that does not reuse the inode at once this test passes.)
+def test_a_checkpoint_copied_in_over_a_removed_one_is_not_grpokits(tmp_path):
+    run = fake_run(tmp_path / "run")
+    theirs = tmp_path / "from-cluster" / "checkpoint-1"
+    theirs.mkdir(parents=True)
+    for name in ("trainer_state.json", "README.md", "adapter_model.safetensors"):
+        (theirs / name).write_text("THEIR weights, trained for a week")
+    shutil.rmtree(run / "checkpoint-1")
+    shutil.copytree(theirs, run / "checkpoint-1")
+    with pytest.raises(RecipeError, match="checkpoint-1"):
+        overwrite(run)
+    assert (run / "checkpoint-1" / "adapter_model.safetensors").read_text() == "THEIR weights, trained for a week"
+
+
+# Reproduces: a checkpoint claimed before its first byte (`claim_writing`, from SafeStop.on_step_end) stays claimed for
+# ever when a SIGKILL (OOM killer, scancel -s KILL, a node lost) lands before the save records it: the claim has no
+# identity, and `_read` takes *whatever* later stands under that name as grpokit's, everything inside included. A user
+# who removes the half-written checkpoint-2 and later puts a folder of their own there loses it to --overwrite
+# (the first pass fixed the same for recorded entries: test_a_stale_manifest_entry_does_not_claim_a_users_new_file).
+def test_a_claim_left_by_a_killed_save_does_not_claim_a_users_later_folder(tmp_path):
+    run = fake_run(tmp_path / "run")
+    ownership.claim_writing(run, "checkpoint-2")  # the save starts ... and the process is SIGKILLed here
+    (run / "checkpoint-2").mkdir()  # the half-written checkpoint, removed by the user below
+    (run / "checkpoint-2" / "model.safetensors").write_text("half")
+    shutil.rmtree(run / "checkpoint-2")
+    mine = run / "checkpoint-2"  # days later: the user's own folder under that name
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(RecipeError, match="checkpoint-2"):
+        overwrite(run)
+    assert (mine / "notes.txt").is_file()
+
+
+# Reproduces: grpokit's report (write_report), model card (write_model_card) and recipe.yaml (write_recipe_file) are
+# written in place (Path.write_text truncates the existing inode), not as ownership.write_text does (a fresh file
+# renamed over it). A run folder snapshotted with hard links -- `cp -al runs/my backups/my-monday`, rsync
+# --link-dest, rsnapshot -- shares those inodes, so `--plot` (and --resume, and --eval's report refresh) replaces the
+# content of the *backup's* report.md: a file grpokit never wrote, outside the run folder.
+def test_plot_never_changes_a_hard_linked_backup_of_the_report(tmp_path, capsys):
+    from grpokit.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trainer_state.json").write_text('{"global_step": 1, "log_history": [{"step": 1, "reward": 0.5, "loss": 0.1}]}')
+    ownership.claim(run, ["trainer_state.json"])
+    ownership.write_text(run / "report.md", "# Monday's report\n")
+    backup = tmp_path / "backups" / "run-monday"
+    backup.mkdir(parents=True)
+    os.link(run / "report.md", backup / "report.md")  # cp -al run backups/run-monday
+    assert main(["--plot", str(run)]) == 0
+    capsys.readouterr()
+    assert (backup / "report.md").read_text() == "# Monday's report\n"
+
+
+# Reproduces: a `for` over a literal whose item holds a probe (`for v in [f(4)]: ...`) is unrolled by *substituting*
+# the item's expression for each use of the loop name, so `f(4)` -- evaluated once in Python -- becomes one probe per
+# use, each evaluated separately in the sandbox. The graded code counts its calls and answers each use differently:
+# here 10 for `v > 3`, then 0 for `v < 5`. The test cannot pass in Python for any single value but 4; a wrong
+# solution that never returns 4 scores 1.0 (README: a loop over a literal is a value check, which cannot be forged).
+def test_an_unrolled_loop_item_is_one_value_not_one_probe_per_use():
+    from rewards._sandbox import run
+
+    code = "calls = [0]\ndef f(x):\n    calls[0] += 1\n    return 10 if calls[0] % 2 else 0"
+    test = "for v in [f(4)]:\n    assert v > 3 and v < 5"
+    with pytest.raises(AssertionError):  # Python itself: the code fails the test
+        namespace = {}
+        exec(code, namespace)
+        exec(test, namespace)
+    assert run(code, [test]).passed == [False]
+
+
+# Reproduces: a dataset test looping over `range(<literal past 2**63>)` makes rewards._judge._items call len() on a
+# range too long for a C ssize_t: OverflowError, which `_check` does not catch (it catches ValueError, RecursionError
+# ...), so CodeTests raises for the whole batch and the run stops ("reward 'code_tests' raised") instead of the test
+# being opaque. No completion needed: one such row in the dataset stops every run that draws it.
+def test_a_huge_literal_range_loop_is_opaque_not_a_crash():
+    from rewards._judge import plan
+
+    (check,) = plan(("for i in range(100000000000000000000):\n    assert f(i) == i",), "")
+    assert check.expr is None

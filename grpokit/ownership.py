@@ -37,6 +37,9 @@ LOCK_FILE = ".grpokit.lock"  # a run's lock (rundir.RunLock): like the manifest,
 _OWN = (MANIFEST, LOCK_FILE, f"{MANIFEST}.partial")
 SHOWN = 8  # entries named in a refusal before "and N more"
 WRITING = None  # a folder's contents while grpokit is still writing it (a checkpoint being saved): all of it is grpokit's
+# A save claimed before it was written (a checkpoint), or one under way when a kill came (the final save), vouches for
+# what was written from its start for this long at most: enough for a large checkpoint on a slow disk.
+SAVE_WINDOW_NS = 3600 * 10**9
 
 
 def _plain(name) -> bool:
@@ -45,14 +48,28 @@ def _plain(name) -> bool:
 
 
 def identity(path: Path) -> dict | None:
-    """What grpokit remembers of an entry to know it again: its inode, and for a file its size and mtime."""
+    """What grpokit remembers of an entry to know it again: its inode, and for a file its size, modification and
+    change times (the change time moves on any edit, a `touch -r` or a new hard link, and cannot be set back)."""
     try:
         st = os.lstat(path)
     except OSError:
         return None
     if os.path.isdir(path) and not os.path.islink(path):
         return {"ino": st.st_ino}
-    return {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
+
+
+def _same(recorded: dict, now: dict | None) -> bool:
+    return now is not None and all(recorded.get(k) == v for k, v in now.items())
+
+
+def _within(path: Path, since) -> bool:
+    """True when `path` was last written during the save that started at `since` (see SAVE_WINDOW_NS)."""
+    try:
+        mtime = os.lstat(path).st_mtime_ns
+    except OSError:
+        return False
+    return isinstance(since, int) and since <= mtime <= since + SAVE_WINDOW_NS
 
 
 def _load(folder: Path) -> dict:
@@ -66,8 +83,8 @@ def _load(folder: Path) -> dict:
 def _read(folder: Path) -> dict[str, dict]:
     """The entries of `folder` grpokit recorded and that are still as it left them: name -> {"ino", ..., "inside"}.
 
-    An entry written while a save was under way (`pending`, a kill cut the save short) and not recorded since
-    counts as grpokit's when it is newer than the save's start.
+    A checkpoint claimed before it was written (`claim_writing`), and what a save left when a kill cut it short
+    (`start_pending`), count as grpokit's when written within SAVE_WINDOW_NS of the claim or the save's start.
     """
     folder = Path(folder)
     data = _load(folder)
@@ -77,16 +94,17 @@ def _read(folder: Path) -> dict[str, dict]:
         if not (_plain(name) and name not in _OWN and isinstance(rec, dict)):
             continue
         now = identity(folder / name)
-        if "ino" not in rec:  # claimed before it was written (`claim_writing`): grpokit's once it exists
-            mine[name] = {**(now or {}), "inside": WRITING}
-        elif now is not None and all(rec.get(k) == v for k, v in now.items()):
-            inside = rec.get("inside", [])
-            mine[name] = {**now, "inside": WRITING if inside is WRITING else {f for f in inside if isinstance(f, str)}}
+        if "ino" not in rec:  # claimed before it was written
+            if now is None or _within(folder / name, rec.get("since")):
+                mine[name] = {**(now or {}), "inside": WRITING, "since": rec.get("since")}
+        elif _same(rec, now):
+            inside = rec.get("inside", {})
+            mine[name] = {**now, "inside": WRITING if inside is WRITING else
+                          {f: i for f, i in inside.items() if isinstance(i, dict)} if isinstance(inside, dict) else {}}
     since = data.get("pending")
-    if isinstance(since, int):
-        for name in entries(folder):
-            if name not in mine and os.lstat(folder / name).st_mtime_ns >= since and not holds_run(folder / name):
-                mine[name] = {**identity(folder / name), "inside": WRITING}
+    for name in entries(folder) if isinstance(since, int) else ():
+        if name not in mine and _within(folder / name, since) and not holds_run(folder / name):
+            mine[name] = {**identity(folder / name), "inside": WRITING}
     return mine
 
 
@@ -95,7 +113,7 @@ def listed(folder: Path) -> set[str]:
     return set(_read(folder))
 
 
-def _write_new(path: Path, text: str) -> None:
+def _write_new(path: Path, text: str | bytes) -> None:
     """Write `text` to a fresh file at `path` and nowhere else: a link or file already there is removed first
     (the link itself, never what it points to), and the file is created exclusively, without following links."""
     try:
@@ -103,8 +121,8 @@ def _write_new(path: Path, text: str) -> None:
     except FileNotFoundError:
         pass
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb") as f:
+        f.write(text.encode("utf-8") if isinstance(text, str) else text)
 
 
 _KEEP = object()
@@ -115,8 +133,7 @@ def _store(folder: Path, mine: dict[str, dict], pending=_KEEP) -> None:
     `pending` (a save's start, `start_pending`) is kept as it is unless given; None clears it."""
     if pending is _KEEP:
         pending = _load(folder).get("pending")
-    entries_ = {n: {k: (sorted(v) if isinstance(v, set) else v) for k, v in rec.items()} for n, rec in sorted(mine.items())}
-    data = {"written_by": "grpokit", "entries": entries_}
+    data = {"written_by": "grpokit", "entries": dict(sorted(mine.items()))}
     if isinstance(pending, int):
         data["pending"] = pending
     partial = Path(folder) / f"{MANIFEST}.partial"
@@ -124,17 +141,28 @@ def _store(folder: Path, mine: dict[str, dict], pending=_KEEP) -> None:
     os.replace(partial, Path(folder) / MANIFEST)
 
 
-def contents(path: Path) -> set[str]:
-    """Every file, link and folder below the folder `path`, relative to it (folders end in `/`); links not followed."""
+def contents(path: Path) -> dict[str, dict]:
+    """Every file, link and folder below the folder `path`, relative to it (folders end in `/`), each with its
+    `identity` (a folder's is empty: what it holds is listed itself); links are not followed."""
     path = Path(path)
     if not path.is_dir() or path.is_symlink():
-        return set()
-    found = set()
+        return {}
+    found = {}
     for top, dirs, files in os.walk(path):
         rel = Path(top).relative_to(path)
-        found |= {str(rel / f) for f in files if f not in _OWN}  # grpokit's bookkeeping is never the user's
-        found |= {str(rel / d) + ("" if (Path(top) / d).is_symlink() else "/") for d in dirs}
+        for f in files:
+            if f not in _OWN:  # grpokit's bookkeeping is never the user's
+                found[str(rel / f)] = identity(Path(top) / f) or {}
+        for d in dirs:
+            link = (Path(top) / d).is_symlink()
+            found[str(rel / d) + ("" if link else "/")] = (identity(Path(top) / d) or {}) if link else {}
     return found
+
+
+def _unknown(now: dict[str, dict], known: dict[str, dict]) -> list[str]:
+    """What lies in a folder now that grpokit did not record there, or that changed since it did."""
+    return sorted(rel for rel, ident in now.items() if rel not in known or not _same(known[rel], ident or None)
+                  and not (rel.endswith("/") and rel in known))
 
 
 def _entry(folder: Path, name: str) -> dict:
@@ -144,6 +172,15 @@ def _entry(folder: Path, name: str) -> dict:
     if path.is_dir() and not path.is_symlink():
         rec["inside"] = contents(path)
     return rec
+
+
+def replace_text(path: Path, text: str | bytes) -> None:
+    """Write `text` as a new file that takes `path`'s place: never into the old file, which a hard link elsewhere
+    (a backup made with `cp -al`) may share, and never through a link."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    _write_new(partial, text)
+    os.replace(partial, path)
 
 
 def claim(folder: Path, names) -> None:
@@ -158,7 +195,7 @@ def claim(folder: Path, names) -> None:
 def claim_writing(folder: Path, name: str) -> None:
     """Record `name` before grpokit writes it (a checkpoint about to be saved): a kill mid-write leaves it grpokit's."""
     mine = _read(folder)
-    mine[name] = {"inside": WRITING}  # no identity yet: `Recorder.record` gives it one once it is whole
+    mine[name] = {"inside": WRITING, "since": time.time_ns()}  # an identity once `Recorder.record` finds it whole
     _store(folder, mine)
 
 
@@ -185,9 +222,10 @@ def claim_file(path: Path) -> None:
             rec = mine[holder.name]
             if rec["inside"] is not WRITING:
                 rel = path.relative_to(holder)
-                added = {str(rel / f) for f in contents(path)} | {str(rel) + "/"} if path.is_dir() else {str(rel)}
-                added |= {str(p) + "/" for p in rel.parents if str(p) != "."}
-                rec["inside"] = rec["inside"] | added
+                added = {str(rel / f): i for f, i in contents(path).items()} if path.is_dir() else {}
+                added[str(rel) + ("/" if path.is_dir() else "")] = {} if path.is_dir() else identity(path) or {}
+                added.update({str(p) + "/": {} for p in rel.parents if str(p) != "."})
+                rec["inside"] = {**rec["inside"], **added}
             rec.update(identity(holder) or {})
             _store(holder.parent, mine)
             return
@@ -209,10 +247,10 @@ def foreign(folder: Path) -> list[str]:
 
 
 def unknown_inside(folder: Path, names=None) -> list[str]:
-    """Files and folders inside grpokit's folders in `folder` (all, or `names`) that grpokit did not record."""
+    """What lies inside grpokit's folders in `folder` (all, or `names`) that grpokit did not record, or that changed."""
     mine = _read(folder)
-    return sorted(f"{n}/{f}" for n in (names if names is not None else mine) if n in mine
-                  and mine[n]["inside"] is not WRITING for f in contents(Path(folder) / n) - mine[n]["inside"])
+    return [f"{n}/{rel}" for n in sorted(names if names is not None else mine) if n in mine and mine[n]["inside"] is not WRITING
+            for rel in _unknown(contents(Path(folder) / n), mine[n]["inside"])]
 
 
 def holds_run(path: Path) -> bool:
@@ -299,33 +337,33 @@ class Recorder:
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self.mine = _read(self.folder)
-        self.start = {n: contents(self.folder / n) for n in entries(self.folder)}  # everything there, and inside
+        # what lay inside each entry when grpokit started here and was not grpokit's: it stays the user's
+        self.theirs = {n: set(_unknown(contents(self.folder / n), self.mine[n]["inside"]))
+                       if n in self.mine and self.mine[n]["inside"] is not WRITING else
+                       (set() if n in self.mine else None) for n in entries(self.folder)}
 
     def forget(self, names) -> None:
         """`names` were removed (the previous run, by --overwrite): what comes back under them is new."""
         for name in names:
-            self.start.pop(name, None)
+            self.theirs.pop(name, None)
             self.mine.pop(name, None)
 
-    def record(self) -> None:
+    def record(self, pending=None) -> None:
+        """Write down what is grpokit's now. `pending`: a time from which what appears still counts (a run that goes
+        on writing); None once everything written is recorded."""
         if not self.folder.is_dir():
             return
         current = _read(self.folder)  # claims made meanwhile (a checkpoint being written) are grpokit's too
         mine = {}
         for name in entries(self.folder):
-            path = self.folder / name
-            if name not in self.start:  # new since the start
-                if not holds_run(path):
-                    mine[name] = _entry(self.folder, name)
-            elif name in self.mine or name in current:  # grpokit's already: what appeared inside is grpokit's too
-                rec = _entry(self.folder, name)
-                before = (current.get(name) or self.mine.get(name) or {}).get("inside", set())
-                if "inside" in rec:
-                    known = set() if before is WRITING else before
-                    rec["inside"] = (rec["inside"] & known) | (rec["inside"] - self.start[name]) if before is not WRITING \
-                        else rec["inside"]
-                mine[name] = rec
-        _store(self.folder, mine, pending=None)  # everything written so far is recorded: no save is pending
+            theirs = self.theirs.get(name, set())
+            if theirs is None or (name not in self.theirs and holds_run(self.folder / name)):
+                continue  # the user's entry from before, or another run started inside this one
+            rec = _entry(self.folder, name)
+            if "inside" in rec:
+                rec["inside"] = {rel: i for rel, i in rec["inside"].items() if rel not in theirs}
+            mine[name] = rec
+        _store(self.folder, mine, pending=pending)
         self.mine = _read(self.folder)
 
 
@@ -343,9 +381,11 @@ def replaceable(path: Path, root: Path | None = None) -> bool:
     for part in [path, *path.parents]:
         mine = _read(part.parent)
         if part.name in mine:
-            rel = str(path.relative_to(part)) if part != path else None
+            if part == path:
+                return True
             inside = mine[part.name].get("inside")
-            return rel is None or inside is WRITING or rel in inside
+            rel = str(path.relative_to(part))
+            return inside is WRITING or (rel in inside and _same(inside[rel], identity(path)))
         if part.is_symlink() or part.parent == stop or part.parent == part:
             return False
     return False
@@ -358,7 +398,8 @@ def refuse_unless_replaceable(paths, root: Path | None = None, key: str = "", or
     if theirs:
         one = len(theirs) == 1
         raise RecipeError([Problem(key or theirs[0], f"{describe(theirs)} exist{'s' if one else ''} and grpokit did not "
-                                   f"write {'it' if one else 'them'}; grpokit replaces only files it wrote: move "
+                                   f"write {'it' if one else 'them'} (or not as {'it is' if one else 'they are'} now: "
+                                   "edited, replaced or linked since); grpokit replaces only files it wrote: move "
                                    f"{'it' if one else 'them'}, or choose another path", file=origin)])
 
 
@@ -377,7 +418,5 @@ def write_text(path: Path, text: str, key: str = "", origin: str | None = None) 
     path = Path(path)
     refuse_unless_replaceable([path], key=key, origin=origin)
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    _write_new(partial, text)
-    os.replace(partial, path)
+    replace_text(path, text)
     claim_file(path)

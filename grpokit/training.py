@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpokit import rundir
-from grpokit.config import Recipe, dump
-from grpokit.config import engine
+from grpokit import ownership, rundir
+from grpokit.config import Recipe, dump, engine
 from grpokit.config.trainer_args import grpo_args, resolved_dtype
 from grpokit.dist import end_distributed, is_main_process, say
 from grpokit.errors import Problem, RecipeError
@@ -284,7 +283,7 @@ def write_recipe_file(recipe: Recipe, output_dir: Path) -> Path:
         if key.endswith("_steps") and isinstance(value, float) and value.is_integer():
             data["trainer"][key] = int(value)
     path = output_dir / rundir.RECIPE_FILE
-    path.write_text(f"# resolved from {recipe.path} (overrides applied); paths are relative to this folder. Rerun: "
+    ownership.replace_text(path, f"# resolved from {recipe.path} (overrides applied); paths are relative to this folder. Rerun: "
                     f"python launch.py --recipe {path}\n" + dump(data))
     return path
 

@@ -6,6 +6,7 @@ Each test reproduces one defect; each fails until the defect is fixed. Every tes
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -94,7 +95,10 @@ def test_a_claim_left_by_a_killed_save_does_not_claim_a_users_later_folder(tmp_p
     (run / "checkpoint-2").mkdir()  # the half-written checkpoint, removed by the user below
     (run / "checkpoint-2" / "model.safetensors").write_text("half")
     shutil.rmtree(run / "checkpoint-2")
-    mine = run / "checkpoint-2"  # days later: the user's own folder under that name
+    manifest = json.loads((run / ownership.MANIFEST).read_text())  # days later (past the save window) ...
+    manifest["entries"]["checkpoint-2"]["since"] -= 2 * ownership.SAVE_WINDOW_NS
+    (run / ownership.MANIFEST).write_text(json.dumps(manifest))
+    mine = run / "checkpoint-2"  # ... the user's own folder under that name
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
     with pytest.raises(RecipeError, match="checkpoint-2"):
@@ -118,8 +122,10 @@ def test_plot_never_changes_a_hard_linked_backup_of_the_report(tmp_path, capsys)
     backup = tmp_path / "backups" / "run-monday"
     backup.mkdir(parents=True)
     os.link(run / "report.md", backup / "report.md")  # cp -al run backups/run-monday
-    assert main(["--plot", str(run)]) == 0
+    assert main(["--plot", str(run)]) in (0, 2)  # replaced as a new file, or refused: the link changed its change time
     capsys.readouterr()
+    assert (backup / "report.md").read_text() == "# Monday's report\n"
+    ownership.replace_text(run / "report.md", "# Tuesday's report\n")  # how every report, card and recipe is written
     assert (backup / "report.md").read_text() == "# Monday's report\n"
 
 

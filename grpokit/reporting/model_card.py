@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpokit import ownership
+
 CARD_FILE = "README.md"
 
 
@@ -69,5 +71,5 @@ def write_model_card(recipe, output_dir: Path, global_step: int) -> Path:
     import trl
 
     path = Path(output_dir) / CARD_FILE
-    path.write_text(model_card(recipe, Path(output_dir), global_step, trl.__version__), encoding="utf-8")
+    ownership.replace_text(path, model_card(recipe, Path(output_dir), global_step, trl.__version__))
     return path

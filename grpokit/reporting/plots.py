@@ -16,12 +16,14 @@ training process never changes or needs pyplot's global backend.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpokit import ownership
 from grpokit.rundir import STATE_FILE, latest_checkpoint
 
 
@@ -219,7 +221,9 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, args=None) 
     out = Path(out_dir) if out_dir is not None else run_dir / PLOTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     path = out / PLOT_FILE
-    fig.savefig(path, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
+    ownership.replace_text(path, png.getvalue())  # a new file in its place: never into one a hard link shares
     return [path]
 
 

@@ -18,6 +18,7 @@ import os
 import re
 from pathlib import Path
 
+from grpokit import ownership
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 
 REPORT_FILE = "report.md"
@@ -391,5 +392,5 @@ def write_report(
     lines += eval_section(run_dir)
 
     path = run_dir / REPORT_FILE
-    path.write_text("\n".join(lines) + "\n")
+    ownership.replace_text(path, "\n".join(lines) + "\n")
     return path

@@ -5,6 +5,7 @@ no gradient, a reward that fell from its best, held-out pass@1 per scored checkp
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -260,3 +261,25 @@ def test_compare_png_the_user_owns_is_not_replaced(tmp_path, capsys):
     assert main(["--plot", str(run), "--compare", str(other)]) == 2
     assert "compare.png" in capsys.readouterr().err
     assert (run / "plots" / "compare.png").read_bytes() == b"mine"
+
+
+def test_scoring_a_checkpoint_refreshes_its_runs_report(tmp_path, monkeypatch, capsys):
+    # `--eval RUN/checkpoint-N` writes checkpoint-N/eval.json; RUN's report (grpokit's) gains its row and the verdict.
+    from grpokit import evaluate
+    from tests.helpers import with_trainer, write_recipe
+
+    recipe = write_recipe(tmp_path, with_trainer(tmp_path))
+    run = write_state(tmp_path / "run", two_prompts_per_step())
+    write_eval(run, 6)
+    (run / "checkpoint-40").mkdir()
+    assert main(["--plot", str(run)]) == 0
+
+    def scored(recipe, run_dir, samples=0, out=None):  # stands in for the model's greedy pass over held-out prompts
+        write_eval(Path(run_dir), 22)
+        return {"greedy": {"pass@1": 22 / 48, "passed": 22}, "prompts": 48, "pass_reward": "accuracy"}
+
+    monkeypatch.setattr(evaluate, "evaluate", scored)
+    assert main(["--recipe", str(recipe), "--eval", str(run / "checkpoint-40")]) == 0
+    text = (run / "report.md").read_text()
+    assert "| checkpoint-40 | 0.458 | 22/48 |" in text
+    assert "**Held-out pass@1 fell from 0.458 (checkpoint-40) to 0.125 (final)**" in said(text)

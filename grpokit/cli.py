@@ -9,17 +9,19 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
 
 from grpokit import models
-from grpokit.errors import EXIT_USAGE, RecipeError
+from grpokit.errors import EXIT_USAGE, Problem, RecipeError
 from grpokit.rundir import resume_command
 
 DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "smoke.yaml"
 EVAL_BASE = ""  # `--eval` with no RUN_DIR: the recipe's base model
 EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT
+CHECKPOINT = re.compile(r"checkpoint-\d+")  # the trainer's checkpoint folders, as --eval RUN_DIR/checkpoint-N names them
 
 EPILOG = """\
 overrides:
@@ -94,6 +96,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace the previous run in output_dir (or a previous --merge-out): only files grpokit wrote, after the new checks pass")
     p.add_argument("--list-rewards", action="store_true", help="list the registered rewards with their arguments")
     p.add_argument("--plot", type=Path, metavar="RUN_DIR", help="write the PNG curves and report.md for an existing run")
+    p.add_argument("--compare", type=Path, nargs="+", metavar="RUN_DIR",
+                   help="with --plot RUN_DIR: other runs on shared axes (RUN_DIR/plots/compare.png) and in a table in its report.md")
     p.add_argument("--merge", type=Path, metavar="RUN_DIR",
                    help="merge the LoRA adapter of a run (or checkpoint) into its base model; save model + tokenizer")
     p.add_argument("--merge-out", type=Path, metavar="DIR", help="where --merge saves (default: RUN_DIR/merged)")
@@ -114,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.list_rewards:
             return list_rewards()
+        if args.compare and not args.plot:
+            raise RecipeError([Problem("--compare", "compares other runs with the one --plot reports on: "
+                                       "python launch.py --plot RUN_DIR --compare RUN2 [RUN3 ...]")])
         if args.plot:
-            return plot(args.plot)
+            return plot(args.plot, args.compare or [])
         if args.merge:
             from grpokit.merge import merge
 
@@ -174,31 +181,42 @@ def list_rewards() -> int:
     return 0
 
 
-def plot(run_dir: Path) -> int:
-    """Curves and report.md for an existing run directory (its recipe.yaml supplies the explain summary)."""
+def plot(run_dir: Path, compare: list[Path] = ()) -> int:
+    """Curves and report.md for an existing run directory (its recipe.yaml supplies the explain summary); with
+    `compare`, other runs beside it in plots/compare.png and a table (written into `run_dir` only)."""
     from grpokit import ownership, training
     from grpokit.config import load, validate
     from grpokit.config.trainer_args import grpo_args
-    from grpokit.errors import Problem
+    from grpokit.reporting.compare import COMPARE_FILE, load_runs
     from grpokit.reporting.plots import PLOT_FILE, PLOTS_DIR, plot_run
     from grpokit.reporting.report import REPORT_FILE, write_report
     from grpokit.rundir import RECIPE_FILE
 
+    # Every run it reads, checked before anything is written: a compared run without trainer_state.json ends here.
+    runs = load_runs(run_dir, list(compare)) if compare else None
+    written = [PLOT_FILE] + ([COMPARE_FILE] if compare else [])
     # It replaces only a report and curves it wrote itself: a folder's own report.md stays (ownership).
-    ownership.refuse_unless_replaceable([run_dir / REPORT_FILE, run_dir / PLOTS_DIR / PLOT_FILE], root=run_dir, key="--plot")
+    ownership.refuse_unless_replaceable([run_dir / REPORT_FILE] + [run_dir / PLOTS_DIR / n for n in written], root=run_dir,
+                                        key="--plot")
     plots_existed = (run_dir / PLOTS_DIR).exists()
     try:
         saved = run_dir / RECIPE_FILE
         if saved.is_file():
             recipe = validate(load(saved))
-            paths = training.finish_run(run_dir, recipe, grpo_args(recipe))
+            paths = training.finish_run(run_dir, recipe, grpo_args(recipe), compare=runs)
         else:
             paths = plot_run(run_dir)
-            paths.append(write_report(run_dir, recipe_name=run_dir.name, plots=list(paths)))
+            paths.append(write_report(run_dir, recipe_name=run_dir.name, plots=list(paths), compare=runs))
     except ValueError as err:
         raise RecipeError([Problem("--plot", str(err), str(run_dir))]) from None
     ownership.claim_file(run_dir / REPORT_FILE)
-    ownership.claim_file(run_dir / PLOTS_DIR / PLOT_FILE if plots_existed else run_dir / PLOTS_DIR)
+    if plots_existed:
+        for name in written:
+            ownership.claim_file(run_dir / PLOTS_DIR / name)
+    else:
+        ownership.claim_file(run_dir / PLOTS_DIR)
+    if compare:
+        paths.append(run_dir / PLOTS_DIR / COMPARE_FILE)
     for path in paths:
         print(path)
     return 0
@@ -232,6 +250,8 @@ def run(args) -> int:
 
         result = evaluate.evaluate(recipe, args.eval or None, samples=args.eval_samples, out=args.eval_out)
         run_dir = Path(args.eval or recipe.trainer["output_dir"])
+        if CHECKPOINT.fullmatch(run_dir.name):  # a checkpoint's figures are a row of its run's report
+            run_dir = run_dir.parent
         if not args.eval_out and (run_dir / "report.md").is_file():  # a finished run: its report gains before/after
             from grpokit import ownership
 
@@ -252,8 +272,6 @@ def run(args) -> int:
 
 def resume_choice(args) -> str | None:
     """"latest" for --resume, the path for --resume-from, None for a new run."""
-    from grpokit.errors import Problem
-
     if args.resume and args.resume_from:
         raise RecipeError([Problem("--resume-from", "give either --resume (the latest checkpoint) or --resume-from PATH, not both",
                                    args.resume_from)])

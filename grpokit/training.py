@@ -288,8 +288,9 @@ def write_recipe_file(recipe: Recipe, output_dir: Path) -> Path:
     return path
 
 
-def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None) -> list[Path]:
-    """Curves (PNG) and report.md for a finished run; with a live trainer, its early and last completions too."""
+def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=None) -> list[Path]:
+    """Curves (PNG) and report.md for a finished run; with a live trainer, its early and last completions too;
+    with `compare` (`reporting.compare.load_runs`), the runs side by side."""
     from grpokit.reporting.explain import explain_table
     from grpokit.reporting.plots import plot_run
     from grpokit.reporting.report import run_completions, write_report
@@ -297,7 +298,7 @@ def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None) -> list[Pat
     plots = plot_run(output_dir, args=args)
     completions = (run_completions(trainer) or None) if trainer is not None else None
     report = write_report(output_dir, recipe_name=recipe.name, explain_lines=[f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}"] + explain_table(recipe, args),
-                          completions=completions, plots=plots, args=args)
+                          completions=completions, plots=plots, args=args, compare=compare)
     for path in plots + [report]:
         say(f"wrote {path}")
     return plots + [report]

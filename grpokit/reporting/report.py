@@ -20,17 +20,11 @@ from pathlib import Path
 
 from grpokit import ownership
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
+from grpokit.reporting.verdict import diagnosis, heldout
 
 REPORT_FILE = "report.md"
 COMPLETIONS_DIR = "completions"  # where TRL 1.16 writes log_completions parquet files
 TEXT_LIMIT = 400  # characters of a prompt or completion shown; the report is a glance, not a dump
-# A group "has no spread" when all its rewards are equal. The run "collapsed" when, from some step to the end,
-# every group had none at MOSTLY_COLLAPSED of the logged steps (a lone step with some spread does not end it), the
-# last one included, over at least COLLAPSE_MIN_STEPS steps and a tenth of the run.
-ALL_GROUPS = 0.99
-MOSTLY_COLLAPSED = 0.8
-COLLAPSE_MIN_STEPS = 3
-
 # (log key, label) for the final-figures table, in reading order; reward functions are inserted after "reward".
 FIGURES = (
     ("reward", "reward (total)"),
@@ -216,61 +210,6 @@ def _summary(state: dict) -> list[str]:
     return parts
 
 
-def collapse(history: list[dict]) -> dict | None:
-    """When the run ended with (nearly) every group's rewards equal for many logged steps: from which step, over how
-    many, the mean reward there, and entropy first -> last (None when not logged). None when it did not collapse.
-
-    >>> h = [{"step": s, "frac_reward_zero_std": 1.0 if s > 5 and s != 8 else 0.5, "reward": 1.0} for s in range(1, 11)]
-    >>> c = collapse(h); c["from_step"], c["steps"], c["unanimous"]
-    (6, 5, 4)
-    """
-    steps, zero = series(history, "frac_reward_zero_std")
-    if not zero or zero[-1] < ALL_GROUPS:
-        return None
-    start = next(i for i, z in enumerate(zero) if z >= ALL_GROUPS
-                 and sum(t >= ALL_GROUPS for t in zero[i:]) >= MOSTLY_COLLAPSED * (len(zero) - i))
-    tail = len(zero) - start
-    if tail < max(COLLAPSE_MIN_STEPS, math.ceil(0.1 * len(zero))):
-        return None
-    r_steps, rewards = series(history, "reward")
-    late = [r for s, r in zip(r_steps, rewards) if s >= steps[start]]
-    _, entropy = series(history, "entropy")
-    return {"from_step": steps[start], "steps": tail, "unanimous": sum(z >= ALL_GROUPS for z in zero[start:]),
-            "reward": sum(late) / len(late) if late else None,
-            "near_best": bool(late) and sum(late) / len(late) >= max(rewards) - 0.05 * (max(rewards) - min(rewards)),
-            "entropy": (entropy[0], entropy[-1]) if entropy else None}
-
-
-def diagnosis(history: list[dict]) -> list[str]:
-    """What the curves mean, in words: a collapse (no gradient) and what to do about it, or that the signal held."""
-    c = collapse(history)
-    if c is None:
-        steps, zero = series(history, "frac_reward_zero_std")
-        if not zero:
-            return []
-        return [f"The learning signal held: at the last logged step (step {steps[-1]}) {zero[-1]:.0%} of the groups "
-                "had rewards without spread (those give no gradient; the others do)."]
-    when = ("at every one" if c["unanimous"] == c["steps"] else f"at {c['unanimous']}")
-    text = (f"**The run collapsed at step {c['from_step']}.** From there to the end, {when} of {c['steps']} logged "
-            "steps, every group's completions got the same reward (`frac_reward_zero_std` = 1), so every advantage "
-            "was 0 and the policy gradient with it: those steps trained (almost) nothing.")
-    if c["entropy"]:
-        first, last = c["entropy"]
-        text += f" Entropy fell from {first:.2f} to {last:.2f} nats per token"
-        text += ": the policy writes (nearly) the same completion every time." if last < 0.1 * first else "."
-    lines = [text, ""]
-    if c["near_best"]:  # within 5% of the run's reward range from its best
-        lines.append(f"The mean reward there was {_number(c['reward'])}, at the top of the run's range: the reward cannot tell "
-                     "the completions apart any more, so there is nothing left to learn from it.")
-    elif c["reward"] is not None:
-        lines.append(f"The mean reward there was {_number(c['reward'])}: the groups are unanimous, right or wrong.")
-    lines += ["", "What to change: fewer steps (`trainer.max_steps`, about the collapse step) when the goal was "
-              "reached; a higher `trainer.temperature` to keep a group's completions apart; DAPO's dynamic "
-              "sampling (`sampling.dynamic: true`), which replaces groups without spread by fresh prompts; or a "
-              "harder task or finer-grained reward."]
-    return lines
-
-
 def _stage(rows: list[dict], per: int, number: int) -> tuple[list[str], int]:
     """Up to `per` distinct completions of one step, best reward first, numbered from `number`."""
     distinct: dict[str, dict] = {}
@@ -323,25 +262,30 @@ def _completion_section(rows: list[dict], k: int) -> list[str]:
 
 
 def eval_section(run_dir: Path) -> list[str]:
-    """Held-out figures from `--eval`: the base model's (eval-base.json) before this run's (eval.json); [] when neither."""
-    import json
-
-    from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE
-
-    found = [(label, json.loads((run_dir / name).read_text())) for label, name in
-             (("before (base model)", BASE_EVAL_FILE), ("after (this run)", EVAL_FILE)) if (run_dir / name).is_file()]
-    if not found:
+    """Held-out figures from `--eval`, one row per scored model: the base (eval-base.json), each scored checkpoint
+    (checkpoint-N/eval.json) and the run itself (eval.json); [] when there are none."""
+    rows, unread = heldout(run_dir)
+    if not rows and not unread:
         return []
-    lines = ["", "## Held-out eval", "", "| | pass@1 (greedy) | prompts passed | mean reward | file |", "|---|---|---|---|---|"]
-    for (label, e), name in zip(found, [BASE_EVAL_FILE if "before" in label else EVAL_FILE for label, _ in found]):
-        g = e["greedy"]
-        lines.append(f"| {label} | {g['pass@1']:.3f} | {g['passed']}/{e['prompts']} | {_number(g['rewards'].get('reward'))} | `{name}` |")
-    if len(found) == 2:
-        (_, before), (_, after) = found
-        lines.append(f"| change | {after['greedy']['pass@1'] - before['greedy']['pass@1']:+.3f} | | | |")
-        if before["prompts"] != after["prompts"] or before.get("heldout") != after.get("heldout"):
-            lines.append("\nNote: before and after were scored on different held-out prompts; compare with care.")
-    lines += ["", f"Measured by `--eval`: {found[-1][1].get('measured', '')}."]
+    names = {"base model": "before (base model)", "final": "after (this run)"}
+    lines = ["", "## Held-out eval", ""]
+    if rows:
+        lines += ["| model | pass@1 (greedy) | prompts passed | mean reward | file |", "|---|---|---|---|---|"]
+        for r in rows:
+            passed = f"{r['passed']}/{r['prompts']}" if r["passed"] is not None else "—"
+            lines.append(f"| {names.get(r['label'], r['label'])} | {r['pass@1']:.3f} | {passed} | {_number(r['reward'])} "
+                         f"| `{r['file']}` |")
+        base, final = (next((r for r in rows if r["label"] == k), None) for k in ("base model", "final"))
+        if base and final:
+            lines.append(f"| change | {final['pass@1'] - base['pass@1']:+.3f} | | | |")
+        if len({(r["prompts"], r["heldout"]) for r in rows}) > 1:
+            lines.append("\nNote: these were scored on different held-out prompts; compare with care.")
+        lines += ["", f"Measured by `--eval`: {rows[-1].get('measured') or ''}."]
+        if len(rows) - (base is not None) < 2:
+            lines += ["", "Score a checkpoint too (`python launch.py --recipe ... --eval RUN_DIR/checkpoint-N`) to see "
+                      "whether the run was better before its end; each one scored gets a row here."]
+    if unread:
+        lines += ["", "Not read (not `--eval` output): " + ", ".join(f"`{u}`" for u in unread)]
     return lines
 
 
@@ -354,6 +298,7 @@ def write_report(
     num_completions: int = 4,
     plots: list[Path] | None = None,
     args=None,
+    compare: list | None = None,
 ) -> Path:
     """Write `<run_dir>/report.md` and return its path.
 
@@ -361,7 +306,8 @@ def write_report(
     `reward` (total), `advantage`, `step` — see `completions_from_logs`. When None, the latest file TRL
     wrote with `log_completions=True` is used, if any. `plots`: images to link, as `plot_run` returned
     them; when None, `plot_run` draws them now, so the report never links stale or missing curves. `args`: the
-    run's GRPOConfig, when known, so a flat curve is explained by construction.
+    run's GRPOConfig, when known, so a flat curve is explained by construction. `compare`: other runs
+(`compare.load_runs`, this one first) drawn with this one into `plots/compare.png` and tabled.
 
     >>> write_report("runs/smoke", recipe_name="smoke", explain_lines=["model: builtin:tiny-llama"])  # doctest: +SKIP
     PosixPath('runs/smoke/report.md')
@@ -377,7 +323,7 @@ def write_report(
     lines += [_fence("\n".join(explain_lines))] if explain_lines else ["(no explain summary given)"]
     lines += ["", "## Final figures", ""] + _summary(state) + [""] + _figures(state)
     lines += ["", f"Source: `{Path(os.path.relpath(state_path, run_dir)).as_posix()}`"]
-    found = diagnosis(state["log_history"])
+    found = diagnosis(state["log_history"], heldout(run_dir)[0], run_dir)
     if found:
         lines += ["", "## What the curves say", ""] + found
     lines += ["", "## Curves", ""]
@@ -388,6 +334,10 @@ def write_report(
     flat = flat_reasons(state["log_history"], args)
     if flat:
         lines += ["", "Flat curves:"] + [f"- {title}: {why}" for title, why in flat.items()]
+    if compare:
+        from grpokit.reporting.compare import compare_section
+
+        lines += compare_section(run_dir, compare)
     lines += ["", "## Sampled completions", ""] + _completion_section(completions, num_completions)
     lines += eval_section(run_dir)
 

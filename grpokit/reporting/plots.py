@@ -221,10 +221,16 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, args=None) 
     out = Path(out_dir) if out_dir is not None else run_dir / PLOTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     path = out / PLOT_FILE
+    save_png(fig, path)
+    return [path]
+
+
+def save_png(fig, path: Path) -> None:
+    """A figure as a PNG at `path`, written as a new file taking the old one's place (never into a file a hard link
+    shares, never through a link)."""
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=100)
-    ownership.replace_text(path, png.getvalue())  # a new file in its place: never into one a hard link shares
-    return [path]
+    ownership.replace_text(path, png.getvalue())
 
 
 def figure(history: list[dict], title: str, args=None):

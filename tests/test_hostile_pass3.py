@@ -1,0 +1,145 @@
+"""A third hostile pass on one promise: grpokit deletes (or truncates, or replaces) only files it wrote itself.
+
+Each test reproduces one defect; each fails until the defect is fixed. Every test touches only pytest's tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grpokit import ownership
+from grpokit.errors import RecipeError
+
+
+def fake_run(folder, checkpoint_files=("trainer_state.json", "README.md", "adapter_model.safetensors"),
+             top=("trainer_state.json", "recipe.yaml", "report.md")):
+    """A folder as a finished grpokit run leaves it: a checkpoint, top-level files, and the manifest listing them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "checkpoint-1").mkdir()
+    for name in checkpoint_files:
+        (folder / "checkpoint-1" / name).write_text('{"global_step": 1}' if name == "trainer_state.json" else "grpokit's")
+    for name in top:
+        (folder / name).write_text('{"global_step": 1}' if name == "trainer_state.json" else "grpokit's")
+    ownership.claim(folder, ["checkpoint-1", *top])
+    return folder
+
+
+def overwrite(run):
+    """What `--overwrite` does once the new run's weights are loaded (rundir.guard_output_dir, then remove_previous)."""
+    from grpokit.rundir import guard_output_dir, remove_previous
+
+    names = guard_output_dir(run, None, True, "recipe.yaml")
+    remove_previous(run, names, "recipe.yaml")
+
+
+def age_claims(run, by_ns):
+    """Days pass: every claim's start (and a pending save's) moves `by_ns` into the past."""
+    path = run / ownership.MANIFEST
+    manifest = json.loads(path.read_text())
+    for rec in manifest["entries"].values():
+        if "since" in rec:
+            rec["since"] -= by_ns
+    if "pending" in manifest:
+        manifest["pending"] -= by_ns
+    path.write_text(json.dumps(manifest))
+
+
+# Reproduces: a claim left by a killed save (claim_writing: {"since": t}, no identity) is meant to expire after
+# SAVE_WINDOW_NS (README: "what was written in its folder within an hour of that save's start counts as the run's").
+# But `_read` turns a live claim into {ino, ..., "inside": WRITING}, and any later rewrite of the manifest -- here the
+# report grpokit writes (`--plot RUN`, `--eval RUN`'s report refresh, anything that calls claim/claim_file/remove) --
+# stores that record *with* the folder's inode. From then on the entry has an identity, `_same` matches on the inode
+# alone, and "inside": null means "all of it is grpokit's" forever: the expiry no longer applies. Days later the
+# user's notes put into the half-written checkpoint are removed by --overwrite without a word; without the
+# intermediate report write the same folder is refused (checkpoint-2 is the user's once the window has passed).
+def test_a_later_report_write_does_not_make_a_killed_saves_claim_permanent(tmp_path):
+    run = fake_run(tmp_path / "run")
+    ownership.claim_writing(run, "checkpoint-2")  # the save starts ... and the process is SIGKILLed here
+    (run / "checkpoint-2").mkdir()
+    (run / "checkpoint-2" / "model.safetensors").write_text("half")
+    ownership.write_text(run / "report.md", "# report\n")  # `--plot run` soon after: grpokit rewrites its report
+    age_claims(run, 2 * ownership.SAVE_WINDOW_NS)  # days later, well past the save window ...
+    (run / "checkpoint-2" / "notes.txt").write_text("mine")  # ... the user keeps notes in the leftover folder
+    with pytest.raises(RecipeError, match="checkpoint-2"):
+        overwrite(run)
+    assert (run / "checkpoint-2" / "notes.txt").read_text() == "mine"
+
+
+# Reproduces: the same for a killed *final* save (start_pending): a top-level folder written within the window counts
+# as the run's then, but a manifest rewrite in the meantime stores it as {ino, "inside": null} for good, so what the
+# user writes inside it days later is removed by --overwrite.
+def test_a_later_report_write_does_not_make_a_killed_final_saves_window_permanent(tmp_path):
+    run = fake_run(tmp_path / "run")
+    ownership.start_pending(run)  # the final save starts ... and the process is SIGKILLed here
+    (run / "tokenizer_files").mkdir()  # what the final save had written of a folder
+    ownership.write_text(run / "report.md", "# report\n")  # `--plot run` soon after
+    age_claims(run, 2 * ownership.SAVE_WINDOW_NS)  # days later ...
+    (run / "tokenizer_files" / "notes.txt").write_text("mine")  # ... the user's notes in it
+    with pytest.raises(RecipeError, match="tokenizer_files"):
+        overwrite(run)
+    assert (run / "tokenizer_files" / "notes.txt").read_text() == "mine"
+
+
+# Reproduces: every file grpokit writes (report.md, model card, recipe.yaml, curves, eval.json) goes through
+# `replace_text`, whose temporary is `.NAME.partial` beside the target; `_write_new` first *unlinks* whatever is at
+# that name. Nothing checks that the temporary's name is free or grpokit's: a user's file `.report.md.partial` in a
+# run folder is deleted by `--plot RUN` (`--plot` does not refuse a folder holding files of the user's: it only
+# checks the files it replaces), and `--eval-out results/eval.json` deletes `results/.eval.json.partial`.
+def test_plot_keeps_a_users_file_named_like_its_temporary(tmp_path, capsys):
+    from grpokit.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trainer_state.json").write_text('{"global_step": 1, "log_history": [{"step": 1, "reward": 0.5, "loss": 0.1}]}')
+    ownership.claim(run, ["trainer_state.json"])
+    (run / ".report.md.partial").write_text("my draft of the write-up")  # the user's, never grpokit's
+    main(["--plot", str(run)])
+    capsys.readouterr()
+    assert (run / ".report.md.partial").read_text() == "my draft of the write-up"
+
+
+def test_eval_out_keeps_a_users_file_named_like_its_temporary(tmp_path):
+    results = tmp_path / "results"  # the user's folder, given as --eval-out results/eval.json
+    results.mkdir()
+    (results / ".eval.json.partial").write_text("mine")
+    ownership.write_text(results / "eval.json", "{}\n")  # what evaluate() writes
+    assert (results / ".eval.json.partial").read_text() == "mine"
+
+
+# Reproduces: the manifest of a folder grpokit writes into is `.grpokit-files`, replaced whole by `_store`
+# (`.grpokit-files.partial` unlinked, then renamed over it) with no check that the file there is a manifest grpokit
+# wrote: its "written_by" is written but never read, and an unreadable one reads as "no manifest". So a user's own file
+# of that name -- or `.grpokit-files.partial` -- in a folder given as `--eval-out DIR/eval.json` (or --plot, or a
+# merge's folder) is replaced: its content lost, though grpokit never wrote it.
+def test_a_users_file_named_like_the_manifest_is_not_replaced(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / ".grpokit-files").write_text("my list of files to keep\n")  # not JSON, not grpokit's
+    (results / ".grpokit-files.partial").write_text("mine too\n")
+    try:
+        ownership.write_text(results / "eval.json", "{}\n")
+    except (RecipeError, OSError):
+        pass  # refusing is fine; replacing the user's files is not
+    assert (results / ".grpokit-files").read_text() == "my list of files to keep\n"
+    assert (results / ".grpokit-files.partial").read_text() == "mine too\n"
+
+
+# Reproduces: RunLock opens `output_dir/.grpokit.lock` (O_CREAT, no O_EXCL) and truncates it to write its pid *before*
+# guard_output_dir looks at the folder. A file of that name that grpokit did not write -- the user's, or a hard link
+# to one (O_NOFOLLOW stops symbolic links only) -- loses its content even though the run is then refused (exit 2,
+# README: "exits 2 before anything is touched").
+def test_a_refused_run_leaves_a_users_lock_named_file_untouched(tmp_path):
+    from grpokit.rundir import RunLock, guard_output_dir
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "data.txt").write_text("x")
+    original = tmp_path / "notes.txt"
+    original.write_text("my notes")
+    (folder / ownership.LOCK_FILE).hardlink_to(original)  # a hard link: what O_NOFOLLOW does not stop
+    with pytest.raises(RecipeError, match="did not write"):
+        with RunLock(folder, "recipe.yaml"):
+            guard_output_dir(folder, None, False, "recipe.yaml")
+    assert original.read_text() == "my notes"

@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,9 +36,11 @@ from grpokit.errors import Problem, RecipeError
 
 MANIFEST = ".grpokit-files"
 LOCK_FILE = ".grpokit.lock"  # a run's lock (rundir.RunLock): like the manifest, bookkeeping, never the user's
-_OWN = (MANIFEST, LOCK_FILE, f"{MANIFEST}.partial")
+_OWN = (MANIFEST, LOCK_FILE)  # a folder's own bookkeeping: never listed among its entries
+_TMP = ".grpokit-tmp-"  # a file being written, renamed into place at once (a kill may leave one: never removed)
 SHOWN = 8  # entries named in a refusal before "and N more"
 WRITING = None  # a folder's contents while grpokit is still writing it (a checkpoint being saved): all of it is grpokit's
+PENDING = "pending"  # an entry vouched for by a pending save (`start_pending`) rather than recorded
 # A save claimed before it was written (a checkpoint), or one under way when a kill came (the final save), vouches for
 # what was written from its start for this long at most: enough for a large checkpoint on a slow disk.
 SAVE_WINDOW_NS = 3600 * 10**9
@@ -73,11 +77,22 @@ def _within(path: Path, since) -> bool:
 
 
 def _load(folder: Path) -> dict:
+    """The folder's manifest as grpokit wrote it; {} when there is none, or the file there is not one (read only
+    when it is a regular file: a FIFO of that name must not hang the reader)."""
+    path = Path(folder) / MANIFEST
     try:
-        data = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return {}
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return data if isinstance(data, dict) and data.get("written_by") == "grpokit" else {}
+
+
+def _manifest_is_theirs(folder: Path) -> bool:
+    """True when something that is not grpokit's manifest sits at the manifest's name: grpokit never replaces it."""
+    path = Path(folder) / MANIFEST
+    return (path.exists() or path.is_symlink()) and not _load(folder)
 
 
 def _read(folder: Path) -> dict[str, dict]:
@@ -94,9 +109,9 @@ def _read(folder: Path) -> dict[str, dict]:
         if not (_plain(name) and name not in _OWN and isinstance(rec, dict)):
             continue
         now = identity(folder / name)
-        if "ino" not in rec:  # claimed before it was written
-            if now is None or _within(folder / name, rec.get("since")):
-                mine[name] = {**(now or {}), "inside": WRITING, "since": rec.get("since")}
+        if "ino" not in rec:  # claimed before it was written: vouched for within the save's window only, and kept
+            if now is None or _within(folder / name, rec.get("since")):  # as a claim, never turned into a record
+                mine[name] = {**(now or {}), "inside": WRITING, "claimed": rec.get("since")}
         elif _same(rec, now):
             inside = rec.get("inside", {})
             mine[name] = {**now, "inside": WRITING if inside is WRITING else
@@ -104,7 +119,7 @@ def _read(folder: Path) -> dict[str, dict]:
     since = data.get("pending")
     for name in entries(folder) if isinstance(since, int) else ():
         if name not in mine and _within(folder / name, since) and not holds_run(folder / name):
-            mine[name] = {**identity(folder / name), "inside": WRITING}
+            mine[name] = {**identity(folder / name), "inside": WRITING, "claimed": PENDING}
     return mine
 
 
@@ -113,16 +128,14 @@ def listed(folder: Path) -> set[str]:
     return set(_read(folder))
 
 
-def _write_new(path: Path, text: str | bytes) -> None:
-    """Write `text` to a fresh file at `path` and nowhere else: a link or file already there is removed first
-    (the link itself, never what it points to), and the file is created exclusively, without following links."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+def _write_new(folder: Path, data: str | bytes) -> str:
+    """Write `data` to a new file of a name no one else holds in `folder` (created exclusively, so never through a
+    link and never over a file) and return its path, to be renamed into place."""
+    fd, partial = tempfile.mkstemp(dir=folder, prefix=_TMP)
     with os.fdopen(fd, "wb") as f:
-        f.write(text.encode("utf-8") if isinstance(text, str) else text)
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+    os.chmod(partial, 0o644)
+    return partial
 
 
 _KEEP = object()
@@ -131,14 +144,24 @@ _KEEP = object()
 def _store(folder: Path, mine: dict[str, dict], pending=_KEEP) -> None:
     """Rewrite the manifest whole: a temporary file renamed over it, so a kill leaves the old one or the new one.
     `pending` (a save's start, `start_pending`) is kept as it is unless given; None clears it."""
+    if _manifest_is_theirs(folder):
+        raise RecipeError([Problem(str(Path(folder) / MANIFEST), "is not a manifest grpokit wrote, and grpokit keeps its "
+                                   "record of what it wrote in a folder under that name: move the file, or choose "
+                                   "another folder")])
     if pending is _KEEP:
         pending = _load(folder).get("pending")
-    data = {"written_by": "grpokit", "entries": dict(sorted(mine.items()))}
+    stored = {}
+    for name, rec in sorted(mine.items()):
+        if rec.get("claimed") == PENDING:
+            continue  # the pending save vouches for it while its window lasts; it is not recorded
+        if "claimed" in rec:  # a claim stays a claim: its window still applies
+            stored[name] = {"inside": WRITING, "since": rec["claimed"]}
+        else:
+            stored[name] = rec
+    data = {"written_by": "grpokit", "entries": stored}
     if isinstance(pending, int):
         data["pending"] = pending
-    partial = Path(folder) / f"{MANIFEST}.partial"
-    _write_new(partial, json.dumps(data, indent=1) + "\n")
-    os.replace(partial, Path(folder) / MANIFEST)
+    os.replace(_write_new(folder, json.dumps(data, indent=1) + "\n"), Path(folder) / MANIFEST)
 
 
 def contents(path: Path) -> dict[str, dict]:
@@ -151,8 +174,7 @@ def contents(path: Path) -> dict[str, dict]:
     for top, dirs, files in os.walk(path):
         rel = Path(top).relative_to(path)
         for f in files:
-            if f not in _OWN:  # grpokit's bookkeeping is never the user's
-                found[str(rel / f)] = identity(Path(top) / f) or {}
+            found[str(rel / f)] = identity(Path(top) / f) or {}
         for d in dirs:
             link = (Path(top) / d).is_symlink()
             found[str(rel / d) + ("" if link else "/")] = (identity(Path(top) / d) or {}) if link else {}
@@ -178,9 +200,7 @@ def replace_text(path: Path, text: str | bytes) -> None:
     """Write `text` as a new file that takes `path`'s place: never into the old file, which a hard link elsewhere
     (a backup made with `cp -al`) may share, and never through a link."""
     path = Path(path)
-    partial = path.with_name(f".{path.name}.partial")
-    _write_new(partial, text)
-    os.replace(partial, path)
+    os.replace(_write_new(path.parent, text), path)
 
 
 def claim(folder: Path, names) -> None:
@@ -195,7 +215,7 @@ def claim(folder: Path, names) -> None:
 def claim_writing(folder: Path, name: str) -> None:
     """Record `name` before grpokit writes it (a checkpoint about to be saved): a kill mid-write leaves it grpokit's."""
     mine = _read(folder)
-    mine[name] = {"inside": WRITING, "since": time.time_ns()}  # an identity once `Recorder.record` finds it whole
+    mine[name] = {"inside": WRITING, "claimed": time.time_ns()}  # recorded by `Recorder.record` once it is whole
     _store(folder, mine)
 
 
@@ -235,7 +255,7 @@ def claim_file(path: Path) -> None:
 def entries(folder: Path) -> list[str]:
     """The names in `folder` (none when it does not exist), grpokit's bookkeeping files left out."""
     try:
-        return sorted(p.name for p in Path(folder).iterdir() if p.name not in _OWN)
+        return sorted(p.name for p in Path(folder).iterdir() if p.name not in _OWN and not p.name.startswith(_TMP))
     except (FileNotFoundError, NotADirectoryError):
         return []
 

@@ -45,6 +45,11 @@ class RunLock:
     def __init__(self, output_dir: Path, origin: str):
         self.output_dir, self.origin, self.fd, self.created = Path(output_dir), origin, None, False
         self.recorder: ownership.Recorder | None = None
+        self.began = False  # the run has started writing: what appears now is recorded as its own
+
+    def begin(self) -> None:
+        """Every check has passed and the run starts writing (only then does the lock's exit record anything)."""
+        self.began = True
 
     def record(self) -> None:
         """Note in the folder's manifest what the run has written so far (`ownership.Recorder`); main process only."""
@@ -81,6 +86,11 @@ class RunLock:
                 raise self._problem(f"its {LOCK_FILE} is a symbolic link, not a lock grpokit made; remove the link, or "
                                     "choose another trainer.output_dir=...") from None
             raise self._problem(f"cannot be written ({err.strerror or err}); choose a writable trainer.output_dir=...") from None
+        theirs = self._not_a_lock(fd)
+        if theirs:
+            os.close(fd)
+            raise self._problem(f"holds a {LOCK_FILE} grpokit did not write ({theirs}); it is left as it is: move it, or "
+                                "choose another trainer.output_dir=...")
         key = str(self.output_dir.resolve())
         try:
             if key in _held:
@@ -108,6 +118,20 @@ class RunLock:
         self.recorder = ownership.Recorder(self.output_dir)
         return self
 
+    @staticmethod
+    def _not_a_lock(fd: int) -> str | None:
+        """Why the file open at `fd` is not a lock file grpokit wrote (so must not be emptied), or None."""
+        import os
+        import stat
+
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_nlink > 1:
+            return "a hard link to another file"
+        head = os.pread(fd, 4, 0)
+        return None if head in (b"", b"pid ") else "not a run's pid line"
+
     def __exit__(self, *exc) -> None:
         if self.fd is None:
             return
@@ -122,7 +146,8 @@ class RunLock:
             except OSError:
                 pass  # another run is starting in it: the folder is its now
         else:
-            self.record()
+            if self.began:
+                self.record()
             if self.made_lock and not ownership.listed(self.output_dir):
                 (self.output_dir / LOCK_FILE).unlink(missing_ok=True)  # a refused folder keeps no trace of the attempt
         os.close(self.fd)  # releases the lock
@@ -296,7 +321,8 @@ def complete_final_save(checkpoint: Path, output_dir: Path) -> None:
     import os
     import shutil
 
-    files = [p for p in sorted(Path(checkpoint).iterdir()) if p.is_file() and not p.name.startswith(_RESUME_ONLY)]
+    files = [p for p in sorted(Path(checkpoint).iterdir()) if p.is_file() and not p.name.startswith(_RESUME_ONLY)
+             and p.name not in (ownership.MANIFEST, LOCK_FILE)]  # another folder's bookkeeping is not the run's
     for src in sorted(files, key=lambda p: p.name == STATE_FILE):
         partial = Path(output_dir) / f".{src.name}.partial"
         shutil.copyfile(src, partial)

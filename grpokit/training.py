@@ -146,7 +146,7 @@ def train(recipe: Recipe, resume: str | None = None, overwrite: bool = False, co
         return _train_locked(recipe, output_dir, lock, resume, overwrite, continue_with)
 
 
-def already_finished(recipe: Recipe, output_dir: Path, resume: str, continue_with: str | None) -> bool:
+def already_finished(recipe: Recipe, output_dir: Path, resume: str, continue_with: str | None, lock=None) -> bool:
     """True when `--resume` meets a run that already reached `trainer.max_steps`: nothing is trained.
 
     What a kill may have cut short is completed instead -- the final save from the final checkpoint (the
@@ -166,6 +166,8 @@ def already_finished(recipe: Recipe, output_dir: Path, resume: str, continue_wit
     if max(done, from_checkpoint) < max_steps:
         return False
     args = grpo_args(recipe)  # on every rank: building it joins a multi-process launch's process group
+    if lock is not None:
+        lock.begin()  # what it completes below (final save, report) is the run's
     if is_main_process():
         if done < max_steps:
             say(f"the run reached step {from_checkpoint} but its final save is incomplete: completing it from {last}")
@@ -184,7 +186,7 @@ def already_finished(recipe: Recipe, output_dir: Path, resume: str, continue_wit
 def _train_locked(recipe: Recipe, output_dir: Path, lock, resume: str | None, overwrite: bool, continue_with: str | None):
     origin = str(recipe.path)
     previous = rundir.guard_output_dir(output_dir, resume, overwrite, origin, recipe.path)
-    if resume is not None and already_finished(recipe, output_dir, resume, continue_with):
+    if resume is not None and already_finished(recipe, output_dir, resume, continue_with, lock):
         return None
     checkpoint = rundir.resolve_resume(resume, output_dir, origin)
     prep = prepare(recipe, training=True)
@@ -193,6 +195,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, resume: str | None, ov
     model = load_model(prep.model_path, recipe)
     # Every check has passed and the weights are in: only now does --overwrite remove the previous run.
     rundir.remove_previous(output_dir, previous, origin, lock)
+    lock.begin()
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         write_recipe_file(recipe, output_dir)

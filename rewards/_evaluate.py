@@ -151,6 +151,10 @@ class _Evaluator:
     def _UnaryOp(self, node):
         return _UNARY[type(node.op)](self.eval(node.operand))
 
+    def _NamedExpr(self, node):  # a loop item bound once to its name (rewards/_judge.py)
+        value = self.env[node.target.id] = self.eval(node.value)
+        return value
+
     def _IfExp(self, node):
         return self.eval(node.body) if self.eval(node.test) else self.eval(node.orelse)
 

@@ -11,6 +11,14 @@ comparison, the builtins around the probe -- is evaluated here, with the real bu
 code redefined. So nothing the code executes can change a value check's verdict: it can only choose the
 values of its own probes, without seeing what they are compared with.
 
+Each sub-expression is evaluated once, in Python's order, as Python would: a loop's items once each, before
+its body, their values bound to the loop's names for every use (`for v in [f(4)]: assert 3 < v < 5` is one
+probe, not one per use of `v`); a chained comparison's operands once each; a dict display key, then value.
+The sandbox evaluates every probe of a test, including those Python's `and`, `or`, `if/else` or a chained
+comparison would skip (telling it which are needed would show it the expected side); the trainer reads only the
+values Python would have evaluated, so a skipped probe's error or value decides nothing. What a skipped probe
+does in the sandbox still happens there: state the code keeps changes, and its time counts against the test's.
+
 Values are compared as their base types: a Counter, OrderedDict or defaultdict arrives as a dict, a
 namedtuple as a tuple, an int or str subclass as int or str, so `==` holds as Python's does between those
 and literals; a value of any other type (a custom object, a Fraction, a generator outside `list(...)`
@@ -35,6 +43,11 @@ that expects the code to change a setup value in place fails.
 Everything else is an *opaque* test, run whole inside the sandbox as before, its verdict reported from
 there: other statements (an assignment, a call for its side effects, try/except, a loop over anything
 but a literal), comprehensions, lambdas, f-strings, method calls on literals, `is` between two values,
+a loop item the code returned that is passed back to it (`for x in [g(1)]: assert f(x) == 2`: only the
+sandbox holds that object) or a list, set or dict item passed to the code and used again (`for xs in [[3, 1]]:
+assert f(xs) is None and xs == [1, 3]`: one object in Python, which the code may change), a test past the
+planner's bounds (MAX_PROBES and MAX_DEPTH here, MAX_ASSERTS and MAX_WORK in rewards/_unroll.py: a `range`
+past 2**63, a loop of thousands of items, an expression nested hundreds deep) or one it cannot parse,
 a test with no probe at all (`assert sorted([3, 1]) == [1, 3]` where the task is to write `sorted`), and
 one whose other side needs a setup name that is not a plain value or a module's (`assert check(f(x))`,
 `assert isinstance(f(x), Box)`, `assert f(5) == math.factorial(5)`). An opaque test runs in the code's
@@ -57,17 +70,15 @@ import copy
 import functools
 import reprlib
 import sys
+from collections import Counter
 from dataclasses import dataclass
 
 from rewards._evaluate import BUILTINS, MATH, MISSING, evaluate
+from rewards._unroll import Inline, Let, Opaque, Unrolled, depth
 from rewards._values import BadValue, Budget, decode
 
-MAX_ASSERTS = 64  # asserts in one test (a loop's included) judged here; more make it opaque
-
-
-class Opaque(Exception):
-    """The test is not a value check (see the module docstring)."""
-
+MAX_PROBES = 1024  # probes in one test, each a step in the sandbox; more make it opaque
+MAX_DEPTH = 100  # nesting of a test's syntax, before and after unrolling: the trainer's evaluator recurses once a level
 
 # Names that are not the graded code's own, though it could rebind them where it runs: the builtins, and
 # library names a test may build its expected value with after the code imported them (`Counter({'a': 2})`,
@@ -161,84 +172,46 @@ def _bound_names(setup: str) -> frozenset:
 def _check(test: str, setup_names: frozenset, constants: frozenset) -> Check:
     try:
         tree = ast.parse(test)
-        cutter = _Cutter(setup_names, constants)
-        parts = [cutter.cut(e) for e in _asserted(tree.body, {})]
+        if depth(tree) > MAX_DEPTH:
+            raise Opaque
+        unrolled = Unrolled(tree.body)
+        cutter = _Cutter(setup_names, constants, unrolled.lets, unrolled.spend)
+        parts, consumed = [], cutter.consumed_once(unrolled.steps)
+        for kind, node in unrolled.steps:  # in Python's order, so that the probes are sent in it
+            if kind == "let":  # `(<item k> := value) or True`: the item evaluated once, then the test goes on
+                value = cutter.cut(unrolled.lets[node].value, iterable=node in consumed)
+                let = ast.NamedExpr(ast.Name(node, ast.Store()), value)
+                parts.append(ast.BoolOp(ast.Or(), [let, ast.Constant(True)]))
+            else:
+                parts.append(cutter.cut(node))
+        cutter.check_aliases()
         if not cutter.probes:
             raise Opaque
         expr = parts[0] if len(parts) == 1 else ast.BoolOp(ast.And(), parts)
+        if depth(expr) > MAX_DEPTH:
+            raise Opaque  # the trainer's evaluator recurses once per level
         return Check(test, ast.fix_missing_locations(expr), tuple(cutter.probes), tuple(sorted(cutter.used)))
-    except (Opaque, SyntaxError, ValueError, RecursionError, MemoryError):
+    except Exception:  # noqa: BLE001 - whatever stops the plan (Opaque, a test Python cannot parse, a bound
+        # passed), the test runs whole in the sandbox, as Python would run it; the reward never raises for it
         return Check(test)
-
-
-def _asserted(body: list, bound: dict) -> list:
-    """What a run of `assert` statements asserts, in order; a `for` over a literal list or tuple, or a
-    `range` of literal ints, is unrolled, its names replaced by the items (`for x, y in [(1, 2)]: assert
-    f(x) == y`). Opaque for any other statement, or past MAX_ASSERTS."""
-    out, scope = [], dict(bound)
-    for stmt in body:
-        if isinstance(stmt, ast.Assert):
-            out.append(_Substitute(scope).visit(stmt.test))
-        elif isinstance(stmt, ast.For) and not stmt.orelse:
-            for item in _items(_Substitute(scope).visit(stmt.iter)):
-                scope.update(_bind(stmt.target, item))  # the loop's names stay bound after it, as in Python
-                out += _asserted(stmt.body, scope)
-                if len(out) > MAX_ASSERTS:
-                    raise Opaque
-        else:
-            raise Opaque
-        if len(out) > MAX_ASSERTS:
-            raise Opaque
-    return out
-
-
-def _items(node: ast.expr) -> list:
-    """The items a loop runs over, as expressions: a list or tuple display's, or `range(<ints>)`'s."""
-    if isinstance(node, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in node.elts):
-        return node.elts
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
-            and not node.keywords and 1 <= len(node.args) <= 3
-            and all(isinstance(a, ast.Constant) and type(a.value) is int for a in node.args)):
-        span = range(*(a.value for a in node.args))
-        if len(span) <= MAX_ASSERTS:
-            return [ast.Constant(i) for i in span]
-    raise Opaque
-
-
-def _bind(target: ast.expr, item: ast.expr) -> dict:
-    """{name: item's part} for a loop target (`x`, or `x, y` over tuple items); Opaque when they differ."""
-    if isinstance(target, ast.Name):
-        return {target.id: item}
-    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(item, (ast.Tuple, ast.List)) \
-            and len(target.elts) == len(item.elts):
-        return {k: v for t, i in zip(target.elts, item.elts) for k, v in _bind(t, i).items()}
-    raise Opaque
-
-
-class _Substitute(ast.NodeTransformer):
-    """A copy of an expression with some names replaced (lambdas and comprehensions stay opaque anyway)."""
-
-    def __init__(self, bound: dict):
-        self.bound = bound
-
-    def visit(self, node):
-        return super().visit(copy.deepcopy(node)) if self.bound else node
-
-    def visit_Name(self, node):
-        return copy.deepcopy(self.bound[node.id]) if node.id in self.bound else node
 
 
 class _Cutter:
     """Replaces each probe in an expression by a `<probe i>` name; Opaque where that is not possible."""
 
-    def __init__(self, setup_names: frozenset, constants: frozenset):
+    def __init__(self, setup_names: frozenset, constants: frozenset, lets: dict, spend):
         self.setup_names, self.constants, self.probes, self.used = setup_names, constants, [], set()
+        self.lets, self.uses = lets, {name: [0, 0] for name in lets}  # a let's uses here, and inside probes
+        self.spend = spend  # the unrolling's work budget: copying items into probes counts too
 
     def known(self, name: str) -> bool:
         return name in BUILTINS and name not in self.setup_names
 
     def cut(self, node: ast.expr, iterable: bool = False) -> ast.expr:
         if isinstance(node, ast.Constant):
+            return node
+        if isinstance(node, ast.Name) and node.id in self.lets:
+            self.uses[node.id][0] += 1  # a loop item's value, evaluated once here
             return node
         if isinstance(node, ast.Name) and node.id in self.constants:
             self.used.add(node.id)  # the setup's value, sent before the code ran; never the code's
@@ -271,7 +244,8 @@ class _Cutter:
             elts = [self.cut(e) for e in node.elts]
             return ast.Set(elts) if isinstance(node, ast.Set) else type(node)(elts, ast.Load())
         if isinstance(node, ast.Dict) and None not in node.keys:
-            return ast.Dict([self.cut(k) for k in node.keys], [self.cut(v) for v in node.values])
+            pairs = [(self.cut(k), self.cut(v)) for k, v in zip(node.keys, node.values)]  # Python's order
+            return ast.Dict([k for k, _ in pairs], [v for _, v in pairs])
         raise Opaque  # starred items, comprehensions, lambdas, f-strings, walrus ...
 
     def call(self, node: ast.Call, iterable: bool) -> ast.expr:
@@ -295,10 +269,47 @@ class _Cutter:
         # what it is compared with, which the code could rebind: `EXPECTED`, `check(f(1))`, `bin(5)`,
         # `Counter('aab')`, `math.factorial(5)` (a module only before a dot: `chunk(xs, 2)` is the code's).
         ambient = _MODULES if isinstance(above, ast.Attribute) else _AMBIENT
-        if not isinstance(root, ast.Name) or root.id in self.setup_names or root.id in ambient:
+        if not isinstance(root, ast.Name) or root.id in self.setup_names or root.id in ambient or root.id in self.lets:
             raise Opaque
-        self.probes.append((ast.unparse(node), iterable))
+        if len(self.probes) >= MAX_PROBES:
+            raise Opaque
+        self.probes.append((ast.unparse(self.copy_lets(node)), iterable))
         return ast.Name(f"<probe {len(self.probes) - 1}>", ast.Load())
+
+
+    def copy_lets(self, node: ast.expr) -> ast.expr:
+        """`node` with the loop items it passes to the code copied in, where Python's would be the same value:
+        a literal (not a value the code returned, which only the sandbox holds as the object Python would pass)."""
+        lets = [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in self.lets]
+        if any(not self.lets[name].inert for name in lets):
+            raise Opaque
+        for name in lets:
+            self.uses[name][1] += 1
+            self.spend(sum(1 for _ in ast.walk(self.lets[name].value)))
+        self.check_aliases()  # before copying a large list into a hundred probes
+        return Inline({name: Let(let.value, True, False) for name, let in self.lets.items()}).visit(
+            copy.deepcopy(node)) if lets else node
+
+    def consumed_once(self, steps: list) -> set:
+        """The lets used once, as what a consumer builtin iterates (`for v in [evens(4)]: assert list(v) == [0, 2]`):
+        their values may be any iterable, listed in the sandbox as `list(evens(4))` would be. Used more than once,
+        a generator would be used up by the first use, as in Python."""
+        uses, consumed = Counter(), Counter()
+        for kind, node in steps:
+            for n in ast.walk(self.lets[node].value if kind == "let" else node):
+                if isinstance(n, ast.Name) and n.id in self.lets:
+                    uses[n.id] += 1
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and self.known(n.func.id):
+                    consumed.update(a.id for i, a in enumerate(n.args) if isinstance(a, ast.Name)
+                                    and a.id in self.lets and _consumes(n.func.id, i, len(n.args)))
+        return {name for name, count in consumed.items() if count == uses[name] == 1}
+
+    def check_aliases(self) -> None:
+        """Opaque where a list, set or dict item is passed to the code and used again: in Python both uses see one
+        object, which the code may change (`for xs in [[3, 1]]: assert f(xs) is None and xs == [1, 3]`)."""
+        for name, (here, in_probes) in self.uses.items():
+            if self.lets[name].mutable and in_probes and here + in_probes > 1:
+                raise Opaque
 
 
 def _consumes(name: str, i: int, n_args: int) -> bool:

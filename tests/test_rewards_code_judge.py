@@ -274,7 +274,7 @@ def test_several_asserts_and_loops_over_literals_are_judged_in_the_trainer():
 def test_the_judge_modules_document_themselves():
     import doctest
 
-    for module in ("rewards._judge", "rewards._evaluate", "rewards._values"):
+    for module in ("rewards._judge", "rewards._unroll", "rewards._evaluate", "rewards._values"):
         assert doctest.testmod(importlib.import_module(module)).failed == 0, module
 
 
@@ -396,3 +396,128 @@ def test_the_plan_depends_on_the_tests_and_the_setup_only():
     second, checks_b, _ = build_job(REBIND, tests, setup, FAST)
     assert first["steps"] == second["steps"] and checks_a == checks_b
     assert [step[:2] for step in first["steps"]] == [("const", "K"), ("const", "digits"), ("eval", "f(K)"), ("eval", "f(1)")]
+
+
+# Python evaluates each sub-expression of a test once, left to right, and skips what `and`, `or`, `if/else` and a
+# chained comparison short-circuit past. The sandbox evaluates each probe once, in that order; the trainer reads a
+# probe's value only where Python would have evaluated it. A code that counts its calls answers 10 on odd calls and
+# 0 on even ones, so a probe evaluated twice for one Python evaluation would see two different values.
+COUNTING = "calls = [0]\ndef f(x):\n    calls[0] += 1\n    return 10 if calls[0] % 2 else 0\n"
+ONCE_CASES = [
+    "for v in [f(4)]:\n    assert v > 3 and v < 5",  # a loop item is one value, bound to every use of its name
+    "for v, want in [(f(4), 4)]:\n    assert v > 3 and v < 5 and v == want",  # a part of a tuple item, likewise
+    "for v in [f(4)]:\n    for w in [v, v]:\n        assert w > 3 and w < 5",  # an item naming an earlier item
+    "for v in [f(4)]:\n    assert v > 3\nassert v < 5",  # the name stays bound, to the same value, after the loop
+    "assert 3 < f(4) < 5",  # a chained comparison's middle operand
+]
+
+
+@pytest.mark.parametrize("test", ONCE_CASES)
+def test_each_sub_expression_is_evaluated_once_as_in_python(test):
+    assert len(plan((test,), "")[0].probes) == 1
+    with pytest.raises(AssertionError):  # Python's own verdict: 10 is not between 3 and 5
+        exec(test, _namespace(COUNTING))
+    assert run(COUNTING, [test], limits=FAST).passed == [False]
+    assert run("def f(x):\n    return 4\n", [test], limits=FAST).passed == [True]
+
+
+def _namespace(code: str) -> dict:
+    namespace = {}
+    exec(code, namespace)
+    return namespace
+
+
+def test_a_loop_item_is_evaluated_where_python_evaluates_it():
+    # The whole list is built before the body runs: f(1), f(2), then the asserts; an item that raises fails the test
+    # even where no assert reads it.
+    (check,) = plan(("for v in [f(1), f(2)]:\n    assert v == 1 or True",), "")
+    assert [source for source, _ in check.probes] == ["f(1)", "f(2)"]
+    tests = ["for v in [f(1)[5]]:\n    assert True or v"]
+    assert plan(tuple(tests), "")[0].expr is not None
+    assert run("def f(x):\n    return [1]\n", tests, limits=FAST).passed == [False]
+
+
+def test_a_loop_item_is_consumed_as_python_consumes_it():
+    # A generator item listed once is its items; listed twice, the second listing is empty, as in Python.
+    code = "def evens(n):\n    return (i for i in range(0, n, 2))\n"
+    tests = ["for v in [evens(4)]:\n    assert list(v) == [0, 2]",
+             "for v in [evens(4)]:\n    assert list(v) == [0, 2] and list(v) == [0, 2]",
+             "for v in [evens(4)]:\n    assert v == [0, 2]"]
+    assert all(check.expr is not None for check in plan(tuple(tests), ""))
+    assert run(code, tests, limits=FAST).passed == [True, False, False] == [_passes(code, test) for test in tests]
+
+
+def _passes(code: str, test: str) -> bool:
+    try:
+        exec(test, _namespace(code))
+    except AssertionError:
+        return False
+    return True
+
+
+def test_a_loop_item_from_the_code_passed_back_to_it_runs_whole_in_the_sandbox():
+    # `f(x)` needs the very object g(1) returned, which only the sandbox holds; a literal list passed to the code
+    # and used again is one object in Python (the code may change it), so it is not copied into each use either.
+    sort_in_place = "def f(xs):\n    xs.sort()\n\ndef g(x):\n    return [x]\n\ndef h(xs):\n    return xs\n"
+    tests = ["for x in [g(1)]:\n    assert h(x) == [1]",
+             "for xs in [[3, 1, 2]]:\n    assert f(xs) is None and xs == [1, 2, 3]"]
+    assert [check.expr for check in plan(tuple(tests), "")] == [None, None]
+    assert run(sort_in_place, tests, limits=FAST).passed == [True, True]
+    # A literal item passed to the code once, or an immutable one passed to it several times, is copied in.
+    copied = ["for xs, want in [([3, 1], [1, 3])]:\n    assert h(xs) == want", "for x in [(1, 2)]:\n    assert h(x) == h(x)"]
+    assert all(check.expr is not None for check in plan(tuple(copied), ""))
+
+
+SHORT_CIRCUIT = [
+    "assert f(1) == 1 or boom(2) == 2",  # `or` past a true operand
+    "assert not (f(1) == 2 and boom(2) == 2)",  # `and` past a false operand
+    "assert (boom(2) if f(1) == 2 else f(1)) == 1",  # the branch not taken
+    "assert not (f(1) < 0 < boom(2))",  # a chained comparison past a false link
+    "for v in [f(1)]:\n    assert v == 1 or boom(2) == 2",
+]
+
+
+@pytest.mark.parametrize("test", SHORT_CIRCUIT)
+def test_a_probe_python_would_not_evaluate_neither_decides_nor_breaks_the_test(test):
+    # boom raises: it is evaluated in the sandbox (the code cannot be told which branch the trainer takes), and its
+    # missing value is never read; and where its value would be wrong, it changes nothing either.
+    code = "def f(x):\n    return 1\n\ndef boom(x):\n    raise RuntimeError(x)\n"
+    exec(test, _namespace(code))  # Python passes it
+    assert plan((test,), "")[0].expr is not None
+    assert run(code, [test], limits=FAST).passed == [True]
+    assert run(code.replace("raise RuntimeError(x)", "return 2"), [test], limits=FAST).passed == [True]
+
+
+def test_a_dict_display_is_evaluated_key_then_value():
+    (check,) = plan(("assert {f(1): g(1), f(2): g(2)} == {1: 2}",), "")
+    assert [source for source, _ in check.probes] == ["f(1)", "g(1)", "f(2)", "g(2)"]
+
+
+# Valid tests the planner cannot (or should not) unroll or nest that deep: each is run whole in the sandbox, and
+# planning it neither raises nor takes long.
+UNPLANNABLE = {
+    "range past 2**63": "for i in range(100000000000000000000):\n    assert f(i) == i",
+    "range past 2**63, negative": "for i in range(0, -100000000000000000000, -1):\n    assert f(i) == i",
+    "a long literal list": "for x in [" + "0, " * 100_000 + "]:\n    assert f(x) == 0",
+    "nested loops with no assert": "for a in range(60):\n for b in range(60):\n  for c in range(60):\n   for d in []:\n    assert f(1)",
+    "a deep expression": "assert f(1) == " + "[" * 150 + "]" * 150,
+    "a long chain of operators": "assert f(1) == " + "1 + " * 100_000 + "1",
+    "a deep unary chain": "assert f(1) == " + "-" * 100_000 + "1",
+    "many probes": "assert " + " and ".join(["f(1)"] * 5_000),
+    "a large item copied into many uses": "for x in [[" + "0, " * 20_000 + "]]:\n" + "    assert g(x) == 1\n" * 60,
+}
+
+
+@pytest.mark.parametrize("test", UNPLANNABLE.values(), ids=UNPLANNABLE.keys())
+def test_a_test_the_planner_cannot_bound_runs_whole_in_the_sandbox(test):
+    import time
+
+    start = time.monotonic()
+    (check,) = plan((test,), "")
+    assert check.expr is None
+    assert time.monotonic() - start < 2.0
+
+
+def test_a_large_literal_in_a_test_is_still_a_value_check():
+    tests = ["assert f(1) == '" + "x" * 1_000_000 + "'", "assert f(1) == [" + "0, " * 50_000 + "]"]
+    assert all(check.expr is not None for check in plan(tuple(tests), ""))

@@ -1,0 +1,52 @@
+"""A fourth hostile pass on the same two promises, after the third pass's fixes: grpokit deletes only what it wrote,
+and code under test never decides its own score.
+
+Each test reproduces one defect; each fails until the defect is fixed. Every test touches only pytest's tmp_path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from helpers import load_bench
+
+from grpokit import ownership
+from grpokit.rundir import RunLock
+
+
+def fake_run(folder):
+    """A folder as a grpokit run leaves it: a checkpoint, top-level files, and the manifest listing them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "checkpoint-1").mkdir()
+    for name in ("trainer_state.json", "adapter_model.safetensors"):
+        (folder / "checkpoint-1" / name).write_text('{"global_step": 1}' if name == "trainer_state.json" else "w")
+    for name in ("recipe.yaml", "report.md"):
+        (folder / name).write_text("grpokit's")
+    ownership.claim(folder, ["checkpoint-1", "recipe.yaml", "report.md"])
+    return folder
+
+
+class _Stop(Exception):
+    pass
+
+
+# Reproduces: `python bench/gpu_memory.py --pack-deps DIR` checks only that DIR holds nothing grpokit did not write,
+# then removes *every* entry grpokit wrote there (ownership.remove(target, entries(target))). It never looks at the
+# run lock nor at whether DIR is a training run: pointed (by a typo, or a shared `--pack-deps runs/x`) at a run that is
+# training right now, it deletes the live run's checkpoints, recipe and report without --overwrite and without a word.
+# `--merge-out` got this refusal in the first pass (test_merge_out_overwrite_refuses_a_folder_a_run_is_training_in);
+# README "One run per folder": a second user of the folder "exits 2 before anything is touched".
+def test_pack_deps_never_removes_a_live_training_run(tmp_path, monkeypatch):
+    gpu_memory = load_bench("gpu_memory")
+    live = fake_run(tmp_path / "runs" / "live")
+
+    def stop(name, *a, **k):  # stop right after the removal: no need to copy trl & co. to see it
+        raise _Stop(name)
+
+    monkeypatch.setattr(importlib.util, "find_spec", stop)
+    with RunLock(live, "recipe.yaml"):
+        with pytest.raises((SystemExit, _Stop, Exception)):
+            gpu_memory.pack_deps(live)
+        assert (live / "checkpoint-1" / "trainer_state.json").is_file(), "a live run's checkpoint was deleted"
+        assert (live / "recipe.yaml").is_file()

@@ -50,3 +50,28 @@ def test_pack_deps_never_removes_a_live_training_run(tmp_path, monkeypatch):
             gpu_memory.pack_deps(live)
         assert (live / "checkpoint-1" / "trainer_state.json").is_file(), "a live run's checkpoint was deleted"
         assert (live / "recipe.yaml").is_file()
+
+
+# Reproduces: `--merge A --merge-out LINK --overwrite` where LINK is a symbolic link to a training run (`runs/latest ->
+# runs/exp7`, the usual "latest" link): merge._previous_merge asks ownership.holds_run(out), which answers False for
+# any symbolic link, so the first pass's refusal of a training run's folder (and of a live one) is skipped; the run's
+# manifest, read through the link, calls every entry grpokit's, and ownership.remove(LINK, ...) then rmtree's the
+# run's checkpoint-1 and removes its recipe and report -- here while that run is training. README: "a merge never
+# writes into ... any training run's folder"; "One run per folder ... exits 2 before anything is touched".
+def test_merge_out_through_a_symlink_refuses_a_training_run(tmp_path):
+    from grpokit.errors import RecipeError
+    from grpokit.merge import _previous_merge
+
+    adapter_run = fake_run(tmp_path / "runs" / "exp6")
+    live = fake_run(tmp_path / "runs" / "exp7")
+    latest = tmp_path / "runs" / "latest"
+    latest.symlink_to(live)
+    with RunLock(live, "recipe.yaml"):
+        try:
+            previous = _previous_merge(adapter_run, latest, overwrite=True)
+        except RecipeError:
+            previous = None  # refused: what the fix does
+        if previous is not None:  # what merge() does next, once the merged model is built
+            ownership.remove(latest, previous, "--merge-out")
+        assert (live / "checkpoint-1" / "trainer_state.json").is_file(), "the live run's checkpoint was deleted"
+        assert (live / "recipe.yaml").is_file()

@@ -190,6 +190,8 @@ def pack_deps(target: Path):
 
     from grpokit import ownership
 
+    if ownership.holds_run(target.resolve()):
+        raise SystemExit(f"--pack-deps: {target} is (or holds) a training run's folder; choose a folder of its own")
     others = ownership.foreign(target)  # a folder of one's own only: a package copied there earlier is replaced
     if others:
         raise SystemExit(f"--pack-deps: {target} holds {ownership.describe(others)}, which this script did not write; "

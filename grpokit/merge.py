@@ -161,7 +161,7 @@ def _previous_merge(run_dir: Path, out: Path, overwrite: bool) -> list[str]:
     if target == run or target in run.parents:
         raise _fail("is the run being merged, or a folder holding it: a merge never writes over its own run; "
                     "choose another --merge-out (default: RUN_DIR/merged)", str(out), "--merge-out")
-    if ownership.holds_run(out):
+    if ownership.holds_run(out.resolve()):  # through a link too (runs/latest -> runs/exp7)
         raise _fail("is (or holds) the folder of a training run, not a merge's: a merge goes to a folder of its own",
                     str(out), "--merge-out")
     reason = ownership.forbidden_reason(out)

@@ -81,7 +81,7 @@ BUILTINS = {name: getattr(builtins, name) for name in (
     "type", "reversed", "enumerate", "zip", "bin", "hex", "oct")}
 SAFE = {set: lambda *a: safe_set(*a) if a else set(),
          frozenset: lambda *a: safe_set(*a, kind=frozenset) if a else frozenset(),
-         dict: lambda *a: safe_dict(*a) if a else {},
+         dict: lambda *a, **kw: {**(safe_dict(*a) if a else {}), **kw},  # dict(pairs), dict(a=1), or both
          sum: _sum, pow: _pow, round: _round, range: _range, type: _type, int: _int}
 MATH = {name: getattr(math, name) for name in (
     "isclose", "fabs", "sqrt", "floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "copysign", "exp", "log",

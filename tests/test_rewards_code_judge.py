@@ -521,3 +521,11 @@ def test_a_test_the_planner_cannot_bound_runs_whole_in_the_sandbox(test):
 def test_a_large_literal_in_a_test_is_still_a_value_check():
     tests = ["assert f(1) == '" + "x" * 1_000_000 + "'", "assert f(1) == [" + "0, " * 50_000 + "]"]
     assert all(check.expr is not None for check in plan(tuple(tests), ""))
+
+
+def test_dict_with_keywords_in_a_check_is_pythons_dict():
+    """`dict(a=1)` on the expected side is judged as Python builds it (a correct answer must pass)."""
+    from rewards._sandbox import run
+
+    assert run("def f():\n    return {'a': 1, 'b': 2}", ["assert f() == dict(a=1, b=2)", "assert f() == dict([('a', 1)], b=2)",
+                                                          "assert f() != dict(a=1)"]).passed == [True, True, True]

@@ -197,7 +197,8 @@ def versions() -> dict:
 
 
 def write(results: dict, out: Path, stem: str) -> None:
-    (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    from grpokit import ownership
+    ownership.write_text(out / f"{stem}.json", json.dumps(results, indent=1, default=str) + "\n", key="--out")
     lines = [f"# Generation engines on {results['versions'].get('gpu', 'CPU (dry run)')}, capped at {results['cap_gib']:g} GiB "
              f"({results['date']}, {results['recipe']})", "", results["note"], "",
              "| engine | status | completion tok/s | step s | max allocated GiB | max reserved GiB | device used GiB | "
@@ -208,7 +209,7 @@ def write(results: dict, out: Path, stem: str) -> None:
         lines.append(f"| {r['engine']} | {r['status'][:60]} | {cell('completion_tokens_per_s', '{:.0f}')} | {cell('step_s')} | "
                      f"{cell('max_allocated_gib')} | {cell('max_reserved_gib')} | {cell('device_used_gib')} | "
                      f"{p['peak_gib']:.2f} ({p['phase']}) | {p['kv_capacity_tokens'] or '-'} |")
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    ownership.write_text(out / f"{stem}.md", "\n".join(lines) + "\n", key="--out")
 
 
 def main(argv=None) -> int:

@@ -166,7 +166,8 @@ def versions() -> dict:
 def write(results: dict, out: Path, stem: str):
     out.mkdir(parents=True, exist_ok=True)
     results["summary_line"] = summary_line(results)
-    (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    from grpokit import ownership
+    ownership.write_text(out / f"{stem}.json", json.dumps(results, indent=1, default=str) + "\n", key="--out")
     rows = [r for r in results["cases"] if "comparison" in r]
     lines = [f"# GRPO steps on {results['versions'].get('gpu', 'CPU (dry run)')} vs grpokit's plan ({results['date']})", "",
              results["note"], "", results["summary_line"], "", *pvm.table(rows), "",
@@ -181,7 +182,7 @@ def write(results: dict, out: Path, stem: str):
         lines.append(f"| {r['setting']['name']} | {r['status']} | {a['generation']['allocated'] / GIB:.2f} / "
                      f"{a['training']['allocated'] / GIB:.2f} | {(a['generation']['reserved'] + ctx) / GIB:.2f} / "
                      f"{(a['training']['reserved'] + ctx) / GIB:.2f} | {r.get('plan_total_gib', 0):.2f} |")
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    ownership.write_text(out / f"{stem}.md", "\n".join(lines) + "\n", key="--out")
 
 
 def pack_deps(target: Path):

@@ -406,7 +406,8 @@ def write(out: Path, records: list[dict], steps: int) -> None:
                      "grpokit.planning.memory.plan(device='cpu') for the same settings",
               "summary": summary(records), "records": records}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    from grpokit import ownership
+    ownership.replace_text(out, json.dumps(result, indent=1) + "\n")  # the committed results file: a new file in its place
 
 
 if __name__ == "__main__":

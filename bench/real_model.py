@@ -170,7 +170,8 @@ def main(argv=None) -> int:
                                  "after": {"pass@1": after["greedy"]["pass@1"], "passed": after["greedy"]["passed"]},
                                  "rise": round(rise, 4), "reached_target": rise >= TARGET_RISE,
                                  "examples": after["examples"][:2]})
-        out.write_text(json.dumps(results, indent=2) + "\n")  # after each seed: a killed bench keeps what it measured
+        from grpokit import ownership
+        ownership.replace_text(out, json.dumps(results, indent=2) + "\n")  # after each seed: a killed bench keeps what it measured
         plot(results, out.with_suffix(".png"))
         print(f"seed {seed}: pass@1 {results['base']['pass@1']:.3f} -> {after['greedy']['pass@1']:.3f} "
               f"({rise:+.3f}) after {trained['steps']} steps; {trained['seconds_per_step']} s/step", flush=True)

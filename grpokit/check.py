@@ -27,7 +27,7 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
         if measured is not None:
             prompt_length, prompt_how = measured
     print("\n# what this recipe computes, from the resolved GRPOConfig, in the terms of DeepSeekMath's GRPO objective,"
-          "\n# DAPO and Dr. GRPO (eq. 8.1-8.3 and each knob: README.md, \"GRPO in one screen\")")
+          "\n# DAPO and Dr. GRPO (eq. 8.1-8.3 and each knob: docs/grpo.md, \"GRPO in one screen\")")
     print("\n".join(explain_table(recipe, prep.args)))
     print()
     facts = {"gpu": gpu_facts(), "prompt_length": prompt_length}

@@ -177,7 +177,7 @@ def list_rewards() -> int:
         print(f"{r['name']:<{width}}  {r['summary']}")
         if r["args"]:
             print(f"{'':<{width}}    args: {', '.join(r['args'])}")
-    print("\nA user reward: path/to/file.py:function or package.module:function (see README: Add a reward).")
+    print("\nA user reward: path/to/file.py:function or package.module:function (see rewards/README.md, \"Add a reward\").")
     return 0
 
 

@@ -61,7 +61,7 @@ def register(name: str | None = None, *, from_recipe: dict | None = None):
     ...     return [1.0 if text(c).isupper() else 0.0 for c in completions]
     >>> build("shout")(completions=["HI", "hi"])
     [1.0, 0.0]
-    >>> _ = _REGISTRY.pop("shout")  # only an example: --list-rewards (and README's copy of it) stay as shipped
+    >>> _ = _REGISTRY.pop("shout")  # only an example: --list-rewards (and rewards/README.md's copy of it) stay as shipped
     """
 
     def wrap(target):
@@ -340,7 +340,7 @@ def _load_builtins() -> None:
 
 
 def describe() -> list[dict]:
-    """Every registered reward with its arguments and one-line doc (for `--list-rewards` and the README)."""
+    """Every registered reward with its arguments and one-line doc (for `--list-rewards` and rewards/README.md)."""
     _load_builtins()
     rows = []
     for name in names():

@@ -1,6 +1,6 @@
 """Dataset holes: rows with a missing or empty prompt or gold answer are dropped with a count in the log.
 
-The choice (README, "When things go wrong"): one bad row in thousands should not stop a run, and must
+The choice (recipes/README.md, "What a dataset may hold"): one bad row in thousands should not stop a run, and must
 never crash it mid-training, so holes are dropped and counted; a dataset left with no rows fails `--check`.
 """
 

@@ -97,7 +97,7 @@ def test_merge_and_eval_modules_import(module):
 # Reproduces: `--merge A --merge-out B --overwrite` where B is a run that is training right now (its lock held):
 # the merge never looks at the lock and removes the live run's checkpoints, recipe.yaml and model card, then writes
 # the merged model among the files the run goes on writing. Seen end to end: T/checkpoint-5 and T/recipe.yaml gone
-# mid-training. README: "One run per folder ... exits 2 before anything is touched".
+# mid-training. docs/troubleshooting.md: "One run per folder ... exits 2 before anything is touched".
 def test_merge_out_overwrite_refuses_a_folder_a_run_is_training_in(tmp_path):
     from grpokit.merge import _previous_merge
 
@@ -111,7 +111,7 @@ def test_merge_out_overwrite_refuses_a_folder_a_run_is_training_in(tmp_path):
 
 # Reproduces: `--merge-out B --overwrite` where B is another (finished) training run, not a previous merge: the whole
 # run -- checkpoints, adapter, recipe.yaml, report -- is removed and replaced by a merged model, with no word that B
-# was a run. The README promises `--merge-out DIR --overwrite` replaces a previous merge.
+# was a run. docs/troubleshooting.md promises `--merge-out DIR --overwrite` replaces a previous merge.
 def test_merge_out_overwrite_refuses_a_training_run(tmp_path):
     from grpokit.merge import _previous_merge
 
@@ -200,7 +200,7 @@ def test_plot_never_replaces_a_file_reached_through_a_symlinked_plots_folder(tmp
 # binds names another way -- a star import (`from string import *`, MBPP-style test_imports), `globals()[...] = ...`,
 # `exec(...)` -- leaves them out, so a test comparing with such a name (`assert add(1, 2) == EXPECTED`) is planned as
 # a value check whose *expected side is a probe too*: the graded code rebinds the name and chooses both values. A
-# wrong solution scores 1.0 (README: a test that needs the setup's names is opaque; value checks cannot be forged).
+# wrong solution scores 1.0 (docs/troubleshooting.md: a test that needs the setup's names is opaque; value checks cannot be forged).
 @pytest.mark.parametrize("setup, test, code", [
     ("globals()['EXPECTED'] = 3", "assert add(1, 2) == EXPECTED",
      "def add(a, b):\n    global EXPECTED\n    EXPECTED = 0\n    return 0"),

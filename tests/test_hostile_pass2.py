@@ -41,7 +41,7 @@ def overwrite(run):
 # names, with no identity), so a user who edits a file grpokit wrote there -- fills in the checkpoint's model card
 # README.md with their evaluation notes, or replaces adapter_model.safetensors with weights of their own under the
 # same name -- keeps nothing: --overwrite (and the trainer's checkpoint rotation after --resume) removes it without
-# a word. At the top of the folder the same edit makes the entry the user's (README: "an entry replaced or edited
+# a word. At the top of the folder the same edit makes the entry the user's (docs/troubleshooting.md: "an entry replaced or edited
 # since is no longer grpokit's").
 def test_a_file_edited_inside_a_checkpoint_is_no_longer_grpokits(tmp_path):
     run = fake_run(tmp_path / "run")
@@ -133,7 +133,7 @@ def test_plot_never_changes_a_hard_linked_backup_of_the_report(tmp_path, capsys)
 # the item's expression for each use of the loop name, so `f(4)` -- evaluated once in Python -- becomes one probe per
 # use, each evaluated separately in the sandbox. The graded code counts its calls and answers each use differently:
 # here 10 for `v > 3`, then 0 for `v < 5`. The test cannot pass in Python for any single value but 4; a wrong
-# solution that never returns 4 scores 1.0 (README: a loop over a literal is a value check, which cannot be forged).
+# solution that never returns 4 scores 1.0 (docs/troubleshooting.md: a loop over a literal is a value check, which cannot be forged).
 def test_an_unrolled_loop_item_is_one_value_not_one_probe_per_use():
     from rewards._sandbox import run
 

@@ -47,7 +47,7 @@ def age_claims(run, by_ns):
 
 
 # Reproduces: a claim left by a killed save (claim_writing: {"since": t}, no identity) is meant to expire after
-# SAVE_WINDOW_NS (README: "what was written in its folder within an hour of that save's start counts as the run's").
+# SAVE_WINDOW_NS (docs/troubleshooting.md: "what was written in its folder within an hour of that save's start counts as the run's").
 # But `_read` turns a live claim into {ino, ..., "inside": WRITING}, and any later rewrite of the manifest -- here the
 # report grpokit writes (`--plot RUN`, `--eval RUN`'s report refresh, anything that calls claim/claim_file/remove) --
 # stores that record *with* the folder's inode. From then on the entry has an identity, `_same` matches on the inode
@@ -129,7 +129,7 @@ def test_a_users_file_named_like_the_manifest_is_not_replaced(tmp_path):
 # Reproduces: RunLock opens `output_dir/.grpokit.lock` (O_CREAT, no O_EXCL) and truncates it to write its pid *before*
 # guard_output_dir looks at the folder. A file of that name that grpokit did not write -- the user's, or a hard link
 # to one (O_NOFOLLOW stops symbolic links only) -- loses its content even though the run is then refused (exit 2,
-# README: "exits 2 before anything is touched").
+# docs/troubleshooting.md: "exits 2 before anything is touched").
 def test_a_refused_run_leaves_a_users_lock_named_file_untouched(tmp_path):
     from grpokit.rundir import RunLock, guard_output_dir
 

@@ -1,4 +1,5 @@
-"""The README's promises that code can check: its reward list is the registry's, its commands exist."""
+"""The docs' promises that code can check: the reward list is the registry's, the first screen's commands exist,
+every link between the pages resolves, and the README stays a page a newcomer finishes."""
 
 from __future__ import annotations
 
@@ -15,15 +16,20 @@ from helpers import ROOT
 from grpokit.cli import main
 
 README = (ROOT / "README.md").read_text()
+# The pages the README sends a reader to for what it leaves out; each must be linked from it.
+PAGES = ("docs/running.md", "docs/grpo.md", "docs/troubleshooting.md", "rewards/README.md", "recipes/README.md",
+         "bench/README.md")
 
 
 def test_reward_list_is_the_registry(capsys):
-    """One source of truth: the README shows exactly what `--list-rewards` prints."""
+    """One source of truth: rewards/README.md shows exactly what `--list-rewards` prints."""
     assert main(["--list-rewards"]) == 0
     printed = capsys.readouterr().out.rstrip()
-    block = re.search(r"<!-- rewards:begin -->\n```text\n(.*?)\n```\n<!-- rewards:end -->", README, re.S)
-    assert block, "README lost its rewards block"
-    assert block.group(1) == printed, "README's reward list is stale: paste `python launch.py --list-rewards`"
+    catalogue = (ROOT / "rewards" / "README.md").read_text()
+    block = re.search(r"<!-- rewards:begin -->\n```text\n(.*?)\n```\n<!-- rewards:end -->", catalogue, re.S)
+    assert block, "rewards/README.md lost its rewards block"
+    assert block.group(1) == printed, "rewards/README.md's reward list is stale: paste `python launch.py --list-rewards`"
+    assert 'see rewards/README.md, "Add a reward"' in printed and "\n## Add a reward\n" in catalogue
 
 
 def test_first_screen_gives_exactly_two_commands():
@@ -50,4 +56,41 @@ def test_first_screen_names_the_next_command_and_it_works():
     assert "check passed" in done.stdout
     # issue 14.10: its header names what a user can look up, not a chapter the repository never names
     assert "chapter" not in done.stdout and "DeepSeekMath's GRPO objective" in done.stdout
-    assert '"GRPO in one screen"' in done.stdout and "## GRPO in one screen" in README
+    # the page it cites for the eq. labels exists under that title
+    assert 'docs/grpo.md, "GRPO in one screen"' in done.stdout
+    assert (ROOT / "docs" / "grpo.md").read_text().startswith("# GRPO in one screen")
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation other than '-' dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # a '#' in a code block is no heading
+    return {_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+@pytest.mark.parametrize("page", ("README.md", *PAGES))
+def test_every_link_between_the_pages_resolves(page):
+    """A moved section leaves no dead link behind: every relative link names a file that exists and, with
+    `#anchor`, a heading in it."""
+    source = ROOT / page
+    for target in re.findall(r"\]\(([^)\s]+)\)", source.read_text()):
+        if "://" in target:
+            continue
+        path, _, anchor = target.partition("#")
+        where = (source.parent / path).resolve() if path else source
+        assert where.is_file(), f"{page}: link to {target}: no such file"
+        assert not anchor or anchor in _anchors(where), f"{page}: link to {target}: no such heading"
+
+
+def test_the_readme_links_every_page_that_holds_what_it_leaves_out():
+    linked = {(ROOT / t.partition("#")[0]).resolve() for t in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", README)}
+    assert {(ROOT / p).resolve() for p in PAGES} - linked == set()
+
+
+def test_the_readme_stays_a_page_a_newcomer_finishes():
+    """The README gives the two commands, what a recipe is, the sections, the exit codes and links out; the
+    details live on the pages it links, so it stays under 250 lines."""
+    assert len(README.splitlines()) < 250

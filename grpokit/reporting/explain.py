@@ -10,7 +10,7 @@ Every row is built from the config's values, never from the recipe's name, so it
 is overridden on the command line. The semantics are TRL 1.16's (`GRPOTrainer._compute_loss` and
 `_generate_and_score_completions`); the papers are named where a row follows one (DeepSeekMath's GRPO objective,
 DAPO, Dr. GRPO, GSPO). The labels eq. 8.1 (group-relative advantage), 8.2 (clipped objective) and 8.3 (k3 KL
-estimator) are defined in README.md's "GRPO in one screen", where a user can look them up.
+estimator) are defined in docs/grpo.md, "GRPO in one screen", where a user can look them up.
 """
 
 from __future__ import annotations

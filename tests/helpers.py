@@ -89,3 +89,37 @@ def launch(*argv, timeout: int = 600, **kwargs):
 
     return subprocess.run([sys.executable, "launch.py", *argv], cwd=ROOT, text=True, capture_output=True, timeout=timeout,
                           **kwargs)
+
+
+# The knobs every hand-built tiny run shares: CPU, float32, no reporting, no checkpoints, seeded, quiet.
+TINY_GRPO = dict(max_steps=3, per_device_train_batch_size=8, num_generations=4, max_completion_length=16,
+                 learning_rate=1e-2, lr_scheduler_type="constant", logging_steps=1, report_to=[], use_cpu=True,
+                 save_strategy="no", bf16=False, seed=0, disable_tqdm=True)
+
+
+def tiny_trainer(output_dir, reward_funcs, train_dataset, *, trainer_cls=None, model_dir=None, lora=True,
+                 trainer_kwargs=None, **config):
+    """A real GRPOTrainer (or `trainer_cls`) on the embedded tiny model, for tests that drive TRL directly.
+
+    `config` overrides `TINY_GRPO` as GRPOConfig fields; `trainer_kwargs` go to the trainer's constructor
+    (e.g. `sampling=` for the dynamic-sampling subclass); `lora=False` trains the full model.
+
+    >>> trainer = tiny_trainer(tmp_path, [reward], Dataset.from_list(rows), beta=0.04)  # doctest: +SKIP
+    """
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpokit.tiny import ensure_tiny_model
+
+    model_dir = model_dir or ensure_tiny_model()
+    return (trainer_cls or GRPOTrainer)(
+        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32"),
+        reward_funcs=reward_funcs,
+        args=GRPOConfig(output_dir=str(output_dir), **{**TINY_GRPO, **config}),
+        train_dataset=train_dataset,
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
+        if lora else None,
+        **(trainer_kwargs or {}),
+    )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -20,6 +19,7 @@ import pytest
 from helpers import ROOT, with_trainer, write_recipe
 
 from grpokit.cli import main
+from grpokit.launcher import free_port
 
 CONFIGS = ROOT / "recipes" / "accelerate"
 
@@ -77,12 +77,6 @@ def test_check_reads_the_launchers_world_size(tmp_path, capsys, monkeypatch):
     assert "x 3 process(es)" in capsys.readouterr().err
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main(["--recipe", str(path), "--check"]) == 0  # TRL's own check sees the same 2 processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

@@ -12,10 +12,12 @@ import subprocess
 import sys
 import types
 import zlib
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_trainer
 
 from grpokit import dynamic_sampling as ds
 from grpokit.config.sections import SAMPLING
@@ -61,24 +63,10 @@ HALF_FLAT = ["live", "flat"] * 4
 
 def make_trainer(tmp_path, model_dir, reward_funcs, sampling, kinds=HALF_FLAT, cls=DynamicSamplingGRPOTrainer,
                  streaming=False, **cfg):
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig
-
-    args = dict(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=8, num_generations=4,
-                max_completion_length=16, learning_rate=1e-2, lr_scheduler_type="constant", logging_steps=1,
-                report_to=[], use_cpu=True, save_strategy="no", bf16=False, seed=0, disable_tqdm=True)
-    args.update(cfg)
-    extra = {} if cls is not DynamicSamplingGRPOTrainer else {"sampling": sampling}
-    return cls(
-        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32"),
-        reward_funcs=reward_funcs,
-        args=GRPOConfig(**args),
-        train_dataset=dataset(kinds).to_iterable_dataset() if streaming else dataset(kinds),
-        processing_class=AutoTokenizer.from_pretrained(model_dir),
-        peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"),
-        **extra,
-    )
+    data = dataset(kinds)
+    extra = {"sampling": sampling} if cls is DynamicSamplingGRPOTrainer else None
+    return tiny_trainer(tmp_path, reward_funcs, data.to_iterable_dataset() if streaming else data, trainer_cls=cls,
+                        model_dir=model_dir, trainer_kwargs=extra, **cfg)
 
 
 def spy_loss(trainer):
@@ -215,6 +203,175 @@ def test_prompt_stream_is_seeded_endless_and_independent():
 )
 def test_group_spread_mask(values, keep):
     assert ds.group_spread_mask(torch.tensor(values), 4).tolist() == [keep]
+
+
+# -- assembling the trained batch and its metrics, on hand-made tensors (no model) ---------------------------
+
+NAN = float("nan")
+PAD = 9  # the stand-in tokenizer's pad id, distinct from every token below
+
+
+def stand_in(names=("a",), weights=(1.0,), G=2):
+    """What `_assemble`, `_finish` and `_batch_metrics` read from the trainer, with one process (gather = identity)."""
+    fake = types.SimpleNamespace(
+        num_generations=G, reward_func_names=list(names), reward_weights=torch.tensor(weights),
+        _tokenizer=types.SimpleNamespace(pad_token_id=PAD), accelerator=types.SimpleNamespace(gather=lambda t: t),
+        _metrics={"train": defaultdict(list)})
+    fake._batch_metrics = types.MethodType(DynamicSamplingGRPOTrainer._batch_metrics, fake)
+    return fake
+
+
+def round_out(prompt_width, completion_width, first, **extra):
+    """One round's output for 2 groups of G=2 rows; row r's tokens are `first + r`, so every row is recognisable."""
+    rows = torch.arange(first, first + 4)
+    return {
+        "prompt_ids": rows[:, None].repeat(1, prompt_width),
+        "prompt_mask": torch.ones(4, prompt_width, dtype=torch.long),
+        "completion_ids": rows[:, None].repeat(1, completion_width),
+        "completion_mask": torch.ones(4, completion_width, dtype=torch.long),
+        "advantages": rows.float(), "num_items_in_batch": torch.tensor(999), **extra,
+    }
+
+
+A = round_out(prompt_width=2, completion_width=3, first=10)
+B = round_out(prompt_width=3, completion_width=1, first=20)
+
+
+@pytest.mark.parametrize(
+    "key, expect",
+    [
+        # A's narrower prompts are padded on the left (prompts are left-padded), with the pad id / mask 0
+        ("prompt_ids", [[PAD, 12, 12], [PAD, 13, 13], [20, 20, 20], [21, 21, 21]]),
+        ("prompt_mask", [[0, 1, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1]]),
+        # B's shorter completions are padded on the right, with the pad id / mask 0
+        ("completion_ids", [[12, 12, 12], [13, 13, 13], [20, PAD, PAD], [21, PAD, PAD]]),
+        ("completion_mask", [[1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 0, 0]]),
+        ("advantages", [12.0, 13.0, 20.0, 21.0]),  # per row, no width: the rows of the chosen groups, in order
+        ("num_items_in_batch", 8),  # recomputed: the completion tokens of the kept rows, not a round's 999
+    ],
+)
+def test_assemble_takes_the_chosen_groups_rows_and_pads_each_key_its_way(key, expect):
+    batch = DynamicSamplingGRPOTrainer._assemble(stand_in(), [(A, 1), (B, 0)], [])
+    assert batch[key].tolist() == expect
+
+
+@pytest.mark.parametrize(
+    "key, a_part, b_part, expect",
+    [
+        # TRL pads tool_mask with 1, like its own padding
+        ("tool_mask", torch.ones(4, 3, dtype=torch.long), torch.ones(4, 1, dtype=torch.long),
+         [[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1]]),
+        # per-token log-probs are padded with 0.0 (masked out anyway)
+        ("old_per_token_logps", torch.full((4, 3), -1.0), torch.full((4, 1), -2.0),
+         [[-1.0] * 3, [-1.0] * 3, [-2.0, 0.0, 0.0], [-2.0, 0.0, 0.0]]),
+        # per-token importance ratio (token modes): padded with the neutral 1.0
+        ("importance_sampling_ratio", torch.full((4, 3), 0.5), torch.full((4, 1), 2.0),
+         [[0.5] * 3, [0.5] * 3, [2.0, 1.0, 1.0], [2.0, 1.0, 1.0]]),
+        # one ratio per sequence (sequence modes, shape (B, 1)): every part is one wide, nothing to pad
+        ("importance_sampling_ratio", torch.tensor([[0.25], [0.5], [0.75], [1.0]]),
+         torch.tensor([[1.25], [1.5], [1.75], [2.0]]), [[0.75], [1.0], [1.25], [1.5]]),
+        # a key TRL left None (e.g. no reference model) stays None
+        ("ref_per_token_logps", None, None, None),
+        # grpokit's private per-row keys travel with their rows, unpadded
+        ("_rewards", torch.arange(4.0)[:, None], torch.arange(4.0, 8.0)[:, None], [[2.0], [3.0], [4.0], [5.0]]),
+    ],
+)
+def test_assemble_pads_optional_keys_with_their_neutral_value(key, a_part, b_part, expect):
+    batch = DynamicSamplingGRPOTrainer._assemble(stand_in(), [({**A, key: a_part}, 1), ({**B, key: b_part}, 0)], [])
+    assert (batch[key] if batch[key] is None else batch[key].tolist()) == expect
+
+
+@pytest.mark.parametrize(
+    "tool_mask",
+    [
+        None,  # no tool calls: a tool_mask is made to mask the filler rows
+        torch.tensor([[1, 1, 0]] * 4),  # tool calls: the existing mask is kept for kept rows, zeroed for filler rows
+    ],
+)
+def test_assemble_masks_filler_groups_out_of_the_loss(tool_mask):
+    a = A if tool_mask is None else {**A, "tool_mask": tool_mask}
+    b = B if tool_mask is None else {**B, "tool_mask": torch.ones(4, 1, dtype=torch.long)}
+    batch = DynamicSamplingGRPOTrainer._assemble(stand_in(), [(a, 1)], [(b, 0)])
+    kept_mask = [1, 1, 1] if tool_mask is None else [1, 1, 0]
+    assert batch["advantages"].tolist() == [12.0, 13.0, 0.0, 0.0]  # fillers: advantage 0
+    assert batch["tool_mask"].tolist() == [kept_mask, kept_mask, [0, 0, 0], [0, 0, 0]]  # fillers: no loss term
+    assert int(batch["num_items_in_batch"]) == 2 * sum(kept_mask)  # only kept tokens normalise the loss
+
+
+def test_assemble_refuses_a_key_it_cannot_merge():
+    with pytest.raises(NotImplementedError, match=r"\['pixel_values'\].*sampling.dynamic: false"):
+        DynamicSamplingGRPOTrainer._assemble(stand_in(), [({**A, "pixel_values": torch.zeros(4, 1)}, 0)], [])
+
+
+@pytest.mark.parametrize(
+    "rewards, lengths, truncated, expect",
+    [
+        # two rewards weighted 1 and 2: totals 1, 2 | 3, 3; the second group has no spread
+        ([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 1.0]], [4.0, 2.0, 6.0, 8.0], [False, True, False, True],
+         {"rewards/a/mean": 0.75, "rewards/a/std": 0.5, "rewards/b/mean": 0.75, "rewards/b/std": 0.5,
+          "reward": 2.25, "reward_std": (2.75 / 3) ** 0.5, "frac_reward_zero_std": 0.5,
+          "completions/mean_length": 5.0, "completions/min_length": 2.0, "completions/max_length": 8.0,
+          "completions/clipped_ratio": 0.5, "completions/mean_terminated_length": 5.0,
+          "completions/min_terminated_length": 4.0, "completions/max_terminated_length": 6.0}),
+        # None from a reward (NaN) is left out of its mean; a row where every reward is None has no total, so
+        # the first group (2, None) has no std and is not counted as zero-std, the second (2, 2) is
+        ([[NAN, 1.0], [NAN, NAN], [0.0, 1.0], [2.0, NAN]], [1.0, 1.0, 1.0, 1.0], [False] * 4,
+         {"rewards/a/mean": 1.0, "rewards/b/mean": 1.0, "reward": 2.0, "frac_reward_zero_std": 0.5,
+          "completions/clipped_ratio": 0.0, "completions/mean_terminated_length": 1.0}),
+        # every completion truncated: the terminated-length metrics are 0, as TRL logs them
+        ([[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]], [16.0] * 4, [True] * 4,
+         {"reward": 1.5, "frac_reward_zero_std": 0.0, "completions/clipped_ratio": 1.0,
+          "completions/mean_terminated_length": 0.0, "completions/min_terminated_length": 0.0,
+          "completions/max_terminated_length": 0.0}),
+    ],
+)
+def test_batch_metrics(rewards, lengths, truncated, expect):
+    fake = stand_in(names=("a", "b"), weights=(1.0, 2.0))
+    got = fake._batch_metrics(torch.tensor(rewards), torch.tensor(lengths), torch.tensor(truncated))
+    assert {k: got[k] for k in expect} == pytest.approx(expect)
+
+
+@pytest.mark.parametrize(
+    "rounds, dropped, generated, filled, expect",
+    [
+        # first round kept everything: TRL's batch as is
+        (1, 0, 2, 0, {"sampling/rounds": 1.0, "sampling/frac_groups_dropped": 0.0, "sampling/prompts_consumed": 2.0,
+                      "sampling/filled_short": 0.0, "sampling/frac_groups_filled": 0.0}),
+        # three rounds, 4 of 6 groups dropped, batch full
+        (3, 4, 6, 0, {"sampling/rounds": 3.0, "sampling/frac_groups_dropped": 4 / 6, "sampling/prompts_consumed": 6.0,
+                      "sampling/filled_short": 0.0, "sampling/frac_groups_filled": 0.0}),
+        # rounds ran out: one of the batch's two groups is a filler
+        (2, 3, 4, 1, {"sampling/rounds": 2.0, "sampling/frac_groups_dropped": 0.75, "sampling/prompts_consumed": 4.0,
+                      "sampling/filled_short": 1.0, "sampling/frac_groups_filled": 0.5}),
+    ],
+)
+def test_finish_logs_the_sampling_metrics(rounds, dropped, generated, filled, expect):
+    fake = stand_in()
+    batch = {"advantages": torch.zeros(4), "_rewards": torch.tensor([[0.0], [1.0], [2.0], [2.0]]),
+             "_lengths": torch.tensor([3.0, 3.0, 5.0, 5.0]), "_truncated": torch.tensor([False, False, True, False])}
+    out = DynamicSamplingGRPOTrainer._finish(fake, batch, [], rounds, dropped, generated, filled)
+    assert set(out) == {"advantages"}  # the private keys are taken out before the loss sees the batch
+    metrics = fake._metrics["train"]
+    assert {k: metrics[k] for k in expect} == {k: [pytest.approx(v)] for k, v in expect.items()}
+    assert metrics["reward"] == [pytest.approx(1.25)] and metrics["completions/clipped_ratio"] == [0.25]
+
+
+def test_finish_merges_the_rounds_trl_metrics():
+    fake = stand_in()
+    fake._metrics["train"]["num_tokens"] = [100.0]  # the total before this generation
+    rounds = [
+        {"num_tokens": [130.0], "kl": [0.1], "reward": [9.0], "rewards/a/log_metric": [1.0]},
+        {"num_tokens": [160.0], "kl": [0.3], "reward": [7.0], "empty": []},
+    ]
+    batch = {"_rewards": torch.tensor([[0.0], [1.0]]), "_lengths": torch.tensor([2.0, 4.0]),
+             "_truncated": torch.tensor([False, False])}
+    DynamicSamplingGRPOTrainer._finish(fake, batch, rounds, 2, 1, 2, 0)
+    metrics = fake._metrics["train"]
+    assert metrics["num_tokens"] == [160.0]  # cumulative: the last round's count, set, not appended
+    assert metrics["kl"] == [pytest.approx(0.2)]  # per-round values: averaged over the rounds
+    assert metrics["rewards/a/log_metric"] == [1.0]  # only one round logged it: its own value
+    assert metrics["reward"] == [0.5]  # recomputed on the trained rows, not the rounds' 9 and 7
+    assert "empty" not in metrics  # a metric no round gave a value is not logged
 
 
 # -- real runs on the tiny model -----------------------------------------------------------------------------

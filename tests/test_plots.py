@@ -5,6 +5,7 @@ import shutil
 import types
 
 import pytest
+from helpers import tiny_trainer
 
 from grpokit.reporting.plots import PANELS, collect_panels, figure, find_trainer_state, flat_reasons, plot_run
 from grpokit.reporting.report import (completions_from_disk, keep_first_completions, pick_completions, run_completions,
@@ -23,40 +24,18 @@ def frac_a(completions, **kwargs):
 def run(tiny_model_dir, tmp_path_factory):
     """A 10-step run: beta > 0 so KL is logged, log_completions so TRL writes its parquet, a checkpoint-10/."""
     from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
     out = tmp_path_factory.mktemp("run")
     words = ["apple", "river", "stone", "cloud"] * 4
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Say {w}"}]} for w in words])
-    cfg = GRPOConfig(
-        output_dir=str(out),
+    trainer = tiny_trainer(
+        out, frac_a, ds, model_dir=tiny_model_dir,
         max_steps=STEPS,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=16,
-        learning_rate=1e-2,
-        lr_scheduler_type="constant",
         beta=0.04,
         log_completions=True,
         num_completions_to_print=1,
-        logging_steps=1,
-        report_to=[],
-        use_cpu=True,
         save_strategy="steps",
         save_steps=STEPS,  # one checkpoint, at the end: enough to test finding it
-        bf16=False,
-        seed=0,
-        disable_tqdm=True,
-    )
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype="float32"),
-        reward_funcs=frac_a,
-        args=cfg,
-        train_dataset=ds,
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
-        peft_config=LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"),
     )
     keep_first_completions(trainer)
     trainer.train()

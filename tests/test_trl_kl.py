@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import tiny_trainer
 
 from labs import grpo_pieces as lab
 
@@ -23,29 +24,17 @@ REL = 1e-5  # TRL computes in float32; our reference in float64
 @pytest.fixture(scope="module")
 def trainer(tiny_model_dir, tmp_path_factory):
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
-    cfg = GRPOConfig(
-        output_dir=str(tmp_path_factory.mktemp("kl")),
+    tr = tiny_trainer(
+        tmp_path_factory.mktemp("kl"),
+        lambda completions, **kw: [0.0] * len(completions),
+        Dataset.from_list([{"prompt": "hi"}] * 4),
+        model_dir=tiny_model_dir,
+        lora=False,
         beta=0.04,  # > 0, or TRL computes no KL at all
         use_bias_correction_kl=True,  # TRL 1.16's default, stated so a default change cannot hide here
         per_device_train_batch_size=4,
-        num_generations=4,
         max_completion_length=8,
-        report_to=[],
-        use_cpu=True,
-        bf16=False,
-        save_strategy="no",
-        disable_tqdm=True,
-    )
-    ds = Dataset.from_list([{"prompt": "hi"}] * 4)
-    tr = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype="float32"),
-        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-        args=cfg,
-        train_dataset=ds,
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
     )
     tr.model.train()  # _compute_loss logs under "train" when the model is in training mode
     tr.current_gradient_accumulation_steps = 1  # set by Trainer.train() per step; we call the loss directly

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpokit.config.loader import CLI
@@ -149,6 +151,12 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
     the model's context (`context_length - completion_length` tokens): TRL 1.16 does not truncate prompts, and
     a longer one runs past the model's positions or out of memory mid-training.
     """
+    said: list[str] = []
+
+    def note(line: str) -> None:  # logged now, and kept with the dataset for `preparation_of`
+        said.append(line)
+        log(line)
+
     problems = check_columns(spec, raw.column_names, origin)
     if problems:
         raise RecipeError(problems)
@@ -167,7 +175,7 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
     )
     dropped = total - len(keep)
     if dropped:
-        log(f"dataset: dropped {dropped} of {total} rows with a missing or empty {prompt_col!r}"
+        note(f"dataset: dropped {dropped} of {total} rows with a missing or empty {prompt_col!r}"
             + (f" or {answer_col!r}" if answer_col else ""))
     template, system = spec.get("template"), spec.get("system_prompt")
 
@@ -204,9 +212,9 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
             else:
                 kept.append(i)
         if over_limit:
-            log(f"dataset: dropped {over_limit} of {len(ds)} prompts longer than {limit} tokens (max_prompt_tokens)")
+            note(f"dataset: dropped {over_limit} of {len(ds)} prompts longer than {limit} tokens (max_prompt_tokens)")
         if over_context:
-            log(f"dataset: dropped {over_context} of {len(ds)} prompts longer than the model's context leaves them: "
+            note(f"dataset: dropped {over_context} of {len(ds)} prompts longer than the model's context leaves them: "
                 f"{context_length} positions - max_completion_length {completion_length} = {room} tokens")
         if len(kept) < len(ds):
             ds = ds.select(kept)
@@ -214,19 +222,41 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
     if spec.get("limit") and len(ds) > spec["limit"]:
         ds = ds.select(range(spec["limit"]))
         lengths = lengths[: spec["limit"]] if lengths is not None else None
-    if lengths is not None:  # --check reads them again: measured once (only the latest dataset is kept)
-        _measured.clear()
-        _measured[(ds._fingerprint, id(tokenizer))] = lengths
     if len(ds) == 0:
         parts = [f"{n} {why}" for n, why in ((dropped, "missing or empty"), (over_limit, f"over max_prompt_tokens ({limit})"),
                                               (over_context, f"longer than the model's context leaves for a prompt ({context_length} "
                                                              f"positions - max_completion_length {completion_length} = {room} tokens)")) if n]
         raise RecipeError([Problem("dataset", f"no rows left to train on ({total} read: {', '.join(parts)})", file=origin)])
-    log(f"dataset: {len(ds)} prompts ready (of {total} rows)")
+    note(f"dataset: {len(ds)} prompts ready (of {total} rows)")
+    # --check reads the lengths again (measured once) and the lines: kept as long as the dataset object lives
+    _prepared[ds] = Preparation(said, tokenizer if lengths is not None else None, lengths)
     return ds
 
 
-_measured: dict[tuple, list[int]] = {}  # (dataset fingerprint, tokenizer id) -> prompt lengths, from prepare()
+@dataclass
+class Preparation:
+    """What `prepare` did to one dataset: the lines it logged (rows dropped and why, rows ready), and the prompt
+    lengths it measured with `tokenizer` (None when it measured none)."""
+
+    lines: list[str] = field(default_factory=list)
+    tokenizer: object = None
+    lengths: list[int] | None = None
+
+
+# keyed by the dataset object itself (datasets' Dataset hashes by identity): an entry goes with its dataset
+_prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def preparation_of(ds) -> Preparation:
+    """What `prepare` logged and measured for the dataset it returned; an empty `Preparation` for any other.
+
+    >>> preparation_of(object.__new__(type("NotPrepared", (), {}))).lines
+    []
+    """
+    try:
+        return _prepared.get(ds) or Preparation()
+    except TypeError:  # not weakly referable: never a dataset `prepare` returned
+        return Preparation()
 
 
 def context_length(model_path: str | None) -> int | None:
@@ -256,8 +286,9 @@ def prompt_lengths(tokenizer, ds, batch_size: int = 512, rows=None) -> list[int]
     of chat prompts, and the tokenizer itself (special tokens included) on text prompts: the same calls, in batches,
     so measuring every row of a 7,000-row dataset takes about as long as reading it.
     """
-    if rows is None and (ds._fingerprint, id(tokenizer)) in _measured:
-        return list(_measured[(ds._fingerprint, id(tokenizer))])
+    known = preparation_of(ds)
+    if rows is None and known.lengths is not None and known.tokenizer is tokenizer:
+        return list(known.lengths)
     source = ds.select(rows) if rows is not None else ds
     out: list[int] = []
     for batch in source.select_columns(["prompt"]).iter(batch_size=batch_size):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import weakref
 from pathlib import Path
 
 from grpokit import ownership
@@ -117,14 +118,20 @@ def keep_first_completions(trainer):
 
     callback = FirstCompletions()
     trainer.add_callback(callback)
+    _first_completions[trainer] = callback
     return callback
+
+
+# trainer -> the callback keep_first_completions gave it (weak: it goes with the trainer)
+_first_completions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def run_completions(trainer) -> list[dict]:
     """The first logged step's completions (when `keep_first_completions` ran) and the last generation batch's."""
     from grpokit import trl_compat
 
-    first = next((cb.rows for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "FirstCompletions"), [])
+    kept = _first_completions.get(trainer)
+    first = kept.rows if kept is not None else []
     batch = trl_compat.last_generation_logs(trainer)
     last = completions_from_logs(batch, step=trainer.state.global_step) if batch else []
     if first and last and first[0]["step"] == last[0]["step"]:

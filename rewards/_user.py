@@ -28,6 +28,7 @@ import inspect
 import re
 import sys
 import sysconfig
+import types
 from pathlib import Path
 from typing import Callable
 
@@ -216,7 +217,8 @@ def load_user_target(name: str) -> Callable:
 def _check_allowed(name: str, where: str, module_name: str, attr: str, target) -> None:
     """Refuse any target but a function or marked class defined in the module named; calls nothing."""
     own = "a function `def f(completions, **kwargs)` or a class marked @reward_class, defined in that file or module"
-    if inspect.isbuiltin(target) or type(target).__name__ in ("method_descriptor", "wrapper_descriptor", "builtin_function_or_method"):
+    if inspect.isbuiltin(target) or isinstance(target, (types.MethodDescriptorType, types.WrapperDescriptorType,
+                                                        types.BuiltinFunctionType)):
         raise RewardNameError(f"user reward {name!r}: {attr!r} is a built-in (C) function, not a Python function of {where}; "
                           f"a recipe may name only {own}")
     if not (inspect.isfunction(target) or inspect.isclass(target)):

@@ -3,9 +3,9 @@ completions from early and late in the run, side by side.
 
     from grpokit.reporting.report import write_report, completions_from_logs
     write_report("runs/smoke", recipe_name="smoke", explain_lines=lines,
-                 completions=completions_from_logs(trainer._logs))
+                 completions=completions_from_logs(trl_compat.last_generation_logs(trainer)))
 
-Completions come from the caller (TRL keeps the last generation batch in `GRPOTrainer._logs`) or, when
+Completions come from the caller (TRL keeps the last generation batch, `trl_compat.last_generation_logs`) or, when
 the caller passes none, from what TRL 1.16 writes to disk with `log_completions=True`:
 `<output_dir>/completions/completions_<step:05d>.parquet`, one row per completion with columns
 `step, prompt, completion, <reward name>..., <extra column>..., advantage`.

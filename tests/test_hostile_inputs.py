@@ -1,7 +1,7 @@
 """A corpus of hostile recipes and data files (tests/hostile/): each ends in clear messages and exit code 2.
 
-Issue 13, items 1 (a recipe that would run code), 7 (bad dataset values), 10 (NaN and infinities), 11 (prompts over the model's context) and
-12 (messages: empty files, YAML tags, a base that is not a recipe, an alias bomb). Every case runs
+Cases: a recipe that would run code, bad dataset values, NaN and infinities, prompts over the model's context,
+and messages (empty files, YAML tags, a base that is not a recipe, an alias bomb). Every case runs
 `launch.py --check` in-process and must exit 2, name the problem (row or line numbers 1-based), print no
 traceback and load no weights. Each YAML file's first line says what it breaks; the data files come from
 tests/hostile/fixtures/make_data.py.
@@ -212,7 +212,7 @@ def test_batched_lengths_are_trl_s_own(tiny_model_dir):
     assert data.prompt_lengths(tokenizer, Dataset.from_dict({"prompt": chats}))[1] == len(single)
 
 
-# --- issue 14.5-14.7: a copied recipe keeps its data; --check catches a reward's missing column; overrides blamed right
+# --- a copied recipe keeps its data; --check catches a reward's missing column; overrides blamed right
 
 
 def test_a_copied_smoke_recipe_still_finds_its_data(tmp_path, capsys, tiny_model_dir):

@@ -1,6 +1,6 @@
-"""A hostile pass on two promises: grpokit deletes only what it wrote, and code under test never decides its own score.
+"""Hostile inputs against two promises: grpokit deletes only what it wrote, and code under test never decides its own score.
 
-Each test reproduces one defect found by trying to break a promise; each fails until the defect is fixed.
+Each test pins one rule (its `Rule:` comment) where a hostile input could break a promise.
 Every test touches only pytest's tmp_path.
 """
 

@@ -1,6 +1,6 @@
-"""A third hostile pass on one promise: grpokit deletes (or truncates, or replaces) only files it wrote itself.
+"""Hostile inputs against one promise: grpokit deletes (or truncates, or replaces) only files it wrote itself.
 
-Each test reproduces one defect; each fails until the defect is fixed. Every test touches only pytest's tmp_path.
+Each test pins one rule (its `Rule:` comment) where a hostile input could break a promise. Every test touches only pytest's tmp_path.
 """
 
 from __future__ import annotations

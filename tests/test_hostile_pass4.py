@@ -1,7 +1,7 @@
-"""A fourth hostile pass on the same two promises, after the third pass's fixes: grpokit deletes only what it wrote,
-and code under test never decides its own score.
+"""Hostile inputs against two promises: grpokit deletes only what it wrote, and code under test never decides its
+own score.
 
-Each test reproduces one defect; each fails until the defect is fixed. Every test touches only pytest's tmp_path.
+Each test pins one rule (its `Rule:` comment) where a hostile input could break a promise. Every test touches only pytest's tmp_path.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A fifth hostile pass on one promise: grpokit deletes, truncates or replaces only files it wrote.
+"""Hostile inputs against one promise: grpokit deletes, truncates or replaces only files it wrote.
 
-Each test reproduces one defect; each fails until the defect is fixed. Every test touches only pytest's tmp_path.
+Each test pins one rule (its `Rule:` comment) where a hostile input could break a promise. Every test touches only pytest's tmp_path.
 """
 
 from __future__ import annotations

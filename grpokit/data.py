@@ -196,7 +196,7 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
     ds = keep.map(build)
     if _NEW_ANSWER in ds.column_names:
         # Written under a new name, then renamed: map() casts a value written into an existing column back to that
-        # column's type (datasets 5.2, even with remove_columns), so a numeric gold str(5) came back as the int 5.
+        # column's type (datasets 5.2, even with remove_columns), so a numeric gold str(5) would come back as the int 5.
         ds = ds.remove_columns([c for c in ("answer",) if c in ds.column_names]).rename_column(_NEW_ANSWER, "answer")
     lengths = prompt_lengths(tokenizer, ds) if tokenizer is not None and (spec.get("max_prompt_tokens") or context_length) else None
     limit = spec.get("max_prompt_tokens")

@@ -66,7 +66,7 @@ def test_merge_out_through_a_symlink_refuses_a_training_run(tmp_path):
         try:
             previous = _previous_merge(adapter_run, latest, overwrite=True)
         except RecipeError:
-            previous = None  # refused: what the fix does
+            previous = None  # refused: what the rule asks
         if previous is not None:  # what merge() does next, once the merged model is built
             ownership.remove(latest, previous, "--merge-out")
         assert (live / "checkpoint-1" / "trainer_state.json").is_file(), "the live run's checkpoint was deleted"

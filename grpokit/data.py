@@ -64,9 +64,23 @@ def load_raw(spec: dict, origin: str = ""):
         return datasets.load_dataset(spec["name"], spec.get("config"), split=spec.get("split", "train"))
     except Exception as err:  # noqa: BLE001
         text = f"{type(err).__name__}: {err}"
-        if any(s in text for s in ("offline", "Offline", "ConnectionError", "couldn't be found", "Couldn't reach", "LocalEntryNotFound")):
+        if _unreachable(err):
             raise NotReachable(f"dataset {spec['name']!r} is not in the local cache") from None
         raise RecipeError([Problem("dataset", f"cannot load {spec['name']!r}: {text[:300]}", file=origin)]) from None
+
+
+def _unreachable(err: BaseException) -> bool:
+    """The hub could not be asked (offline mode, no network) and the cache has no copy: told by the exception
+    types datasets and huggingface_hub raise for it, anywhere in the chain, not by their messages."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, (ConnectionError, LocalEntryNotFoundError)):  # OfflineModeIsEnabled is a ConnectionError
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def builtin_names() -> list[str]:

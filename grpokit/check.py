@@ -5,6 +5,7 @@ formatted rows, what the recipe computes in GRPO's terms, and its memory plan. L
 from __future__ import annotations
 
 from grpokit.config import Recipe, dump, lint
+from grpokit.data import preparation_of
 from grpokit.planning import memory, vllm_share
 from grpokit.planning.architecture import ConfigNotFound
 from grpokit.reporting.explain import explain_table
@@ -13,14 +14,13 @@ from grpokit.training import prepare
 
 def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
     """Print --check's report for a validated recipe; returns the exit code (0). Problems raise `RecipeError`."""
-    dataset_lines: list[str] = []  # what data preparation dropped and why: a user must see it before training
-    prep = prepare(recipe, log=lambda m: dataset_lines.append(m) if m.startswith("dataset: ") else None)
+    prep = prepare(recipe, log=lambda _line: None)  # quiet: what it dropped and why is printed below, from the dataset
     print(f"# {recipe.name}: resolved recipe ({recipe.path})")
     print(dump(recipe.as_dict()).rstrip())
     prompt_length, prompt_how = recipe.dataset.get("max_prompt_tokens"), "dataset.max_prompt_tokens, the longest a prompt may be"
     if prep.dataset is not None:
         print(f"\n# first formatted rows ({len(prep.dataset)} prompts)")
-        print("\n".join(dataset_lines))
+        print("\n".join(preparation_of(prep.dataset).lines))  # a user must see what was dropped before training
         for row in prep.dataset.select(range(min(2, len(prep.dataset)))):
             print(f"- {shorten(row)}")
         measured = longest_prompt(prep)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpokit.config.loader import CLI
@@ -62,9 +64,23 @@ def load_raw(spec: dict, origin: str = ""):
         return datasets.load_dataset(spec["name"], spec.get("config"), split=spec.get("split", "train"))
     except Exception as err:  # noqa: BLE001
         text = f"{type(err).__name__}: {err}"
-        if any(s in text for s in ("offline", "Offline", "ConnectionError", "couldn't be found", "Couldn't reach", "LocalEntryNotFound")):
+        if _unreachable(err):
             raise NotReachable(f"dataset {spec['name']!r} is not in the local cache") from None
         raise RecipeError([Problem("dataset", f"cannot load {spec['name']!r}: {text[:300]}", file=origin)]) from None
+
+
+def _unreachable(err: BaseException) -> bool:
+    """The hub could not be asked (offline mode, no network) and the cache has no copy: told by the exception
+    types datasets and huggingface_hub raise for it, anywhere in the chain, not by their messages."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, (ConnectionError, LocalEntryNotFoundError)):  # OfflineModeIsEnabled is a ConnectionError
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def builtin_names() -> list[str]:
@@ -149,6 +165,12 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
     the model's context (`context_length - completion_length` tokens): TRL 1.16 does not truncate prompts, and
     a longer one runs past the model's positions or out of memory mid-training.
     """
+    said: list[str] = []
+
+    def note(line: str) -> None:  # logged now, and kept with the dataset for `preparation_of`
+        said.append(line)
+        log(line)
+
     problems = check_columns(spec, raw.column_names, origin)
     if problems:
         raise RecipeError(problems)
@@ -167,7 +189,7 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
     )
     dropped = total - len(keep)
     if dropped:
-        log(f"dataset: dropped {dropped} of {total} rows with a missing or empty {prompt_col!r}"
+        note(f"dataset: dropped {dropped} of {total} rows with a missing or empty {prompt_col!r}"
             + (f" or {answer_col!r}" if answer_col else ""))
     template, system = spec.get("template"), spec.get("system_prompt")
 
@@ -188,7 +210,7 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
     ds = keep.map(build)
     if _NEW_ANSWER in ds.column_names:
         # Written under a new name, then renamed: map() casts a value written into an existing column back to that
-        # column's type (datasets 5.2, even with remove_columns), so a numeric gold str(5) came back as the int 5.
+        # column's type (datasets 5.2, even with remove_columns), so a numeric gold str(5) would come back as the int 5.
         ds = ds.remove_columns([c for c in ("answer",) if c in ds.column_names]).rename_column(_NEW_ANSWER, "answer")
     lengths = prompt_lengths(tokenizer, ds) if tokenizer is not None and (spec.get("max_prompt_tokens") or context_length) else None
     limit = spec.get("max_prompt_tokens")
@@ -204,9 +226,9 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
             else:
                 kept.append(i)
         if over_limit:
-            log(f"dataset: dropped {over_limit} of {len(ds)} prompts longer than {limit} tokens (max_prompt_tokens)")
+            note(f"dataset: dropped {over_limit} of {len(ds)} prompts longer than {limit} tokens (max_prompt_tokens)")
         if over_context:
-            log(f"dataset: dropped {over_context} of {len(ds)} prompts longer than the model's context leaves them: "
+            note(f"dataset: dropped {over_context} of {len(ds)} prompts longer than the model's context leaves them: "
                 f"{context_length} positions - max_completion_length {completion_length} = {room} tokens")
         if len(kept) < len(ds):
             ds = ds.select(kept)
@@ -214,19 +236,41 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
     if spec.get("limit") and len(ds) > spec["limit"]:
         ds = ds.select(range(spec["limit"]))
         lengths = lengths[: spec["limit"]] if lengths is not None else None
-    if lengths is not None:  # --check reads them again: measured once (only the latest dataset is kept)
-        _measured.clear()
-        _measured[(ds._fingerprint, id(tokenizer))] = lengths
     if len(ds) == 0:
         parts = [f"{n} {why}" for n, why in ((dropped, "missing or empty"), (over_limit, f"over max_prompt_tokens ({limit})"),
                                               (over_context, f"longer than the model's context leaves for a prompt ({context_length} "
                                                              f"positions - max_completion_length {completion_length} = {room} tokens)")) if n]
         raise RecipeError([Problem("dataset", f"no rows left to train on ({total} read: {', '.join(parts)})", file=origin)])
-    log(f"dataset: {len(ds)} prompts ready (of {total} rows)")
+    note(f"dataset: {len(ds)} prompts ready (of {total} rows)")
+    # --check reads the lengths again (measured once) and the lines: kept as long as the dataset object lives
+    _prepared[ds] = Preparation(said, tokenizer if lengths is not None else None, lengths)
     return ds
 
 
-_measured: dict[tuple, list[int]] = {}  # (dataset fingerprint, tokenizer id) -> prompt lengths, from prepare()
+@dataclass
+class Preparation:
+    """What `prepare` did to one dataset: the lines it logged (rows dropped and why, rows ready), and the prompt
+    lengths it measured with `tokenizer` (None when it measured none)."""
+
+    lines: list[str] = field(default_factory=list)
+    tokenizer: object = None
+    lengths: list[int] | None = None
+
+
+# keyed by the dataset object itself (datasets' Dataset hashes by identity): an entry goes with its dataset
+_prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def preparation_of(ds) -> Preparation:
+    """What `prepare` logged and measured for the dataset it returned; an empty `Preparation` for any other.
+
+    >>> preparation_of(object.__new__(type("NotPrepared", (), {}))).lines
+    []
+    """
+    try:
+        return _prepared.get(ds) or Preparation()
+    except TypeError:  # not weakly referable: never a dataset `prepare` returned
+        return Preparation()
 
 
 def context_length(model_path: str | None) -> int | None:
@@ -256,8 +300,9 @@ def prompt_lengths(tokenizer, ds, batch_size: int = 512, rows=None) -> list[int]
     of chat prompts, and the tokenizer itself (special tokens included) on text prompts: the same calls, in batches,
     so measuring every row of a 7,000-row dataset takes about as long as reading it.
     """
-    if rows is None and (ds._fingerprint, id(tokenizer)) in _measured:
-        return list(_measured[(ds._fingerprint, id(tokenizer))])
+    known = preparation_of(ds)
+    if rows is None and known.lengths is not None and known.tokenizer is tokenizer:
+        return list(known.lengths)
     source = ds.select(rows) if rows is not None else ds
     out: list[int] = []
     for batch in source.select_columns(["prompt"]).iter(batch_size=batch_size):

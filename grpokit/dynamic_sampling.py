@@ -47,11 +47,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from trl import GRPOTrainer
-from trl.trainer.utils import nanstd
 
 from grpokit.config.sections import TOTAL_REWARD
 from grpokit.config.validate import batch_level_knobs, check_group_layout, sampling_settings
+from grpokit import trl_compat
 from grpokit.trl_compat import TrlInternalsError, check_trl_internals
+
+nanstd = trl_compat.nanstd()  # TRL's own, so group stds match GRPOTrainer's to the bit
 
 logger = logging.getLogger(__name__)
 

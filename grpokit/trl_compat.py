@@ -1,10 +1,12 @@
-"""Every TRL internal grpokit relies on beyond TRL's public API, listed and checked in one place.
+"""Every TRL internal grpokit relies on beyond TRL's public API -- and every internal of the libraries under it
+(transformers, torch) -- listed and checked in one place.
 
 TRL is pinned exactly (pyproject.toml). What we use past its public API -- private methods the dynamic-sampling
 trainer overrides or whose behaviour it assumes, lines that must still be in their source, trainer attributes
 read, the last generation batch kept for the report, the fused LM head's tile sizes the memory plan counts --
 is named here, so a TRL upgrade is this one file to port, and `check_trl_internals()` fails loudly, naming
-each difference, instead of training wrong.
+each difference, instead of training wrong. The other libraries' internals are in `LIBRARY_INTERNALS`, each
+reached through a function here and checked by `library_internals_problems()`.
 
 Importing this module imports neither torch nor TRL (the memory planner reads `LOGPROB_TILE` from it).
 """
@@ -124,6 +126,7 @@ def check_trl_internals(trainer=None) -> None:
             if source is None or marker not in source:
                 problems.append(f"GRPOTrainer.{name} no longer contains `{marker}`")
     problems += _tile_problems()
+    problems += library_internals_problems(("trl.trainer.utils:nanstd",))
     if trainer is not None and getattr(getattr(trainer, "args", None), "use_vllm", False):
         problems += vllm_internals_problems()
     if trainer is not None:
@@ -216,3 +219,128 @@ def last_generation_logs(trainer) -> dict | None:
     """The last generation batch TRL keeps for its completions table (`GRPOTrainer._logs`: prompt, completion,
     rewards, advantages), or None; read by the run report."""
     return getattr(trainer, "_logs", None) or None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Internals of the libraries under TRL (and TRL's own private helpers grpokit calls), each used only through
+# the function named here, and checked: where it lives -> (the function, who relies on it and why).
+LIBRARY_INTERNALS = {
+    "trl.trainer.utils:nanstd": (
+        "nanstd", "grpokit.dynamic_sampling: the reward std of a group exactly as GRPOTrainer computes it "
+        "(NaN-ignoring, Bessel-corrected)"),
+    "transformers.cache_utils:DynamicLayer.update": (
+        "dynamic_cache_layer", "grpokit.planning.measure wraps it to tag as KV cache what each decode step appends "
+        "(the layer's `keys` and `values` after the call)"),
+    "torch.utils._python_dispatch:TorchDispatchMode": (
+        "torch_dispatch", "grpokit.planning.measure: sees every tensor an operator returns, on any device"),
+    "torch.utils._pytree:tree_map_only": (
+        "torch_dispatch", "grpokit.planning.measure: walks an operator's nested outputs for their tensors"),
+    "torch:UntypedStorage._cdata": (
+        "storage_key", "grpokit.planning.measure: a storage's identity while it lives (views share it)"),
+}
+_KV_UPDATE_PARAMS = ("self", "key_states", "value_states")  # DynamicLayer.update's leading parameters
+
+
+def nanstd():
+    """TRL's `nanstd(tensor, dim=None, keepdim=False)`: the std GRPOTrainer scales advantages by (unbiased, NaNs
+    ignored). From `trl.trainer.utils`, which TRL does not document as public."""
+    from trl.trainer.utils import nanstd as fn
+
+    return fn
+
+
+def dynamic_cache_layer():
+    """transformers' `DynamicLayer`, one layer of the KV cache generation grows; its `update(key_states,
+    value_states, ...)` appends one step and leaves the whole cache in the layer's `keys` and `values`."""
+    from transformers.cache_utils import DynamicLayer
+
+    return DynamicLayer
+
+
+def torch_dispatch():
+    """(`TorchDispatchMode`, `tree_map_only`) from torch's private `torch.utils._python_dispatch` and `_pytree`."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map_only
+
+    return TorchDispatchMode, tree_map_only
+
+
+def storage_key(storage) -> int:
+    """A live storage's identity (torch's private `UntypedStorage._cdata`, its C address): views share it."""
+    return storage._cdata
+
+
+def library_internals_problems(names=None) -> list[str]:
+    """Each of `LIBRARY_INTERNALS` (or of `names`) that is missing or no longer has the shape relied on.
+
+    >>> library_internals_problems()  # [] on the pinned torch, transformers and TRL
+    []
+    """
+    checks = {
+        "trl.trainer.utils:nanstd": _check_nanstd,
+        "transformers.cache_utils:DynamicLayer.update": _check_kv_update,
+        "torch.utils._python_dispatch:TorchDispatchMode": lambda: _check_dispatch(0),
+        "torch.utils._pytree:tree_map_only": lambda: _check_dispatch(1),
+        "torch:UntypedStorage._cdata": _check_storage_key,
+    }
+    problems = []
+    for where in names or LIBRARY_INTERNALS:
+        try:
+            why = checks[where]()
+        except (ImportError, AttributeError, TypeError, ValueError, RuntimeError) as err:
+            why = f"{type(err).__name__}: {err}"
+        if why:
+            problems.append(f"{where} ({LIBRARY_INTERNALS[where][1]}): {why}")
+    return problems
+
+
+def check_library_internals(names=None) -> None:
+    """Raise `TrlInternalsError` naming each of `LIBRARY_INTERNALS` (or of `names`) that has changed."""
+    problems = library_internals_problems(names)
+    if problems:
+        raise TrlInternalsError("grpokit relies on these library internals, and they differ from the pinned versions':\n  - "
+                                + "\n  - ".join(problems))
+
+
+def _check_nanstd() -> str | None:
+    import torch
+
+    params = tuple(inspect.signature(nanstd()).parameters)
+    if params[:3] != ("tensor", "dim", "keepdim"):
+        return f"parameters are {params}, expected ('tensor', 'dim', 'keepdim')"
+    got = nanstd()(torch.tensor([1.0, 3.0, float("nan")])).item()
+    return None if abs(got - 2 ** 0.5) < 1e-6 else f"std of [1, 3, nan] is {got}, expected sqrt(2) (unbiased, NaN ignored)"
+
+
+def _check_kv_update() -> str | None:
+    layer = dynamic_cache_layer()
+    params = tuple(inspect.signature(layer.update).parameters)
+    if params[:3] != _KV_UPDATE_PARAMS:
+        return f"parameters are {params}, expected to start with {_KV_UPDATE_PARAMS}"
+    import torch
+
+    k = torch.zeros(1, 1, 2, 4)
+    cache = layer()
+    cache.update(k, k)
+    cache.update(k[:, :, :1], k[:, :, :1])
+    shapes = [tuple(getattr(cache, name).shape) for name in ("keys", "values")]
+    return None if shapes == [(1, 1, 3, 4)] * 2 else f"after two steps of 2 and 1 tokens `keys`/`values` are {shapes}, expected 3 tokens"
+
+
+def _check_dispatch(which: int) -> str | None:
+    import torch
+
+    mode, tree_map_only = torch_dispatch()
+    if which == 1:
+        return None if tree_map_only(torch.Tensor, lambda t: 1, [torch.zeros(1), (torch.zeros(1), "x")]) == [1, (1, "x")] \
+            else "does not map (type, fn, tree) as expected"
+    return None if callable(getattr(mode, "__torch_dispatch__", None)) and hasattr(mode, "__enter__") else "has no __torch_dispatch__"
+
+
+def _check_storage_key() -> str | None:
+    import torch
+
+    a = torch.zeros(4)
+    if storage_key(a.untyped_storage()) != storage_key(a[1:].untyped_storage()):
+        return "differs between a tensor and its view"
+    return None if isinstance(storage_key(a.untyped_storage()), int) else "is not an int"

@@ -24,11 +24,11 @@ from math import isfinite  # not `import math`: the submodule rewards.math takes
 from typing import Any, Callable
 
 from grpokit.errors import nearest
-from rewards._errors import RewardError, RewardFailure
+from rewards._errors import RewardError, RewardFailure, RewardNameError
 from rewards._user import MARK, is_user_reward, load_user_target, reward_class, user_reward_file
 
 __all__ = [
-    "Entry", "Guarded", "RewardError", "RewardFailure", "arg_parameters", "bind", "build", "describe", "entry",
+    "Entry", "Guarded", "RewardError", "RewardFailure", "RewardNameError", "arg_parameters", "bind", "build", "describe", "entry",
     "is_integer", "is_number", "is_user_reward", "names", "register", "resolve", "reward_class", "text",
     "token_ids", "user_reward_file",
 ]
@@ -83,7 +83,7 @@ def names() -> list[str]:
 def entry(name: str) -> Entry:
     _load_builtins()
     if name not in _REGISTRY:
-        raise RewardError(
+        raise RewardNameError(
             f"unknown reward {name!r}; registered: {', '.join(names())}"
             + (f"; did you mean {n!r}?" if (n := nearest(name, _REGISTRY)) else "")
             + "; a user reward is 'path/to/file.py:function' or 'package.module:function'"
@@ -236,7 +236,8 @@ def bind(name: str, args: dict) -> Entry:
             allowed = ", ".join(params) if params else "none (a plain function takes no args)"
             raise RewardError(
                 f"reward {name!r} has no argument {key!r}; arguments: {allowed}"
-                + (f"; did you mean {hint!r}?" if hint else "")
+                + (f"; did you mean {hint!r}?" if hint else ""),
+                arg=key,
             )
     missing = [k for k, p in params.items() if p.default is p.empty and k not in args]
     if missing:
@@ -256,7 +257,8 @@ def build(name: str, **args: Any) -> Callable:
         try:
             fn = e.target(**args)
         except (TypeError, ValueError) as err:
-            raise RewardError(f"reward {name!r}: bad arguments {args}: {err}") from None
+            # the constructor's error is the class's own text: blamed on the first argument given
+            raise RewardError(f"reward {name!r}: bad arguments {args}: {err}", arg=next(iter(args), None)) from None
     else:
         fn = e.target
     return Guarded(e.name, fn)

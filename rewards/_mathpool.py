@@ -6,7 +6,7 @@ signal nor a timer thread gets to run until it is done, minutes later. A child p
 killed. The workers are kept between calls, so a verification costs a pipe round trip (~0.1 ms).
 
 Why a zygote: a killed worker must be replaced, and a fresh Python importing sympy takes 1-2 s of CPU,
-so a batch of hard answers used to cost a re-import per timeout, one after another (64 power towers:
+so a batch of hard answers would cost a re-import per timeout, one after another (64 power towers:
 ~50 s). One `python -c` process (the zygote) imports and warms math-verify once, then forks each worker
 on request: a replacement is ready in milliseconds, already warm. Nothing is forked from the trainer's
 process (which may hold torch's threads), and its `__main__` is never re-imported.

@@ -44,20 +44,20 @@ per-process ones: at most `processes` x `memory_mb` + `file_mb` (16 x 512 MB + 1
 
 Measured on the development machine (Linux 6.18, root, 2 cores; tests/test_rewards_code.py and
 tests/test_rewards_code_sandbox.py): every layer above holds, both as root and when started by
-`nobody` (user namespace, capabilities cleared). A memfd probe that got 960 MB past a 256 MB limit
-and a System V probe that got 384 MB (directly, or from a user and ipc namespace of its own; 384 MB
-too in a tmpfs it mounted there) now get nothing; a world-readable data file, /etc/passwd, the
+`nobody` (user namespace, capabilities cleared). A memfd probe asking 960 MB past a 256 MB limit
+and a System V probe asking 384 MB (directly, or from a user and ipc namespace of its own, or in a
+tmpfs it mounted there) get nothing; a world-readable data file, /etc/passwd, the
 project's files and (started by a non-root user) that user's own 0600 token are not there to open; a
-candidate that needs 8 threads gets them while another process of the same uid holds 20 (before: "can't
-start new thread"). Cost, in CPU per candidate (bench/rewards.py's code_throughput, 128 candidates a
-run, the old and the new sandbox alternating, median of 3 each, two sessions on the loaded 2-core
+candidate that needs 8 threads gets them while another process of the same uid holds 20 (a per-uid
+count would refuse: "can't start new thread"). Cost, in CPU per candidate (bench/rewards.py's
+code_throughput, 128 candidates a run, without and with these layers alternating, median of 3 each, two sessions on the loaded 2-core
 machine): 31.0 -> 30.4 ms and 28.1 -> 29.9 ms, so at most ~6 % (the bound asked for is 1.5x).
-The cgroup (v1 memory and pids, as root): a candidate whose four children each touched 200 MB got
-800 MB past a 256 MB limit (the high-water mark of a cgroup holding the trainer, less the same with
+The cgroup (v1 memory and pids, as root): without it, a candidate whose four children each touch 200 MB
+gets 800 MB past a 256 MB limit (the high-water mark of a cgroup holding the trainer, less the same with
 an honest candidate instead); with the group, 249 MB for a limit of 260 MB (256 + 4 of /tmp), one child
 OOM-killed in the candidate's group, its test failed, the trainer and the candidate beside it
-untouched; one child of 200 MB still runs. Cost, same bench, 256 candidates a run, old and new
-alternating, median of 5 each on the loaded 2-core machine: 26.7 -> 28.5 ms CPU per candidate (+7 %),
+untouched; one child of 200 MB still runs. Cost, same bench, 256 candidates a run, without and with
+the group alternating, median of 5 each on the loaded 2-core machine: 26.7 -> 28.5 ms CPU per candidate (+7 %),
 43.1 -> 38.4 candidates/s wall (0.89x); 200 candidates in a row left no dying memory cgroups behind.
 
 Own layers rather than a tool, measured on the development machine (as root and as `nobody`,

@@ -238,7 +238,7 @@ def _drop_privileges(uid: int, gid: int, userns: bool) -> list:
 
 def _own_process_count(uid: int, gid: int) -> list:
     """A user namespace of the candidate's own, mapping `uid` to itself: the kernel counts RLIMIT_NPROC
-    per (user namespace, uid), so candidates sharing `uid` no longer share its count. Must come before
+    per (user namespace, uid), so candidates sharing `uid` do not share its count. Must come before
     `_limit`: the namespace's ceiling on the uid's count outside it is the RLIMIT_NPROC in force here and now."""
     if _libc.unshare(CLONE_NEWUSER) != 0:
         return []  # user namespaces refused: every candidate shares `uid`'s process count

@@ -28,11 +28,12 @@ import inspect
 import re
 import sys
 import sysconfig
+import types
 from pathlib import Path
 from typing import Callable
 
 from grpokit.errors import nearest
-from rewards._errors import RewardError
+from rewards._errors import RewardNameError
 
 _MISSING = object()
 MARK = "__grpokit_reward__"  # set in a class's own __dict__ by @reward_class / @register
@@ -124,8 +125,8 @@ def installation_part(path: Path) -> str | None:
     return None
 
 
-def _refuse_stdlib(name: str, what: str) -> RewardError:
-    return RewardError(
+def _refuse_stdlib(name: str, what: str) -> RewardNameError:
+    return RewardNameError(
         f"user reward {name!r}: {what} is part of Python's standard library, which a recipe may not call "
         "(a recipe is data); name a function of your own: 'path/to/file.py:function' or 'package.module:function'"
     )
@@ -144,11 +145,11 @@ def _load_user_file(name: str, path: Path):
     if _in_stdlib(resolved):
         raise _refuse_stdlib(name, str(path))
     if resolved.suffix != ".py":
-        raise RewardError(f"user reward {name!r}: {str(path)!r} is not a .py file; a reward file is Python source "
+        raise RewardNameError(f"user reward {name!r}: {str(path)!r} is not a .py file; a reward file is Python source "
                           "named path/to/file.py")
     part = installation_part(resolved)
     if part:
-        raise RewardError(f"user reward {name!r}: {str(path)!r} is not a file of your own: {part}; a recipe may run "
+        raise RewardNameError(f"user reward {name!r}: {str(path)!r} is not a file of your own: {part}; a recipe may run "
                           "only a reward file you wrote ('path/to/file.py:function') or a function of an installed "
                           "package ('package.module:function')")
     stat = resolved.stat()
@@ -162,9 +163,9 @@ def _load_user_file(name: str, path: Path):
     try:
         spec.loader.exec_module(module)
     except SyntaxError as err:
-        raise RewardError(f"user reward {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
+        raise RewardNameError(f"user reward {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
     except Exception as err:  # noqa: BLE001 - any import-time failure is the user's file, say so
-        raise RewardError(f"user reward {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
+        raise RewardNameError(f"user reward {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
     # Registered so that instances of classes defined in the file pickle by reference.
     sys.modules[mod_name] = module
     _user_files[resolved] = (version, module)
@@ -175,38 +176,38 @@ def _import_module(name: str, where: str):
     if where.partition(".")[0] in _STDLIB_NAMES:
         raise _refuse_stdlib(name, f"module {where!r}")
     if "__main__" in where.split("."):  # a program's entry point: importing it runs the program (argv, usage, exit)
-        raise RewardError(f"user reward {name!r}: {where!r} is a `__main__` module, a program's entry point that runs "
+        raise RewardNameError(f"user reward {name!r}: {where!r} is a `__main__` module, a program's entry point that runs "
                           "when imported, never a reward module; name the module that defines the function")
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as err:
-        raise RewardError(f"user reward {name!r}: module {where!r} not found ({err})") from None
+        raise RewardNameError(f"user reward {name!r}: module {where!r} not found ({err})") from None
     except SyntaxError as err:
-        raise RewardError(f"user reward {name!r}: syntax error in {err.filename} line {err.lineno}: {err.msg}") from None
+        raise RewardNameError(f"user reward {name!r}: syntax error in {err.filename} line {err.lineno}: {err.msg}") from None
     except Exception as err:  # noqa: BLE001
-        raise RewardError(f"user reward {name!r}: importing {where!r} failed: {type(err).__name__}: {err}") from None
+        raise RewardNameError(f"user reward {name!r}: importing {where!r} failed: {type(err).__name__}: {err}") from None
 
 
 def load_user_target(name: str) -> Callable:
     """The function or marked class `name` points to, after checking it is one a recipe may name."""
     where, _, attr = name.rpartition(":")
     if not where or not attr:
-        raise RewardError(f"user reward {name!r} must be 'path/to/file.py:function' or 'package.module:function'")
+        raise RewardNameError(f"user reward {name!r} must be 'path/to/file.py:function' or 'package.module:function'")
     if user_reward_file(name):
         path = Path(where).expanduser()
         if not path.is_file():
-            raise RewardError(f"user reward {name!r}: file {str(path)!r} does not exist")
+            raise RewardNameError(f"user reward {name!r}: file {str(path)!r} does not exist")
         module = _load_user_file(name, path)
     else:
         module = _import_module(name, where)
     try:  # a lazy package (trl, transformers) imports the submodule here: its own code, like the import
         target = getattr(module, attr, _MISSING)
     except Exception as err:  # noqa: BLE001
-        raise RewardError(f"user reward {name!r}: reading {attr!r} from {where} failed: {type(err).__name__}: {err}") from None
+        raise RewardNameError(f"user reward {name!r}: reading {attr!r} from {where} failed: {type(err).__name__}: {err}") from None
     if target is _MISSING:
         public = [n for n, v in vars(module).items() if not n.startswith("_") and callable(v)]
         hint = nearest(attr, public)
-        raise RewardError(
+        raise RewardNameError(
             f"user reward {name!r}: {where} has no {attr!r}" + (f"; did you mean {hint!r}?" if hint else "")
         )
     _check_allowed(name, where, module.__name__, attr, target)
@@ -216,20 +217,21 @@ def load_user_target(name: str) -> Callable:
 def _check_allowed(name: str, where: str, module_name: str, attr: str, target) -> None:
     """Refuse any target but a function or marked class defined in the module named; calls nothing."""
     own = "a function `def f(completions, **kwargs)` or a class marked @reward_class, defined in that file or module"
-    if inspect.isbuiltin(target) or type(target).__name__ in ("method_descriptor", "wrapper_descriptor", "builtin_function_or_method"):
-        raise RewardError(f"user reward {name!r}: {attr!r} is a built-in (C) function, not a Python function of {where}; "
+    if inspect.isbuiltin(target) or isinstance(target, (types.MethodDescriptorType, types.WrapperDescriptorType,
+                                                        types.BuiltinFunctionType)):
+        raise RewardNameError(f"user reward {name!r}: {attr!r} is a built-in (C) function, not a Python function of {where}; "
                           f"a recipe may name only {own}")
     if not (inspect.isfunction(target) or inspect.isclass(target)):
-        raise RewardError(f"user reward {name!r}: {attr!r} is a {type(target).__name__}, not a function or class; "
+        raise RewardNameError(f"user reward {name!r}: {attr!r} is a {type(target).__name__}, not a function or class; "
                           f"a recipe may name only {own}")
     defined_in = getattr(target, "__module__", None) or "?"
     if defined_in != module_name and not defined_in.startswith(module_name + "."):
-        raise RewardError(f"user reward {name!r}: {attr!r} is defined in {defined_in}, not in {where} (it was imported there); "
+        raise RewardNameError(f"user reward {name!r}: {attr!r} is defined in {defined_in}, not in {where} (it was imported there); "
                           f"a recipe may name only {own}")
     if defined_in.partition(".")[0] in _STDLIB_NAMES:
         raise _refuse_stdlib(name, f"{attr!r} (defined in {defined_in})")
     if inspect.isclass(target) and not is_marked(target):
-        raise RewardError(
+        raise RewardNameError(
             f"user reward {name!r}: class {attr!r} is not marked as a reward, and building it would run its constructor "
             "with the recipe's args; if it is your reward class, decorate it: "
             "`from rewards import reward_class` then `@reward_class` above `class " + attr + "`"

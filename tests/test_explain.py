@@ -118,7 +118,7 @@ def test_reference_cost_unknown_offline_is_said(tmp_path):
 
 
 def test_product_text_names_what_a_user_can_look_up(tmp_path):
-    """Issue 14.10: rows cited "the seed chapter" and bare "eq. 8.x", which nothing in the repository named. Every
+    """No row cites a chapter or a bare "eq. 8.x" that nothing in the repository names: every
     eq. label in the table is defined in docs/grpo.md, "GRPO in one screen", and the papers are named."""
     import re
 

@@ -1,4 +1,4 @@
-"""What a newcomer meets in the first hour after `make demo` (issue 14): each stumble, pinned.
+"""What a newcomer meets in the first hour after `make demo`: each stumble a newcomer can meet, pinned.
 
 These run `launch.py` the way a user does -- as a subprocess, with the interpreter a user might have --
 and assert on what they would read: one plain line, the exit code, no traceback.
@@ -27,7 +27,7 @@ def bare_python(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("argv", [
     ["--recipe", "recipes/smoke.yaml", "trainer.max_steps=2"],  # the issue's command
-    ["--help"],  # --help used to work without the dependencies and so hid the problem
+    ["--help"],  # --help needs no dependencies: it must not pass for a working install
 ])
 def test_launch_without_dependencies_says_what_to_do(bare_python, argv):
     done = subprocess.run([bare_python, LAUNCH, *argv], cwd=ROOT, capture_output=True, text=True, timeout=60)
@@ -67,7 +67,7 @@ HUB_RECIPE = recipe_dict(
     ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE=1 is set"),
 ])
 def test_hub_model_and_dataset_not_reachable_fail_at_once_and_plainly(tmp_path, env_extra, why):
-    """Issue 14.2: 18 lines of retry warnings for ~80 s, then a message cut mid-URL. Now: one problem per
+    """No retry warnings and no message cut mid-URL: at once, one problem per
     missing thing, naming it, saying it is not cached and why nothing was fetched, and the download command."""
     recipe = write_recipe(tmp_path, HUB_RECIPE | {"trainer": HUB_RECIPE["trainer"] | {"output_dir": str(tmp_path / "run")}})
     done = _launch("--recipe", str(recipe), env_extra=env_extra | {"HF_HOME": str(tmp_path / "hf")})
@@ -85,7 +85,7 @@ def test_hub_model_and_dataset_not_reachable_fail_at_once_and_plainly(tmp_path, 
     assert not (tmp_path / "run").exists()  # refused before the run directory is made
 
 
-# --- issue 14.4: a multi-process launch keeps the promise: exit 2, grpokit's message only ---
+# --- a multi-process launch keeps the promise: exit 2, grpokit's message only ---
 
 ACCELERATE_NOISE = ("Traceback", "CalledProcessError", "ChildFailedError", "defaults used", "were not passed to")
 
@@ -129,7 +129,7 @@ def test_a_mistake_found_in_the_started_processes_ends_as_theirs(tmp_path, launc
     assert not (tmp_path / "run").exists()
 
 
-# --- issue 14.11: noise a user cannot act on is gone; real progress stays ---
+# --- no noise a user cannot act on; real progress stays ---
 
 def test_loading_the_model_prints_no_loading_weights_bar(tmp_path, tiny_model_dir, capfd):
     """transformers 5 draws a 'Loading weights' bar for every load, 21/21 in a blink for the tiny model; grpokit
@@ -198,7 +198,7 @@ def test_a_two_process_run_through_the_launcher_is_quiet(tmp_path):
 
 def test_make_setup_says_what_it_does_without_echoing_its_shell(tmp_path):
     """The set-up recipe runs for real, against a stand-in venv whose python and uv only record their calls: the
-    user sees make's progress lines, not the shell block (if ... then ... fi) make used to echo."""
+    user sees make's progress lines, not the shell block (if ... then ... fi) make would echo."""
     import shutil
 
     if not shutil.which("make"):

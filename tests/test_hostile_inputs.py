@@ -1,7 +1,7 @@
 """A corpus of hostile recipes and data files (tests/hostile/): each ends in clear messages and exit code 2.
 
-Issue 13, items 1 (a recipe that would run code), 7 (bad dataset values), 10 (NaN and infinities), 11 (prompts over the model's context) and
-12 (messages: empty files, YAML tags, a base that is not a recipe, an alias bomb). Every case runs
+Cases: a recipe that would run code, bad dataset values, NaN and infinities, prompts over the model's context,
+and messages (empty files, YAML tags, a base that is not a recipe, an alias bomb). Every case runs
 `launch.py --check` in-process and must exit 2, name the problem (row or line numbers 1-based), print no
 traceback and load no weights. Each YAML file's first line says what it breaks; the data files come from
 tests/hostile/fixtures/make_data.py.
@@ -24,11 +24,11 @@ FIXTURES = CORPUS / "fixtures"
 
 # case file (without .yaml) -> fragments the message must contain
 CASES = {
-    # --- item 1: a recipe is data; naming a callable that is not a reward runs nothing
+    # --- a recipe is data; naming a callable that is not a reward runs nothing
     "reward_runs_code": ["subprocess:Popen", "standard library"],
-    # --- item 7: bad dataset values, each with its 1-based line (.jsonl) or row (parquet, csv)
+    # --- bad dataset values, each with its 1-based line (.jsonl) or row (parquet, csv)
     "data_not_utf8": ["dataset.path: not_utf8.jsonl line 2 is not UTF-8 text", "byte 0xe9", "save the file as UTF-8"],
-    "data_empty_jsonl": ["dataset.path: empty.jsonl is empty"],  # was `StopIteration:` and nothing else
+    "data_empty_jsonl": ["dataset.path: empty.jsonl is empty"],  # named, never a bare `StopIteration:`
     "data_whitespace_jsonl": ["dataset.path: whitespace.jsonl is empty (only blank lines)"],
     "data_empty_csv": ["dataset.path: empty.csv is empty"],
     "data_bad_json_line": ["dataset.path: bad_json_line.jsonl line 3 is not valid JSON", "column 25"],
@@ -49,16 +49,16 @@ CASES = {
     "data_parquet_list_prompt": ["list_prompt.parquet row 1: 'prompt' holds a list of plain strings"],
     "data_deep_json": ["dataset.path: deep_json.jsonl line 2 nests JSON arrays or objects deeper than Python's JSON "
                        "reader can follow"],
-    # --- item 10: non-finite numbers, everywhere a number is validated
+    # --- non-finite numbers, everywhere a number is validated
     "nan_learning_rate": ["trainer.learning_rate: must be a finite number", "got nan"],
     "inf_temperature": ["trainer.temperature: must be a finite number", "got inf"],
     "number_text_overflows": ["trainer.learning_rate: must be a finite number", "got inf"],
     "nan_lora_dropout": ["lora.lora_dropout: must be a finite number", "got nan"],
     "nan_reward_weight": ["rewards[0].weight: must be a finite number", "got nan"],
     "inf_penalty_factor": ["rewards[0].args.penalty_factor: must be a finite number", "got inf"],
-    # --- item 11: prompts the model cannot hold
+    # --- prompts the model cannot hold
     "context_overflow": ["dataset: no rows left to train on (3 read", "3 longer than the model's context"],
-    # --- item 12: messages
+    # --- messages
     "yaml_tag": ["line 3: YAML tag !!python/object/apply:os.system is not allowed", "plain data, loaded with safe_load"],
     "base_not_a_recipe": ["/etc/passwd: not a recipe: the file holds text, not a mapping of sections",
                           "read as the base of"],
@@ -152,7 +152,7 @@ def test_yaml_tag_names_the_whole_tag():
     assert "(:yaml.org" not in str(caught.value) and "tag !!python/object/apply:os.system is not allowed" in str(caught.value)
 
 
-# --- item 11: --check measures every prompt, drops those the model cannot hold (with a count), prints rows short
+# --- --check measures every prompt, drops those the model cannot hold (with a count), prints rows short
 
 
 def _check_output(tmp_path, rows, capsys, **dataset):
@@ -212,7 +212,7 @@ def test_batched_lengths_are_trl_s_own(tiny_model_dir):
     assert data.prompt_lengths(tokenizer, Dataset.from_dict({"prompt": chats}))[1] == len(single)
 
 
-# --- issue 14.5-14.7: a copied recipe keeps its data; --check catches a reward's missing column; overrides blamed right
+# --- a copied recipe keeps its data; --check catches a reward's missing column; overrides blamed right
 
 
 def test_a_copied_smoke_recipe_still_finds_its_data(tmp_path, capsys, tiny_model_dir):
@@ -374,7 +374,7 @@ def test_an_oversized_cell_or_line_is_refused_before_parsing_or_tokenizing(what,
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-5", "0"])
 def test_gpu_memory_must_be_a_finite_positive_number(value, capsys):
-    """`--gpu-memory nan` planned for 'a nan GiB GPU' and said the recipe fits (item 10: the command line too)."""
+    """`--gpu-memory` must be a finite positive number: `nan` must not plan for 'a nan GiB GPU' and say the recipe fits."""
     with pytest.raises(SystemExit) as caught:
         main(["--recipe", str(FIXTURES / "valid.yaml"), "--check", f"--gpu-memory={value}"])
     assert caught.value.code == 2

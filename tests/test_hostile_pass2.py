@@ -1,7 +1,7 @@
-"""A second hostile pass on the same two promises, after the first pass's fixes: grpokit deletes only what it wrote,
-and code under test never decides its own score.
+"""Hostile inputs against two promises: grpokit deletes only what it wrote, and code under test never decides its
+own score.
 
-Each test reproduces one defect; each fails until the defect is fixed. Every test touches only pytest's tmp_path.
+Each test pins one rule (its `Rule:` comment) where a hostile input could break a promise. Every test touches only pytest's tmp_path.
 """
 
 from __future__ import annotations
@@ -37,12 +37,11 @@ def overwrite(run):
     remove_previous(run, names, "recipe.yaml")
 
 
-# Reproduces: a file *inside* one of the run's folders is known by its name only (the manifest's `inside` is a list of
-# names, with no identity), so a user who edits a file grpokit wrote there -- fills in the checkpoint's model card
-# README.md with their evaluation notes, or replaces adapter_model.safetensors with weights of their own under the
-# same name -- keeps nothing: --overwrite (and the trainer's checkpoint rotation after --resume) removes it without
-# a word. At the top of the folder the same edit makes the entry the user's (docs/troubleshooting.md: "an entry replaced or edited
-# since is no longer grpokit's").
+# Rule: a file grpokit wrote inside one of the run's folders and the user then edited -- the checkpoint's model card
+# README.md filled in with their evaluation notes, or adapter_model.safetensors replaced by weights of their own
+# under the same name -- is the user's: --overwrite (and the trainer's checkpoint rotation after --resume) refuses
+# to remove it, as at the top of the folder (docs/troubleshooting.md: "an entry replaced or edited since is no
+# longer grpokit's").
 def test_a_file_edited_inside_a_checkpoint_is_no_longer_grpokits(tmp_path):
     run = fake_run(tmp_path / "run")
     card = run / "checkpoint-1" / "README.md"
@@ -52,9 +51,9 @@ def test_a_file_edited_inside_a_checkpoint_is_no_longer_grpokits(tmp_path):
     assert card.is_file()
 
 
-# Reproduces: an entry's identity is its inode, size and mtime only; a file edited in place to the same size whose
-# mtime is then restored (`touch -r`, `cp -p`/`rsync -t` over it, an editor that keeps times) is still "grpokit's",
-# and --overwrite removes the user's edit. The change time (st_ctime), which no user can set back, says it changed.
+# Rule: a file edited in place to the same size whose mtime is then restored (`touch -r`, `cp -p`/`rsync -t` over
+# it, an editor that keeps times) is the user's: the change time (st_ctime), which no user can set back, is part of
+# an entry's identity, so --overwrite refuses to remove the edit.
 def test_a_file_edited_keeping_its_size_and_mtime_is_no_longer_grpokits(tmp_path):
     run = fake_run(tmp_path / "run")
     report = run / "report.md"
@@ -67,10 +66,10 @@ def test_a_file_edited_keeping_its_size_and_mtime_is_no_longer_grpokits(tmp_path
     assert report.read_text() == "MY report"
 
 
-# Reproduces: a folder's identity is its inode alone, and ext4 hands a freed inode to the next folder made: a user who
-# removes the run's checkpoint-1 and copies in a checkpoint of their own under the same name (from another machine,
-# to resume from it) gets the same inode back; with the trainer's standard file names inside, the copy counts as
-# grpokit's and --overwrite removes it. (On a filesystem that does not reuse the inode at once this test passes.)
+# Rule: a checkpoint a user copies in under the run's name (checkpoint-1, from another machine, to resume from it)
+# after removing the run's own is the user's, even when ext4 hands it the freed inode back and it holds the
+# trainer's standard file names: --overwrite refuses. (On a filesystem that does not reuse the inode at once this
+# test passes trivially.)
 def test_a_checkpoint_copied_in_over_a_removed_one_is_not_grpokits(tmp_path):
     run = fake_run(tmp_path / "run")
     theirs = tmp_path / "from-cluster" / "checkpoint-1"
@@ -84,11 +83,10 @@ def test_a_checkpoint_copied_in_over_a_removed_one_is_not_grpokits(tmp_path):
     assert (run / "checkpoint-1" / "adapter_model.safetensors").read_text() == "THEIR weights, trained for a week"
 
 
-# Reproduces: a checkpoint claimed before its first byte (`claim_writing`, from SafeStop.on_step_end) stays claimed for
-# ever when a SIGKILL (OOM killer, scancel -s KILL, a node lost) lands before the save records it: the claim has no
-# identity, and `_read` takes *whatever* later stands under that name as grpokit's, everything inside included. A user
-# who removes the half-written checkpoint-2 and later puts a folder of their own there loses it to --overwrite
-# (the first pass fixed the same for recorded entries: test_a_stale_manifest_entry_does_not_claim_a_users_new_file).
+# Rule: a checkpoint claimed before its first byte (`claim_writing`, from SafeStop.on_step_end) and never recorded
+# (a SIGKILL: OOM killer, scancel -s KILL, a node lost) does not claim whatever later stands under its name: a folder
+# of the user's put there after the half-written checkpoint-2 was removed is refused by --overwrite, as a stale
+# recorded entry is (test_a_stale_manifest_entry_does_not_claim_a_users_new_file).
 def test_a_claim_left_by_a_killed_save_does_not_claim_a_users_later_folder(tmp_path):
     run = fake_run(tmp_path / "run")
     ownership.claim_writing(run, "checkpoint-2")  # the save starts ... and the process is SIGKILLed here
@@ -106,11 +104,10 @@ def test_a_claim_left_by_a_killed_save_does_not_claim_a_users_later_folder(tmp_p
     assert (mine / "notes.txt").is_file()
 
 
-# Reproduces: grpokit's report (write_report), model card (write_model_card) and recipe.yaml (write_recipe_file) are
-# written in place (Path.write_text truncates the existing inode), not as ownership.write_text does (a fresh file
-# renamed over it). A run folder snapshotted with hard links -- `cp -al runs/my backups/my-monday`, rsync
-# --link-dest, rsnapshot -- shares those inodes, so `--plot` (and --resume, and --eval's report refresh) replaces the
-# content of the *backup's* report.md: a file grpokit never wrote, outside the run folder.
+# Rule: grpokit's report (write_report), model card (write_model_card) and recipe.yaml (write_recipe_file) are
+# written as a fresh file renamed over the old one (ownership.write_text), never in place: a run folder snapshotted
+# with hard links -- `cp -al runs/my backups/my-monday`, rsync --link-dest, rsnapshot -- keeps the backup's
+# report.md as it was through `--plot` (and --resume, and --eval's report refresh).
 def test_plot_never_changes_a_hard_linked_backup_of_the_report(tmp_path, capsys):
     from grpokit.cli import main
 
@@ -129,11 +126,10 @@ def test_plot_never_changes_a_hard_linked_backup_of_the_report(tmp_path, capsys)
     assert (backup / "report.md").read_text() == "# Monday's report\n"
 
 
-# Reproduces: a `for` over a literal whose item holds a probe (`for v in [f(4)]: ...`) is unrolled by *substituting*
-# the item's expression for each use of the loop name, so `f(4)` -- evaluated once in Python -- becomes one probe per
-# use, each evaluated separately in the sandbox. The graded code counts its calls and answers each use differently:
-# here 10 for `v > 3`, then 0 for `v < 5`. The test cannot pass in Python for any single value but 4; a wrong
-# solution that never returns 4 scores 1.0 (docs/troubleshooting.md: a loop over a literal is a value check, which cannot be forged).
+# Rule: a `for` over a literal whose item holds a probe (`for v in [f(4)]: ...`) evaluates the item once, as Python
+# does: graded code that counts its calls and answers each use differently (10 for `v > 3`, then 0 for `v < 5`)
+# cannot pass a test that no single value but 4 passes; a wrong solution does not score 1.0
+# (docs/troubleshooting.md: a loop over a literal is a value check, which cannot be forged).
 def test_an_unrolled_loop_item_is_one_value_not_one_probe_per_use():
     from rewards._sandbox import run
 
@@ -146,10 +142,8 @@ def test_an_unrolled_loop_item_is_one_value_not_one_probe_per_use():
     assert run(code, [test]).passed == [False]
 
 
-# Reproduces: a dataset test looping over `range(<literal past 2**63>)` makes rewards._judge._items call len() on a
-# range too long for a C ssize_t: OverflowError, which `_check` does not catch (it catches ValueError, RecursionError
-# ...), so CodeTests raises for the whole batch and the run stops ("reward 'code_tests' raised") instead of the test
-# being opaque. No completion needed: one such row in the dataset stops every run that draws it.
+# Rule: a dataset test looping over `range(<literal past 2**63>)` (too long for a C ssize_t) is opaque, never an
+# exception out of CodeTests for the whole batch: one such row in the dataset must not stop every run that draws it.
 def test_a_huge_literal_range_loop_is_opaque_not_a_crash():
     from rewards._judge import plan
 

@@ -1,6 +1,6 @@
-"""A third hostile pass on one promise: grpokit deletes (or truncates, or replaces) only files it wrote itself.
+"""Hostile inputs against one promise: grpokit deletes (or truncates, or replaces) only files it wrote itself.
 
-Each test reproduces one defect; each fails until the defect is fixed. Every test touches only pytest's tmp_path.
+Each test pins one rule (its `Rule:` comment) where a hostile input could break a promise. Every test touches only pytest's tmp_path.
 """
 
 from __future__ import annotations
@@ -46,14 +46,12 @@ def age_claims(run, by_ns):
     path.write_text(json.dumps(manifest))
 
 
-# Reproduces: a claim left by a killed save (claim_writing: {"since": t}, no identity) is meant to expire after
-# SAVE_WINDOW_NS (docs/troubleshooting.md: "what was written in its folder within an hour of that save's start counts as the run's").
-# But `_read` turns a live claim into {ino, ..., "inside": WRITING}, and any later rewrite of the manifest -- here the
-# report grpokit writes (`--plot RUN`, `--eval RUN`'s report refresh, anything that calls claim/claim_file/remove) --
-# stores that record *with* the folder's inode. From then on the entry has an identity, `_same` matches on the inode
-# alone, and "inside": null means "all of it is grpokit's" forever: the expiry no longer applies. Days later the
-# user's notes put into the half-written checkpoint are removed by --overwrite without a word; without the
-# intermediate report write the same folder is refused (checkpoint-2 is the user's once the window has passed).
+# Rule: a claim left by a killed save (claim_writing: {"since": t}, no identity) expires after SAVE_WINDOW_NS
+# (docs/troubleshooting.md: "what was written in its folder within an hour of that save's start counts as the
+# run's"), and a later rewrite of the manifest -- the report grpokit writes for `--plot RUN`, `--eval RUN`'s report
+# refresh, anything that calls claim/claim_file/remove -- does not turn it into a lasting claim with the folder's
+# inode. Days later, the user's notes put into the half-written checkpoint are refused by --overwrite, with or
+# without that intermediate write (checkpoint-2 is the user's once the window has passed).
 def test_a_later_report_write_does_not_make_a_killed_saves_claim_permanent(tmp_path):
     run = fake_run(tmp_path / "run")
     ownership.claim_writing(run, "checkpoint-2")  # the save starts ... and the process is SIGKILLed here
@@ -67,9 +65,9 @@ def test_a_later_report_write_does_not_make_a_killed_saves_claim_permanent(tmp_p
     assert (run / "checkpoint-2" / "notes.txt").read_text() == "mine"
 
 
-# Reproduces: the same for a killed *final* save (start_pending): a top-level folder written within the window counts
-# as the run's then, but a manifest rewrite in the meantime stores it as {ino, "inside": null} for good, so what the
-# user writes inside it days later is removed by --overwrite.
+# Rule: the same for a killed *final* save (start_pending): a top-level folder written within the window counts as
+# the run's only within it; a manifest rewrite in the meantime does not make it the run's for good, so what the user
+# writes inside it days later is refused by --overwrite.
 def test_a_later_report_write_does_not_make_a_killed_final_saves_window_permanent(tmp_path):
     run = fake_run(tmp_path / "run")
     ownership.start_pending(run)  # the final save starts ... and the process is SIGKILLed here
@@ -82,11 +80,10 @@ def test_a_later_report_write_does_not_make_a_killed_final_saves_window_permanen
     assert (run / "tokenizer_files" / "notes.txt").read_text() == "mine"
 
 
-# Reproduces: every file grpokit writes (report.md, model card, recipe.yaml, curves, eval.json) goes through
-# `replace_text`, whose temporary is `.NAME.partial` beside the target; `_write_new` first *unlinks* whatever is at
-# that name. Nothing checks that the temporary's name is free or grpokit's: a user's file `.report.md.partial` in a
-# run folder is deleted by `--plot RUN` (`--plot` does not refuse a folder holding files of the user's: it only
-# checks the files it replaces), and `--eval-out results/eval.json` deletes `results/.eval.json.partial`.
+# Rule: writing a file (report.md, model card, recipe.yaml, curves, eval.json: `replace_text`, whose temporary is
+# `.NAME.partial` beside the target) never removes a file grpokit did not write under the temporary's name: a user's
+# `.report.md.partial` in a run folder survives `--plot RUN`, and `results/.eval.json.partial` survives
+# `--eval-out results/eval.json`.
 def test_plot_keeps_a_users_file_named_like_its_temporary(tmp_path, capsys):
     from grpokit.cli import main
 
@@ -108,11 +105,9 @@ def test_eval_out_keeps_a_users_file_named_like_its_temporary(tmp_path):
     assert (results / ".eval.json.partial").read_text() == "mine"
 
 
-# Reproduces: the manifest of a folder grpokit writes into is `.grpokit-files`, replaced whole by `_store`
-# (`.grpokit-files.partial` unlinked, then renamed over it) with no check that the file there is a manifest grpokit
-# wrote: its "written_by" is written but never read, and an unreadable one reads as "no manifest". So a user's own file
-# of that name -- or `.grpokit-files.partial` -- in a folder given as `--eval-out DIR/eval.json` (or --plot, or a
-# merge's folder) is replaced: its content lost, though grpokit never wrote it.
+# Rule: the manifest `.grpokit-files` (and its temporary `.grpokit-files.partial`) is replaced only when grpokit
+# wrote it: a user's own file of that name in a folder given as `--eval-out DIR/eval.json` (or --plot, or a merge's
+# folder) keeps its content.
 def test_a_users_file_named_like_the_manifest_is_not_replaced(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
@@ -126,10 +121,9 @@ def test_a_users_file_named_like_the_manifest_is_not_replaced(tmp_path):
     assert (results / ".grpokit-files.partial").read_text() == "mine too\n"
 
 
-# Reproduces: RunLock opens `output_dir/.grpokit.lock` (O_CREAT, no O_EXCL) and truncates it to write its pid *before*
-# guard_output_dir looks at the folder. A file of that name that grpokit did not write -- the user's, or a hard link
-# to one (O_NOFOLLOW stops symbolic links only) -- loses its content even though the run is then refused (exit 2,
-# docs/troubleshooting.md: "exits 2 before anything is touched").
+# Rule: a `.grpokit.lock` that grpokit did not write -- the user's, or a hard link to one (O_NOFOLLOW stops symbolic
+# links only) -- keeps its content when the run is refused (exit 2, docs/troubleshooting.md: "exits 2 before
+# anything is touched").
 def test_a_refused_run_leaves_a_users_lock_named_file_untouched(tmp_path):
     from grpokit.rundir import RunLock, guard_output_dir
 

@@ -1,7 +1,7 @@
-"""A fourth hostile pass on the same two promises, after the third pass's fixes: grpokit deletes only what it wrote,
-and code under test never decides its own score.
+"""Hostile inputs against two promises: grpokit deletes only what it wrote, and code under test never decides its
+own score.
 
-Each test reproduces one defect; each fails until the defect is fixed. Every test touches only pytest's tmp_path.
+Each test pins one rule (its `Rule:` comment) where a hostile input could break a promise. Every test touches only pytest's tmp_path.
 """
 
 from __future__ import annotations
@@ -31,11 +31,9 @@ class _Stop(Exception):
     pass
 
 
-# Reproduces: `python bench/gpu_memory.py --pack-deps DIR` checks only that DIR holds nothing grpokit did not write,
-# then removes *every* entry grpokit wrote there (ownership.remove(target, entries(target))). It never looks at the
-# run lock nor at whether DIR is a training run: pointed (by a typo, or a shared `--pack-deps runs/x`) at a run that is
-# training right now, it deletes the live run's checkpoints, recipe and report without --overwrite and without a word.
-# `--merge-out` got this refusal in the first pass (test_merge_out_overwrite_refuses_a_folder_a_run_is_training_in);
+# Rule: `python bench/gpu_memory.py --pack-deps DIR` respects the run lock, as --merge-out does
+# (test_merge_out_overwrite_refuses_a_folder_a_run_is_training_in): pointed (by a typo, or a shared
+# `--pack-deps runs/x`) at a run that is training right now, it removes none of its checkpoints, recipe or report --
 # README "One run per folder": a second user of the folder "exits 2 before anything is touched".
 def test_pack_deps_never_removes_a_live_training_run(tmp_path, monkeypatch):
     gpu_memory = load_bench("gpu_memory")
@@ -52,12 +50,10 @@ def test_pack_deps_never_removes_a_live_training_run(tmp_path, monkeypatch):
         assert (live / "recipe.yaml").is_file()
 
 
-# Reproduces: `--merge A --merge-out LINK --overwrite` where LINK is a symbolic link to a training run (`runs/latest ->
-# runs/exp7`, the usual "latest" link): merge._previous_merge asks ownership.holds_run(out), which answers False for
-# any symbolic link, so the first pass's refusal of a training run's folder (and of a live one) is skipped; the run's
-# manifest, read through the link, calls every entry grpokit's, and ownership.remove(LINK, ...) then rmtree's the
-# run's checkpoint-1 and removes its recipe and report -- here while that run is training. README: "a merge never
-# writes into ... any training run's folder"; "One run per folder ... exits 2 before anything is touched".
+# Rule: `--merge A --merge-out LINK --overwrite` where LINK is a symbolic link to a training run (`runs/latest ->
+# runs/exp7`, the usual "latest" link) is refused like the run's folder itself, live or not, and removes nothing
+# through the link. README: "a merge never writes into ... any training run's folder"; "One run per folder ... exits
+# 2 before anything is touched".
 def test_merge_out_through_a_symlink_refuses_a_training_run(tmp_path):
     from grpokit.errors import RecipeError
     from grpokit.merge import _previous_merge
@@ -70,7 +66,7 @@ def test_merge_out_through_a_symlink_refuses_a_training_run(tmp_path):
         try:
             previous = _previous_merge(adapter_run, latest, overwrite=True)
         except RecipeError:
-            previous = None  # refused: what the fix does
+            previous = None  # refused: what the rule asks
         if previous is not None:  # what merge() does next, once the merged model is built
             ownership.remove(latest, previous, "--merge-out")
         assert (live / "checkpoint-1" / "trainer_state.json").is_file(), "the live run's checkpoint was deleted"

@@ -30,7 +30,7 @@ def fake_checkpoint(run: Path, step: int, state: str | None = None) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 13.2: a checkpoint counts only when its trainer_state.json (written last by the trainer) is readable
+# a checkpoint counts only when its trainer_state.json (written last by the trainer) is readable
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ def test_resume_latest_picks_the_good_checkpoint_over_a_damaged_newer_one(tmp_pa
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 14.3: `--resume` takes no value, `--resume-from PATH` names a checkpoint; a stopped run says the
+# `--resume` takes no value, `--resume-from PATH` names a checkpoint; a stopped run says the
 # whole command that continues it
 
 
@@ -131,7 +131,7 @@ def test_a_stopped_run_says_the_whole_command_to_continue(tmp_path, capsys, monk
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 13.3: one run per directory, for the run's whole life
+# one run per directory, for the run's whole life
 
 HOLD_LOCK = """
 import os, sys
@@ -241,7 +241,7 @@ def test_a_second_run_into_a_training_runs_directory_is_refused(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 13.4: SIGTERM (schedulers, `kill`) stops at the end of the step with a checkpoint, like Ctrl-C
+# SIGTERM (schedulers, `kill`) stops at the end of the step with a checkpoint, like Ctrl-C
 
 # Sends its own process SIGTERM from inside step 2's reward call (global_step 1 there), once: as a scheduler's
 # `scancel` or `kill` would, at a known point.
@@ -279,7 +279,7 @@ def test_sigterm_stops_at_the_step_end_with_a_checkpoint_and_resumes(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 13.5: resuming a finished run changes nothing; raising trainer.max_steps extends it
+# resuming a finished run changes nothing; raising trainer.max_steps extends it
 
 
 def run_files(run: Path) -> dict[str, bytes]:
@@ -327,7 +327,7 @@ def test_a_finished_run_is_left_alone_extended_on_request_and_completed_after_a_
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 13.6: a failed save is said plainly and leaves nothing --resume would pick; --check sees an unwritable dir
+# a failed save is said plainly and leaves nothing --resume would pick; --check sees an unwritable dir
 
 # From inside step 3's reward call on, this process may write no file over 32 KB -- as when the disk fills up
 # mid-run: checkpoint-3's adapter weights (69 KB) fail part-written. SIGXFSZ is ignored so the write fails
@@ -388,7 +388,7 @@ def test_check_refuses_a_read_only_output_dir(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Issue 14.8: the run's own files -- recipe.yaml portable and typed as written, a true model card
+# the run's own files -- recipe.yaml portable and typed as written, a true model card
 
 USER_REWARD = "def score(completions, **kwargs):\n    return [0.0 for _ in completions]\n"
 

@@ -42,7 +42,7 @@ def test_first_screen_gives_exactly_two_commands():
 @pytest.mark.slow
 def test_first_screen_names_the_next_command_and_it_works():
     """After the two commands, one line says how every further command runs (.venv's Python) and gives the
-    next one; run as written (issue 14.1: a bare `python launch.py ...` traced back on `import peft`)."""
+    next one; run as written it passes (a bare `python launch.py ...`, outside .venv, cannot import peft)."""
     after = README.split("```bash", 1)[1].split("```", 2)[1]
     line = after.strip().split("\n\n")[0]
     assert ".venv/bin/activate" in line
@@ -54,7 +54,7 @@ def test_first_screen_names_the_next_command_and_it_works():
     done = subprocess.run([str(python), *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "check passed" in done.stdout
-    # issue 14.10: its header names what a user can look up, not a chapter the repository never names
+    # its header names what a user can look up, not a chapter the repository never names
     assert "chapter" not in done.stdout and "DeepSeekMath's GRPO objective" in done.stdout
     # the page it cites for the eq. labels exists under that title
     assert 'docs/grpo.md, "GRPO in one screen"' in done.stdout

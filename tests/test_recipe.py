@@ -87,7 +87,7 @@ SECTION_CASES = [
     (dict(lora={"r": 8, "lora_dropuot": 0.1}), "did you mean 'lora_dropout'"),
     (dict(sampling={"dynamic": True, "metric": "acuracy"}), "sampling.metric"),
     (dict(sampling={"max_rounds": 0}), "sampling.max_rounds"),
-    # issue 3's done-when: the overlong buffer must fit inside max_length (= trainer.max_completion_length, 16)
+    # the overlong buffer must fit inside max_length (= trainer.max_completion_length, 16)
     (dict(rewards=[{"name": "overlong_penalty", "args": {"buffer": 32}}]), "rewards[0].args: reward 'overlong_penalty': bad arguments"),
     # what the dynamic-sampling trainer would refuse at init, caught before weights load
     (dict(sampling={"dynamic": True}, trainer={**recipe_dict()["trainer"], "scale_rewards": "batch"}), "trainer.scale_rewards: cannot be used with sampling.dynamic"),
@@ -178,7 +178,7 @@ def test_num_processes_enters_the_batch_check(tmp_path):
 
 @pytest.mark.slow
 def test_cli_exit_code_2_no_traceback_before_weights(tmp_path):
-    """The done-when of issue 2: a typo'd key exits 2 naming the key and the fix, before any weights load."""
+    """A typo'd key exits 2 naming the key and the fix, before any weights load."""
     path = write_recipe(tmp_path, with_trainer(tmp_path, epsilon_hihg=0.28))
     code = (
         "import sys, transformers\n"

@@ -1,4 +1,4 @@
-"""recipes/README.md (issue 14.5): smoke.yaml points a new user to it, so its catalogue must name every recipe
+"""recipes/README.md: smoke.yaml points a new user to it, so its catalogue must name every recipe
 and launch config that exists, and nothing that does not; the `builtin:` data it lists must be the shipped files."""
 
 from __future__ import annotations

@@ -132,7 +132,7 @@ def test_shared_memory_counts_against_the_memory_limit_when_started_by_nobody():
 def test_the_shared_memory_probes_work_without_the_sandbox(code):
     # (The nested variants' allocation is these two's; their namespaces are what the sandbox must refuse.)
     # Without this a probe that never worked would make the test above pass vacuously. Run in a plain
-    # child process (no limits) and measured in the host's /proc/meminfo, as the defect was found.
+    # child process (no limits) and measured in the host's /proc/meminfo, where such memory shows.
     probe = code + "print(f(), flush=True)\nimport sys\nsys.stdin.read()\nrelease()\n"
     child = subprocess.Popen([sys.executable, "-I", "-c", probe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

@@ -219,7 +219,7 @@ def test_numbers_equal(gold, pred, expected):
     assert numbers_equal(parse_number(gold), parse_number(pred)) is expected
 
 
-# A gold that is not a number, an expression or a set cannot be checked: None, never a score (issue 15).
+# A gold that is not a number, an expression or a set cannot be checked: None, never a score.
 # math-verify reads a bare word as a product of one-letter symbols, so "forty two" equals "two forty".
 # (completion, gold, expected)
 GOLD_CHECKABLE = [
@@ -262,7 +262,7 @@ def test_cosine_scaled_abstains_on_a_prose_gold():
     assert got[0] is None and got[1] > 0
 
 
-# reasoning_accuracy: the answer counts only after the reasoning is closed (issue 15, item 2).
+# reasoning_accuracy: the answer counts only after the reasoning is closed.
 # (completion, gold, expected) with default tags
 REASONING = [
     (r"<think>2+2</think> \boxed{4}", "4", 1.0),  # answer after the reasoning

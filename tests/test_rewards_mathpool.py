@@ -1,5 +1,5 @@
-"""The math-verify pool under hard input (issue 13, item 9): identical checks run once per call, and workers
-whose parent died exit at once instead of finishing a bignum power (with `timeout: 60` they spun ~3 min).
+"""The math-verify pool under hard input: identical checks run once per call, and workers whose parent died
+exit at once instead of finishing a bignum power (with `timeout: 60` that could spin for minutes).
 
 Speed (64 copies of a power tower in <= 3 s on 2 cores) is measured in bench/rewards.py, not here.
 """

@@ -1,8 +1,8 @@
 """What text a completion has, in every shape TRL can pass, and a reward wrapper that never crashes itself.
 
-Issue 13, item 8: a content block whose `text` was None / int / list made `rewards.text()` raise, and
-the error wrapper hit the same error while writing its own message; `[]` read as "[]", None content as
-"None". Item 10: a reward returning +-inf is refused at run time like NaN.
+Rules: a content block whose `text` is None / int / list has text (never an exception), and so does the
+error wrapper's own message about it; `[]` and None content have no text ("", not "[]" or "None"); a
+reward returning +-inf is refused at run time like NaN.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""User rewards named in a recipe: what may be named, and that nothing else is ever called (issue 13, item 1).
+"""User rewards named in a recipe: what may be named, and that nothing else is ever called.
 
 A recipe is data. `module:callable` and `file.py:callable` may name only a plain Python function defined
 in that module (or in a submodule of that package), or a class marked with `@rewards.reward_class`;
@@ -137,7 +137,7 @@ def test_check_refuses_the_issue_exploit_and_runs_nothing(tmp_path, capsys):
 
 @pytest.mark.parametrize("weight", [".inf", "-.inf", ".nan"])
 def test_reward_weight_must_be_finite(weight, tmp_path, capsys):
-    # A weight of .inf makes every advantage NaN or the loss 0 (issue 13, item 10).
+    # A weight of .inf would make every advantage NaN or the loss 0: refused.
     data = recipe_dict()
     data["rewards"] = [{"name": "char_fraction", "weight": 1.0}]
     text = write_recipe(tmp_path, data).read_text().replace("weight: 1.0", f"weight: {weight}")

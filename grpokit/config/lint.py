@@ -262,7 +262,7 @@ def _training_total(plan) -> int:
     from grpokit.planning.memory import CONTEXT_BYTES, FRAGMENTATION
 
     phase = plan.phases[-1]
-    trainer = sum(c.bytes for c in phase.components if not c.name.startswith("vLLM"))
+    trainer = sum(c.bytes for c in phase.components if not c.vllm)
     return phase.bytes + CONTEXT_BYTES + int(FRAGMENTATION * trainer)
 
 

@@ -201,12 +201,11 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[di
                     section, _, key = key_path.partition(".")
                     args[arg] = _knob(trainer, key) if section == "trainer" else None
             rewards.build(entry["name"], **args)
-        except rewards.RewardError as err:
-            if "unknown reward" in str(err) or "user reward" in str(err):
-                problems.add(f"{path}.name", str(err), file=origin(f"rewards.{i}.name"))
-            else:  # blamed on where the argument the message names was set (a command-line override, say)
-                named = [a for a in args if f"'{a}'" in str(err) or f"{a} " in str(err) or f"{a}=" in str(err)]
-                problems.add(f"{path}.args", str(err), file=origin(f"rewards.{i}.args.{named[0]}" if named else f"rewards.{i}.args"))
+        except rewards.RewardNameError as err:
+            problems.add(f"{path}.name", str(err), file=origin(f"rewards.{i}.name"))
+            continue
+        except rewards.RewardError as err:  # blamed on where the argument at fault was set (a command-line override, say)
+            problems.add(f"{path}.args", str(err), file=origin(f"rewards.{i}.args.{err.arg}" if err.arg in args else f"rewards.{i}.args"))
             continue
         if e.name in seen:
             problems.add(f"{path}.name", f"reward {e.name!r} is listed twice (also rewards[{seen[e.name]}]); TRL logs them under one name",

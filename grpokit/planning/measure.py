@@ -33,8 +33,11 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map_only
+
+from grpokit import trl_compat
+
+TorchDispatchMode, tree_map_only = trl_compat.torch_dispatch()  # torch internals, checked in trl_compat
+storage_key = trl_compat.storage_key
 
 DEFAULT_TAG = "activations"
 
@@ -67,7 +70,7 @@ class LiveTensors(TorchDispatchMode):
     # -- counting ------------------------------------------------------------------------------------
 
     def _add(self, st: torch.UntypedStorage, tag: str) -> None:
-        key = st._cdata
+        key = storage_key(st)
         entry = self._live.get(key)
         n = st.nbytes()
         if entry is not None:
@@ -114,7 +117,7 @@ class LiveTensors(TorchDispatchMode):
     def track(self, tensor: torch.Tensor, tag: str) -> None:
         """Count a tensor under `tag`, or move it there if already counted (a gradient, an optimizer state)."""
         for st in self._storages(tensor):
-            entry = self._live.get(st._cdata)
+            entry = self._live.get(storage_key(st))
             if entry is None:
                 self._add(st, tag)
             elif entry[1] != tag:
@@ -168,10 +171,8 @@ def instrument(trainer, live: LiveTensors, warmup_steps: int = 0):
     (old / reference log-probs, rewards), forward, head forward, head backward, backward, optimizer step.
     Peaks are forgotten after `warmup_steps` optimizer steps (a run's first step creates the optimizer states).
     """
-    from transformers.cache_utils import DynamicLayer
-
-    from grpokit import trl_compat
-
+    trl_compat.check_library_internals(("transformers.cache_utils:DynamicLayer.update",))
+    DynamicLayer = trl_compat.dynamic_cache_layer()
     head = trl_compat.fused_head_function()
     model = trainer.model
     params = list(model.parameters())

@@ -124,7 +124,7 @@ class Plan:
         if self.settings.device == "cpu":  # host memory: no CUDA context, no caching allocator
             return 0
         # vLLM allocates its share in one piece (its KV cache is one tensor): fragmentation is the trainer's
-        trainer = sum(c.bytes for c in self.peak.components if not c.name.startswith("vLLM"))
+        trainer = sum(c.bytes for c in self.peak.components if not c.vllm)
         return CONTEXT_BYTES + int(FRAGMENTATION * trainer)
 
     @property

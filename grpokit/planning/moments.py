@@ -29,11 +29,13 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 @dataclass
 class Component:
-    """Bytes of one kind of tensor at one moment, and how they were counted."""
+    """Bytes of one kind of tensor at one moment, and how they were counted; `vllm`: held by vLLM, which allocates
+    its share in one piece (so the trainer's fragmentation does not apply to it)."""
 
     name: str
     bytes: int
     how: str
+    vllm: bool = False
 
     def __post_init__(self):
         self.bytes = int(self.bytes)

@@ -180,14 +180,14 @@ def plan_colocate(config: dict, *, utilization: float, sleep: bool, max_model_le
               startup_resident=resident + CONTEXT_BYTES)
     kv = max(0, v.kv_bytes)
     gen = Phase("generation", "vLLM generate", gen_static + [
-        Component("vLLM weights", v.weights, f"vLLM's own copy: {v.weights_how}"),
+        Component("vLLM weights", v.weights, f"vLLM's own copy: {v.weights_how}", vllm=True),
         Component("vLLM workspace", v.workspace + NON_TORCH_BYTES,
-                  f"a profiling pass of {VLLM_MAX_NUM_BATCHED_TOKENS} tokens + {_gib(NON_TORCH_BYTES)} outside PyTorch"),
-        Component("vLLM KV cache", kv, f"the rest of utilization x card: {v.capacity_tokens:,} tokens"),
+                  f"a profiling pass of {VLLM_MAX_NUM_BATCHED_TOKENS} tokens + {_gib(NON_TORCH_BYTES)} outside PyTorch", vllm=True),
+        Component("vLLM KV cache", kv, f"the rest of utilization x card: {v.capacity_tokens:,} tokens", vllm=True),
     ])
     held = Component("vLLM asleep" if sleep else "vLLM share", v.held_while_training,
                      f"sleep level {VLLM_SLEEP_LEVEL}: only memory outside PyTorch" if sleep
-                     else "the whole share: no sleep mode")
+                     else "the whole share: no sleep mode", vllm=True)
     train = [replace(m, components=m.components + [held]) for m in base.moments if m.name == "training"]
     phases = [gen, replace(max(train, key=lambda m: m.bytes), name="training")]
     result = Plan(base.model, base.source, s, phases, [gen] + train, notes=list(base.notes))

@@ -3,9 +3,9 @@ completions from early and late in the run, side by side.
 
     from grpokit.reporting.report import write_report, completions_from_logs
     write_report("runs/smoke", recipe_name="smoke", explain_lines=lines,
-                 completions=completions_from_logs(trainer._logs))
+                 completions=completions_from_logs(trl_compat.last_generation_logs(trainer)))
 
-Completions come from the caller (TRL keeps the last generation batch in `GRPOTrainer._logs`) or, when
+Completions come from the caller (TRL keeps the last generation batch, `trl_compat.last_generation_logs`) or, when
 the caller passes none, from what TRL 1.16 writes to disk with `log_completions=True`:
 `<output_dir>/completions/completions_<step:05d>.parquet`, one row per completion with columns
 `step, prompt, completion, <reward name>..., <extra column>..., advantage`.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import weakref
 from pathlib import Path
 
 from grpokit import ownership
@@ -117,14 +118,20 @@ def keep_first_completions(trainer):
 
     callback = FirstCompletions()
     trainer.add_callback(callback)
+    _first_completions[trainer] = callback
     return callback
+
+
+# trainer -> the callback keep_first_completions gave it (weak: it goes with the trainer)
+_first_completions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def run_completions(trainer) -> list[dict]:
     """The first logged step's completions (when `keep_first_completions` ran) and the last generation batch's."""
     from grpokit import trl_compat
 
-    first = next((cb.rows for cb in trainer.callback_handler.callbacks if type(cb).__name__ == "FirstCompletions"), [])
+    kept = _first_completions.get(trainer)
+    first = kept.rows if kept is not None else []
     batch = trl_compat.last_generation_logs(trainer)
     last = completions_from_logs(batch, step=trainer.state.global_step) if batch else []
     if first and last and first[0]["step"] == last[0]["step"]:

@@ -1,7 +1,7 @@
 """Per-step overhead of grpokit over calling TRL directly with the same config (target: <= 2 %).
 
 Both sides train the same tiny model on the same data with the same GRPOConfig; the grpokit side is
-built by `grpokit.training.make_trainer` from the smoke recipe, with the reward guard and the callbacks a
+built by `grpokit.build.make_trainer` from the smoke recipe, with the reward guard and the callbacks a
 run adds to every step (`training.add_run_callbacks`: progress lines, first completions kept, stop on a
 signal), the TRL side by hand. Runs alternate to share the machine's noise; the median of the per-step
 times of each side is reported. Prints figures; not a test.
@@ -51,7 +51,7 @@ def main() -> None:
     import trl
     from trl import GRPOTrainer
 
-    from grpokit import training
+    from grpokit import build, training
     from grpokit.config import load, validate
     from grpokit.lifecycle import StopOnSignal
     from grpokit.models import load_model
@@ -60,12 +60,12 @@ def main() -> None:
         recipe = validate(load(ROOT / "recipes" / "smoke.yaml", [
             f"trainer.output_dir={out}", f"trainer.max_steps={opts.steps}", "trainer.save_strategy=no",
             "trainer.disable_tqdm=true", "trainer.logging_steps=1000"]))
-        return training.prepare(recipe, log=lambda m: None), recipe
+        return build.prepare(recipe, log=lambda m: None), recipe
 
     def grpokit_trainer(out):
         # Built and instrumented as a run is: make_trainer, then the callbacks train() adds to every step.
         prep, recipe = prepared(out)
-        trainer = training.make_trainer(prep, load_model(prep.model_path, recipe))
+        trainer = build.make_trainer(prep, load_model(prep.model_path, recipe))
         training.add_run_callbacks(trainer, StopOnSignal())
         return trainer
 

@@ -44,13 +44,14 @@ def load_recipe(overrides: list[str]):
 def train_seed(seed: int, steps: int | None, run_dir: Path, save_steps: int | None = None) -> None:
     """Train the recipe for one seed into run_dir (every knob as shipped but the seed, and the ones given)."""
     from grpokit import training
+    from grpokit.request import Request
 
     overrides = [f"trainer.seed={seed}", f"trainer.output_dir={run_dir}"]
     if steps:
         overrides.append(f"trainer.max_steps={steps}")
     if save_steps:  # so a bench stopped early still leaves a recent adapter to score
         overrides += [f"trainer.save_steps={save_steps}", "trainer.save_total_limit=1"]
-    training.train(load_recipe(overrides), overwrite=True)
+    training.train(load_recipe(overrides), Request(overwrite=True))
 
 
 def trained_state(run_dir: Path) -> tuple[Path, dict]:

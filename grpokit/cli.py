@@ -1,4 +1,4 @@
-"""Command-line entry: argument parsing and the top-level story of `launch.py`.
+"""Command-line entry: argument parsing, the one `Request` it makes, and the top-level story of `launch.py`.
 
 Heavy libraries (torch, transformers, trl) are imported only after the arguments are read, so `--help`
 answers at once. A user's mistake ends in one message per problem and exit code 2, never a traceback.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from grpokit import models
 from grpokit.errors import EXIT_USAGE, Problem, RecipeError
+from grpokit.request import DEFAULT_RECIPE, Request
 from grpokit.rundir import resume_command
 
-DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "smoke.yaml"
 EVAL_BASE = ""  # `--eval` with no RUN_DIR: the recipe's base model
 EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT
 CHECKPOINT = re.compile(r"checkpoint-\d+")  # the trainer's checkpoint folders, as --eval RUN_DIR/checkpoint-N names them
@@ -112,23 +112,19 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_intermixed_args(argv)  # flags and overrides in any order
-    args.continue_with = resume_command(argv)
-    args.argv = argv  # what --num-processes hands to the processes it starts
     quiet_known_noise()
     try:
-        if args.list_rewards:
+        req = request(args, argv)
+        if req.mode == "list-rewards":
             return list_rewards()
-        if args.compare and not args.plot:
-            raise RecipeError([Problem("--compare", "compares other runs with the one --plot reports on: "
-                                       "python launch.py --plot RUN_DIR --compare RUN2 [RUN3 ...]")])
-        if args.plot:
-            return plot(args.plot, args.compare or [])
-        if args.merge:
+        if req.mode == "plot":
+            return plot(req.run_dir, list(req.compare))
+        if req.mode == "merge":
             from grpokit.merge import merge
 
-            merge(args.merge, args.merge_out, overwrite=args.overwrite)
+            merge(req.run_dir, req.merge_out, overwrite=req.overwrite)
             return 0
-        return run(args)
+        return run(req)
     except RecipeError as err:
         print(err.render(), file=sys.stderr)
         if under_plain_accelerate_launch():
@@ -184,13 +180,14 @@ def list_rewards() -> int:
 def plot(run_dir: Path, compare: list[Path] = ()) -> int:
     """Curves and report.md for an existing run directory (its recipe.yaml supplies the explain summary); with
     `compare`, other runs beside it in plots/compare.png and a table (written into `run_dir` only)."""
-    from grpokit import ownership, training
+    from grpokit import ownership
     from grpokit.config import load, validate
     from grpokit.config.trainer_args import grpo_args
     from grpokit.reporting.compare import COMPARE_FILE, load_runs
     from grpokit.reporting.plots import PLOT_FILE, PLOTS_DIR, plot_run
     from grpokit.reporting.report import REPORT_FILE, write_report
     from grpokit.rundir import RECIPE_FILE
+    from grpokit.runfiles import finish_run
 
     # Every run it reads, checked before anything is written: a compared run without trainer_state.json ends here.
     runs = load_runs(run_dir, list(compare)) if compare else None
@@ -203,7 +200,7 @@ def plot(run_dir: Path, compare: list[Path] = ()) -> int:
         saved = run_dir / RECIPE_FILE
         if saved.is_file():
             recipe = validate(load(saved))
-            paths = training.finish_run(run_dir, recipe, grpo_args(recipe), compare=runs)
+            paths = finish_run(run_dir, recipe, grpo_args(recipe), compare=runs)
         else:
             paths = plot_run(run_dir)
             paths.append(write_report(run_dir, recipe_name=run_dir.name, plots=list(paths), compare=runs))
@@ -222,9 +219,44 @@ def plot(run_dir: Path, compare: list[Path] = ()) -> int:
     return 0
 
 
-def run(args) -> int:
-    """Read and validate the recipe; then --check's report, or training."""
+def request(args: argparse.Namespace, argv: list[str]) -> Request:
+    """The one `Request` the command makes, read from the parsed command line; its mistakes are caught here."""
+    if args.list_rewards:
+        return Request(mode="list-rewards")
+    if args.compare and not args.plot:
+        raise RecipeError([Problem("--compare", "compares other runs with the one --plot reports on: "
+                                   "python launch.py --plot RUN_DIR --compare RUN2 [RUN3 ...]")])
+    if args.plot:
+        return Request(mode="plot", run_dir=args.plot, compare=tuple(args.compare or ()))
+    if args.merge:
+        return Request(mode="merge", run_dir=args.merge, merge_out=args.merge_out, overwrite=args.overwrite)
+    overrides, evaluated = list(args.overrides), args.eval
+    if evaluated and "=" in evaluated and not Path(evaluated).exists():  # `--eval trainer.x=1`: an override, not a RUN_DIR
+        overrides, evaluated = [evaluated, *overrides], EVAL_BASE
+    from grpokit import launcher
+
     if args.check:
+        mode = "check"
+    elif evaluated is not None:
+        mode = "eval"
+    else:
+        mode = "launch" if launcher.wanted(args.num_processes, args.accelerate_config) else "train"
+    resume = None
+    if mode == "train":  # a launch hands its whole command line to the processes it starts: each reads these there
+        if args.resume and args.resume_from:
+            raise RecipeError([Problem("--resume-from", "give either --resume (the latest checkpoint) or --resume-from PATH, "
+                                       "not both", args.resume_from)])
+        resume = "latest" if args.resume else (str(args.resume_from) if args.resume_from else None)
+    return Request(mode=mode, recipe=args.recipe, overrides=tuple(overrides), argv=tuple(argv), resume=resume,
+                   overwrite=args.overwrite, continue_with=resume_command(argv), num_processes=args.num_processes,
+                   accelerate_config=args.accelerate_config, gpu_memory=args.gpu_memory,
+                   eval_run=evaluated or None, eval_samples=args.eval_samples, eval_out=args.eval_out)
+
+
+def run(req: Request) -> int:
+    """Read and validate the recipe; then --check's report, --eval's figures, a launch of several processes, or
+    training in this one."""
+    if req.mode == "check":
         # --check never touches the network: a hub model or dataset is checked from the local cache, or
         # reported as not checked. Set before the Hugging Face libraries are imported (they read it then).
         if "HF_HUB_OFFLINE" not in os.environ:
@@ -234,25 +266,23 @@ def run(args) -> int:
     from grpokit.config import load, validate
     from grpokit.dist import say
 
-    if args.eval and "=" in args.eval and not Path(args.eval).exists():  # `--eval trainer.x=1`: an override, not a RUN_DIR
-        args.overrides, args.eval = [args.eval, *args.overrides], EVAL_BASE
-    loaded = load(args.recipe, args.overrides)
-    if not args.check:
+    loaded = load(req.recipe, list(req.overrides))
+    if req.mode != "check":
         models.offline_unless_hub_reachable(loaded.data)  # fail fast, not after minutes of retries
-    say(f"recipe: {loaded.path}" + (f" (+ {len(args.overrides)} override(s))" if args.overrides else ""))
-    recipe = validate(loaded, num_processes=args.num_processes)
-    if args.check:
+    say(f"recipe: {loaded.path}" + (f" (+ {len(req.overrides)} override(s))" if req.overrides else ""))
+    recipe = validate(loaded, num_processes=req.num_processes)
+    if req.mode == "check":
         from grpokit.check import check
 
-        return check(recipe, gpu_memory_gb=args.gpu_memory)
-    if args.eval is not None:
+        return check(recipe, gpu_memory_gb=req.gpu_memory)
+    if req.mode == "eval":
         from grpokit import evaluate
 
-        result = evaluate.evaluate(recipe, args.eval or None, samples=args.eval_samples, out=args.eval_out)
-        run_dir = Path(args.eval or recipe.trainer["output_dir"])
+        result = evaluate.evaluate(recipe, req.eval_run, samples=req.eval_samples, out=req.eval_out)
+        run_dir = Path(req.eval_run or recipe.trainer["output_dir"])
         if CHECKPOINT.fullmatch(run_dir.name):  # a checkpoint's figures are a row of its run's report
             run_dir = run_dir.parent
-        if not args.eval_out and (run_dir / "report.md").is_file():  # a finished run: its report gains before/after
+        if not req.eval_out and (run_dir / "report.md").is_file():  # a finished run: its report gains before/after
             from grpokit import ownership
 
             if ownership.replaceable(run_dir / "report.md"):
@@ -261,18 +291,13 @@ def run(args) -> int:
                 say(f"{run_dir / 'report.md'} not refreshed: grpokit did not write it (it replaces only its own files)")
         print(evaluate.summary(result))
         return 0
-    from grpokit import launcher, training
+    if req.mode == "launch":
+        from grpokit import launcher
+        from grpokit.build import prepare
 
-    if launcher.wanted(args.num_processes, args.accelerate_config):
         # everything that needs no weights, checked here: a mistake ends before any process starts
-        training.prepare(recipe, log=lambda m: None, training=True, launching=True)
-        return launcher.launch(args.argv, args.num_processes, args.accelerate_config)
-    return training.run(recipe, resume=resume_choice(args), overwrite=args.overwrite, continue_with=args.continue_with)
+        prepare(recipe, log=lambda m: None, mode="launch")
+        return launcher.launch(list(req.argv), req.num_processes, req.accelerate_config)
+    from grpokit import training
 
-
-def resume_choice(args) -> str | None:
-    """"latest" for --resume, the path for --resume-from, None for a new run."""
-    if args.resume and args.resume_from:
-        raise RecipeError([Problem("--resume-from", "give either --resume (the latest checkpoint) or --resume-from PATH, not both",
-                                   args.resume_from)])
-    return "latest" if args.resume else (str(args.resume_from) if args.resume_from else None)
+    return training.run(recipe, req)

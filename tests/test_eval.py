@@ -125,13 +125,13 @@ def test_heldout_keys_are_validated(tmp_path, capsys, dataset, trainer, expected
 
 
 def test_eval_strategy_hands_the_heldout_split_to_trl(tmp_path):
-    from grpokit import training
+    from grpokit import build
     from grpokit.config import load, validate
     from grpokit.models import load_model
 
     path = tiny_recipe(tmp_path, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=4)
-    prep = training.prepare(validate(load(path)), training=True)
-    trainer = training.make_trainer(prep, load_model(prep.model_path, prep.recipe))
+    prep = build.prepare(validate(load(path)), mode="train")
+    trainer = build.make_trainer(prep, load_model(prep.model_path, prep.recipe))
     assert len(trainer.eval_dataset) == 4 and trainer.eval_dataset[0]["prompt"] == prep.dataset[0]["prompt"]
     assert "eval_reward" in trainer.evaluate()  # TRL's own evaluation loop runs on it
 

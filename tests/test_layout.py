@@ -21,6 +21,7 @@ LEAVES = {
     "grpokit.trl_compat": set(),
     "grpokit.progress": set(),
     "grpokit.lifecycle": set(),
+    "grpokit.request": set(),
 }
 
 

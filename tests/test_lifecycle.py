@@ -77,8 +77,8 @@ def dispatched(monkeypatch, argv):
 
     seen = {}
 
-    def fake_run(recipe, resume=None, overwrite=False, continue_with=None):
-        seen.update(max_steps=recipe.trainer["max_steps"], resume=resume, continue_with=continue_with)
+    def fake_run(recipe, request):
+        seen.update(max_steps=recipe.trainer["max_steps"], resume=request.resume, continue_with=request.continue_with)
         return 0
 
     monkeypatch.setattr(training, "run", fake_run)
@@ -397,7 +397,7 @@ def test_the_saved_recipe_is_portable_and_writes_step_counts_as_ints(tmp_path):
     import shutil
 
     from grpokit.config import load, validate
-    from grpokit.training import write_recipe_file
+    from grpokit.runfiles import write_recipe_file
     from helpers import SMOKE_DATA
 
     project = tmp_path / "project"

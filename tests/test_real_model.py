@@ -48,9 +48,9 @@ def test_a_users_gguf_file_shares_the_conversion_of_the_same_file(smollm2_dir, t
 
 
 def test_chat_template_formats_the_prompt_the_trainer_sends(smollm2_dir):
-    from grpokit import training
+    from grpokit import build
 
-    prep = training.prepare(recipe())
+    prep = build.prepare(recipe())
     prompt = prep.dataset[0]["prompt"]
     text = prep.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
     assert "<|im_start|>user\nWhat is 27 + 19? Answer with just the number.<|im_end|>\n" in text

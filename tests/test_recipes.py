@@ -116,9 +116,9 @@ def test_check_is_offline_without_being_told():
 
 def clip_metrics(tmp_path, *overrides) -> list[dict]:
     """The smoke recipe under DAPO's clip (epsilon 0.2, epsilon_high 0.28, loss_type dapo) for 2 optimizer steps of
-    one prompt group (4 completions of 8 tokens: seconds on a CPU), built the way `train()` builds it (no plots or
+    one prompt group (4 completions of 8 tokens: seconds on a CPU), built the way `training.train()` builds it (no plots or
     report); TRL's clip_ratio/* metrics per logged step."""
-    from grpokit import training
+    from grpokit import build
     from grpokit.models import load_model
 
     recipe = validate(load(RECIPES / "smoke.yaml", [f"trainer.output_dir={tmp_path}", "trainer.save_strategy=no",
@@ -126,8 +126,8 @@ def clip_metrics(tmp_path, *overrides) -> list[dict]:
                                                     "trainer.loss_type=dapo", "trainer.epsilon=0.2",
                                                     "trainer.epsilon_high=0.28", "trainer.per_device_train_batch_size=4",
                                                     "trainer.max_completion_length=8", *overrides]))
-    prep = training.prepare(recipe, log=lambda m: None, training=True)
-    trainer = training.make_trainer(prep, load_model(prep.model_path, recipe))
+    prep = build.prepare(recipe, log=lambda m: None, mode="train")
+    trainer = build.make_trainer(prep, load_model(prep.model_path, recipe))
     trainer.train()
     return [h for h in trainer.state.log_history if "clip_ratio/region_mean" in h]
 

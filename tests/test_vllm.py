@@ -80,10 +80,10 @@ def test_without_cuda_check_notes_and_training_refuses():
 
 
 def test_check_exits_2_before_weights_where_cuda_has_no_vllm(tmp_path, monkeypatch, capsys):
-    from grpokit import training
+    from grpokit import build
 
-    monkeypatch.setattr(training, "_cuda", lambda: True)
-    monkeypatch.setattr(training, "vllm_version", lambda: None)
+    monkeypatch.setattr(build, "_cuda", lambda: True)
+    monkeypatch.setattr(build, "vllm_version", lambda: None)
     data = recipe_dict()
     data["trainer"].update(use_vllm=True, output_dir=str(tmp_path / "run"))
     assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2

@@ -1,0 +1,67 @@
+"""The files grpokit writes into a run folder beside the trainer's: the resolved `recipe.yaml` (when the run
+starts), and the curves and `report.md` (when it finishes, or on `--plot`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpokit import ownership, rundir
+from grpokit.config import Recipe, dump
+from grpokit.dist import say
+
+
+def write_recipe_file(recipe: Recipe, output_dir: Path) -> Path:
+    """Save the resolved recipe beside the run as `recipe.yaml`, rerunnable as is and portable with its folder.
+
+    Files are written relative to the run folder (the loader reads a recipe's paths relative to its own folder)
+    when they share more than the filesystem root with it, so a project copied elsewhere with its runs still
+    reruns; `*_steps` counts that GRPOConfig types as float (a value below 1 is a fraction of the run) are
+    written as the ints a person writes.
+    """
+    import copy
+    import os
+
+    from rewards import user_reward_file
+
+    here = output_dir.resolve()
+
+    def portable(path: str) -> str:
+        target = Path(path)
+        if not target.is_absolute() or os.path.commonpath([target, here]) == target.anchor:
+            return path
+        relative = os.path.relpath(target, here)
+        return relative if relative.startswith("..") else f"./{relative}"
+
+    data = copy.deepcopy(recipe.as_dict())
+    if data["dataset"].get("path"):
+        data["dataset"]["path"] = portable(data["dataset"]["path"])
+    if Path(data["model"]["name_or_path"]).is_absolute():
+        data["model"]["name_or_path"] = portable(data["model"]["name_or_path"])
+    for reward in data["rewards"]:
+        found = user_reward_file(reward["name"])
+        if found:
+            reward["name"] = f"{portable(found[0])}:{found[1]}"
+    for key, value in data["trainer"].items():
+        if key.endswith("_steps") and isinstance(value, float) and value.is_integer():
+            data["trainer"][key] = int(value)
+    path = output_dir / rundir.RECIPE_FILE
+    ownership.replace_text(path, f"# resolved from {recipe.path} (overrides applied); paths are relative to this folder. Rerun: "
+                    f"python launch.py --recipe {path}\n" + dump(data))
+    return path
+
+
+def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=None) -> list[Path]:
+    """Curves (PNG) and report.md for a finished run; with a live trainer, its early and last completions too;
+    with `compare` (`reporting.compare.load_runs`), the runs side by side."""
+    from grpokit.reporting.explain import explain_table
+    from grpokit.reporting.plots import plot_run
+    from grpokit.reporting.report import run_completions, write_report
+
+    plots = plot_run(output_dir, args=args)
+    completions = (run_completions(trainer) or None) if trainer is not None else None
+    report = write_report(output_dir, recipe_name=recipe.name, explain_lines=[f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}"] + explain_table(recipe, args),
+                          completions=completions, plots=plots, args=args, compare=compare)
+    for path in plots + [report]:
+        say(f"wrote {path}")
+    return plots + [report]

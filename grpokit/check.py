@@ -9,7 +9,7 @@ from grpokit.data import preparation_of
 from grpokit.planning import memory, vllm_share
 from grpokit.planning.architecture import ConfigNotFound
 from grpokit.reporting.explain import explain_table
-from grpokit.training import prepare
+from grpokit.build import prepare
 
 
 def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:

@@ -55,19 +55,48 @@ def with_trainer(folder: Path, **trainer) -> dict:
     return data
 
 
-def fake_run(folder: Path, names=("checkpoint-1", "trainer_state.json", "recipe.yaml", "adapter_model.safetensors")) -> Path:
-    """A folder as a finished grpokit run leaves it: its entries, and the manifest (grpokit.ownership) that lists them."""
+def fake_run(folder: Path, names=("checkpoint-1", "trainer_state.json", "recipe.yaml", "adapter_model.safetensors"),
+             checkpoint_files=("trainer_state.json",), text: str = "{}") -> Path:
+    """A folder as a finished grpokit run leaves it: its entries, and the manifest (grpokit.ownership) that lists them.
+
+    A `checkpoint-N` name is a folder holding `checkpoint_files`; a trainer_state.json there holds a step, every other
+    file `text`.
+    """
     from grpokit import ownership
 
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
         if name.startswith("checkpoint-"):
             (folder / name).mkdir()
-            (folder / name / "trainer_state.json").write_text('{"global_step": 1}')
+            for inner in checkpoint_files:
+                (folder / name / inner).write_text('{"global_step": 1}' if inner == "trainer_state.json" else text)
         else:
-            (folder / name).write_text("{}")
+            (folder / name).write_text(text)
     ownership.claim(folder, names)
     return folder
+
+
+def overwrite(run: Path) -> None:
+    """What `--overwrite` does once the new run's weights are loaded (rundir.guard_output_dir, then remove_previous)."""
+    from grpokit.rundir import guard_output_dir, remove_previous
+
+    remove_previous(run, guard_output_dir(run, None, True, "recipe.yaml"), "recipe.yaml")
+
+
+def age_claims(run: Path, by_ns: int) -> None:
+    """Time passes: every claim's start in the run's manifest (and a pending save's) moves `by_ns` into the past."""
+    import json
+
+    from grpokit import ownership
+
+    path = run / ownership.MANIFEST
+    manifest = json.loads(path.read_text())
+    for rec in manifest["entries"].values():
+        if "since" in rec:
+            rec["since"] -= by_ns
+    if "pending" in manifest:
+        manifest["pending"] -= by_ns
+    path.write_text(json.dumps(manifest))
 
 
 def load_bench(name: str):

@@ -6,35 +6,21 @@ Each test pins one rule (its `Rule:` comment) where a hostile input could break 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
+import helpers
 import pytest
+from helpers import age_claims, overwrite
 
 from grpokit import ownership
 from grpokit.errors import RecipeError
 
 
-def fake_run(folder, checkpoint_files=("trainer_state.json", "README.md", "adapter_model.safetensors"),
-             top=("trainer_state.json", "recipe.yaml", "report.md")):
-    """A folder as a finished grpokit run leaves it: a checkpoint, top-level files, and the manifest listing them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "checkpoint-1").mkdir()
-    for name in checkpoint_files:
-        (folder / "checkpoint-1" / name).write_text('{"global_step": 1}' if name == "trainer_state.json" else "grpokit's")
-    for name in top:
-        (folder / name).write_text('{"global_step": 1}' if name == "trainer_state.json" else "grpokit's")
-    ownership.claim(folder, ["checkpoint-1", *top])
-    return folder
-
-
-def overwrite(run):
-    """What `--overwrite` does once the new run's weights are loaded (rundir.guard_output_dir, then remove_previous)."""
-    from grpokit.rundir import guard_output_dir, remove_previous
-
-    names = guard_output_dir(run, None, True, "recipe.yaml")
-    remove_previous(run, names, "recipe.yaml")
+def fake_run(folder):
+    """A finished run whose checkpoint holds a model card and weights beside its state, and a report at the top."""
+    return helpers.fake_run(folder, ("checkpoint-1", "trainer_state.json", "recipe.yaml", "report.md"),
+                            checkpoint_files=("trainer_state.json", "README.md", "adapter_model.safetensors"), text="grpokit's")
 
 
 # Rule: a file grpokit wrote inside one of the run's folders and the user then edited -- the checkpoint's model card
@@ -93,9 +79,7 @@ def test_a_claim_left_by_a_killed_save_does_not_claim_a_users_later_folder(tmp_p
     (run / "checkpoint-2").mkdir()  # the half-written checkpoint, removed by the user below
     (run / "checkpoint-2" / "model.safetensors").write_text("half")
     shutil.rmtree(run / "checkpoint-2")
-    manifest = json.loads((run / ownership.MANIFEST).read_text())  # days later (past the save window) ...
-    manifest["entries"]["checkpoint-2"]["since"] -= 2 * ownership.SAVE_WINDOW_NS
-    (run / ownership.MANIFEST).write_text(json.dumps(manifest))
+    age_claims(run, 2 * ownership.SAVE_WINDOW_NS)  # days later (past the save window) ...
     mine = run / "checkpoint-2"  # ... the user's own folder under that name
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")

@@ -7,43 +7,18 @@ from __future__ import annotations
 
 import json
 
+import helpers
 import pytest
+from helpers import age_claims, overwrite
 
 from grpokit import ownership
 from grpokit.errors import RecipeError
 
 
-def fake_run(folder, checkpoint_files=("trainer_state.json", "README.md", "adapter_model.safetensors"),
-             top=("trainer_state.json", "recipe.yaml", "report.md")):
-    """A folder as a finished grpokit run leaves it: a checkpoint, top-level files, and the manifest listing them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "checkpoint-1").mkdir()
-    for name in checkpoint_files:
-        (folder / "checkpoint-1" / name).write_text('{"global_step": 1}' if name == "trainer_state.json" else "grpokit's")
-    for name in top:
-        (folder / name).write_text('{"global_step": 1}' if name == "trainer_state.json" else "grpokit's")
-    ownership.claim(folder, ["checkpoint-1", *top])
-    return folder
-
-
-def overwrite(run):
-    """What `--overwrite` does once the new run's weights are loaded (rundir.guard_output_dir, then remove_previous)."""
-    from grpokit.rundir import guard_output_dir, remove_previous
-
-    names = guard_output_dir(run, None, True, "recipe.yaml")
-    remove_previous(run, names, "recipe.yaml")
-
-
-def age_claims(run, by_ns):
-    """Days pass: every claim's start (and a pending save's) moves `by_ns` into the past."""
-    path = run / ownership.MANIFEST
-    manifest = json.loads(path.read_text())
-    for rec in manifest["entries"].values():
-        if "since" in rec:
-            rec["since"] -= by_ns
-    if "pending" in manifest:
-        manifest["pending"] -= by_ns
-    path.write_text(json.dumps(manifest))
+def fake_run(folder):
+    """A finished run whose checkpoint holds a model card and weights beside its state, and a report at the top."""
+    return helpers.fake_run(folder, ("checkpoint-1", "trainer_state.json", "recipe.yaml", "report.md"),
+                            checkpoint_files=("trainer_state.json", "README.md", "adapter_model.safetensors"), text="grpokit's")
 
 
 # Rule: a claim left by a killed save (claim_writing: {"since": t}, no identity) expires after SAVE_WINDOW_NS

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
+import helpers
 from helpers import load_bench
 
 from grpokit import ownership
@@ -16,15 +17,9 @@ from grpokit.rundir import RunLock
 
 
 def fake_run(folder):
-    """A folder as a grpokit run leaves it: a checkpoint, top-level files, and the manifest listing them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "checkpoint-1").mkdir()
-    for name in ("trainer_state.json", "adapter_model.safetensors"):
-        (folder / "checkpoint-1" / name).write_text('{"global_step": 1}' if name == "trainer_state.json" else "w")
-    for name in ("recipe.yaml", "report.md"):
-        (folder / name).write_text("grpokit's")
-    ownership.claim(folder, ["checkpoint-1", "recipe.yaml", "report.md"])
-    return folder
+    """A run with a checkpoint and, at the top, its recipe and report."""
+    return helpers.fake_run(folder, ("checkpoint-1", "recipe.yaml", "report.md"),
+                            checkpoint_files=("trainer_state.json", "adapter_model.safetensors"), text="grpokit's")
 
 
 class _Stop(Exception):

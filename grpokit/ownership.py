@@ -356,24 +356,22 @@ class Recorder:
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
-        self.mine = _read(self.folder)
-        # what lay inside each entry when grpokit started here and was not grpokit's: it stays the user's
-        self.theirs = {n: set(_unknown(contents(self.folder / n), self.mine[n]["inside"]))
-                       if n in self.mine and self.mine[n]["inside"] is not WRITING else
-                       (set() if n in self.mine else None) for n in entries(self.folder)}
+        mine = _read(self.folder)
+        # per entry there at the start: what lay inside it and was not grpokit's (it stays the user's); None for an
+        # entry that was not grpokit's at all
+        self.theirs = {n: set(_unknown(contents(self.folder / n), mine[n]["inside"]))
+                       if n in mine and mine[n]["inside"] is not WRITING else
+                       (set() if n in mine else None) for n in entries(self.folder)}
 
     def forget(self, names) -> None:
         """`names` were removed (the previous run, by --overwrite): what comes back under them is new."""
         for name in names:
             self.theirs.pop(name, None)
-            self.mine.pop(name, None)
 
-    def record(self, pending=None) -> None:
-        """Write down what is grpokit's now. `pending`: a time from which what appears still counts (a run that goes
-        on writing); None once everything written is recorded."""
+    def record(self) -> None:
+        """Write down what is grpokit's now; what grpokit has written is then recorded, so no save is pending."""
         if not self.folder.is_dir():
             return
-        current = _read(self.folder)  # claims made meanwhile (a checkpoint being written) are grpokit's too
         mine = {}
         for name in entries(self.folder):
             theirs = self.theirs.get(name, set())
@@ -383,8 +381,7 @@ class Recorder:
             if "inside" in rec:
                 rec["inside"] = {rel: i for rel, i in rec["inside"].items() if rel not in theirs}
             mine[name] = rec
-        _store(self.folder, mine, pending=pending)
-        self.mine = _read(self.folder)
+        _store(self.folder, mine, pending=None)
 
 
 def replaceable(path: Path, root: Path | None = None) -> bool:

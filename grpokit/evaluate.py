@@ -190,18 +190,18 @@ def _with_adapter(model, run_dir: str, quantized: bool):
     return model if quantized else model.merge_and_unload()
 
 
-def _prompt_text(tokenizer, prompt) -> str:
+def prompt_text(tokenizer, prompt) -> str:
     """The prompt as the trainer feeds it: chat template plus the assistant's generation prompt."""
     if isinstance(prompt, list):
         return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
     return prompt
 
 
-def _generate(model, tokenizer, rows: list[dict], args, k: int, sample: bool) -> list[list[list[int]]]:
+def generate_ids(model, tokenizer, rows: list[dict], args, k: int, sample: bool) -> list[list[list[int]]]:
     """For each row, k completions as token ids, each cut after its first end-of-sequence token."""
     import torch
 
-    texts = [_prompt_text(tokenizer, row["prompt"]) for row in rows]
+    texts = [prompt_text(tokenizer, row["prompt"]) for row in rows]
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     try:
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
@@ -241,7 +241,7 @@ def _score(model, tokenizer, rows, funcs, names, weights, judge, args, k: int, s
     mode = f"{k} samples" if sample else "greedy"
     for first in range(0, len(rows), max(1, PROMPTS_PER_BATCH // k)):
         batch = rows[first : first + max(1, PROMPTS_PER_BATCH // k)]
-        ids = _generate(model, tokenizer, batch, args, k, sample)
+        ids = generate_ids(model, tokenizer, batch, args, k, sample)
         flat_rows = [row for row in batch for _ in range(k)]
         flat_ids = [c for group in ids for c in group]
         texts = tokenizer.batch_decode(flat_ids, skip_special_tokens=True)

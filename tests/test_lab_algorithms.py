@@ -1,0 +1,141 @@
+"""The real-model lab's pieces (labs/algorithms.py) on the tiny model and on made-up run logs, not the real runs.
+
+The real runs take hours on 2 cores; their figures are in bench/results/lab/. Here: each lab recipe trains a
+step on the tiny model, a lab of one run goes end to end (train, eval, KL, page), a stopped lab resumes the
+way it says, the KL measurement is 0 for an untouched adapter and positive for a moved one, and the verdicts
+and figures follow the numbers they are given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpokit import cli
+from labs import algorithms as lab
+
+TINY = ["model.name_or_path=builtin:tiny-llama", "trainer.max_completion_length=16", "trainer.save_strategy=no"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", list(lab.ALGORITHMS))
+def test_each_lab_recipe_trains_a_step_on_the_tiny_model(algorithm, tmp_path):
+    assert cli.main(["--recipe", str(lab.ALGORITHMS[algorithm]), *TINY, "trainer.max_steps=2",
+                     f"trainer.output_dir={tmp_path / 'run'}"]) == 0
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    logged = [h for h in state["log_history"] if "loss" in h]
+    assert len(logged) == 2
+    assert ("kl" in logged[0]) == (algorithm == "grpo_kl")  # TRL logs KL only with a KL term
+    if algorithm == "dapo":
+        assert "sampling/rounds" in logged[0] and "rewards/overlong_penalty/mean" in logged[0]
+    summary = lab.summarize_run(lab.history(tmp_path / "run"), None)
+    # The completion metrics come with each generation (every 2nd step here), the loss-side ones every step.
+    assert summary["steps"] == 2 and summary["curves"]["length"][0] is not None
+    assert None not in summary["curves"]["entropy"]
+
+
+@pytest.mark.slow
+def test_a_lab_of_one_run_trains_measures_and_writes_its_page(tmp_path, capsys):
+    argv = ["--algorithms", "grpo_kl", "--seeds", "0", "--parallel", "1", "--out", str(tmp_path),
+            *sum((["--set", o] for o in [*TINY, "trainer.max_steps=2"]), [])]
+    assert lab.main(argv) == 0
+    measures = json.loads((tmp_path / "measures" / "grpo_kl-seed-0.json").read_text())
+    assert 0 <= measures["pass@1"] <= 1 and measures["kl_to_reference"]["kl_k3"] >= 0
+    assert measures["kl_to_reference"]["tokens"] > 0
+    page = (tmp_path / "README.md").read_text()
+    assert "python labs/algorithms.py --algorithms grpo_kl" in page and "| grpo_kl | 1 |" in page
+    assert {p.name for p in tmp_path.glob("claim-*.png")} == {f"claim-{c.key}.png" for c in lab.CLAIMS}
+    # Again: nothing is trained or measured twice.
+    log = (tmp_path / "runs" / "grpo_kl" / "seed-0.log").read_text()
+    assert lab.main(argv) == 0
+    assert (tmp_path / "runs" / "grpo_kl" / "seed-0.log").read_text() == log
+
+
+def test_a_stopped_run_resumes_and_one_stopped_before_its_checkpoint_starts_over(tmp_path):
+    job = lab.Job("dapo", 1)
+    run = job.run_dir(tmp_path)
+    assert "--resume" not in lab.launch_args(job, tmp_path, []) and "--overwrite" not in lab.launch_args(job, tmp_path, [])
+    run.mkdir(parents=True)
+    assert lab.launch_args(job, tmp_path, [])[-1] == "--overwrite"  # grpokit removes only what it wrote
+    (run / "checkpoint-10").mkdir()
+    (run / "checkpoint-10" / "trainer_state.json").write_text("{}")
+    argv = lab.launch_args(job, tmp_path, ["trainer.max_steps=4"])
+    assert argv[-2:] == ["trainer.max_steps=4", "--resume"] and "trainer.seed=1" in argv
+    assert not lab.finished(job, tmp_path)
+
+
+@pytest.mark.slow
+def test_kl_to_the_base_model_is_zero_for_an_untouched_adapter_and_positive_for_a_moved_one(tmp_path):
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from grpokit.config import load, validate
+    from grpokit.models import load_model, model_source
+
+    recipe = validate(load(str(lab.ALGORITHMS["grpo"]), [*TINY, f"trainer.output_dir={tmp_path}"]))
+    model = get_peft_model(load_model(model_source(recipe)[0], recipe), LoraConfig(r=4, target_modules="all-linear"))
+    model.save_pretrained(tmp_path / "untouched")  # LoRA's B starts at zero: the policy is the base model
+    assert lab.kl_to_reference(recipe, tmp_path / "untouched")["kl_k3"] == pytest.approx(0.0, abs=1e-6)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    model.save_pretrained(tmp_path / "moved")
+    assert lab.kl_to_reference(recipe, tmp_path / "moved")["kl_k3"] > 1e-3
+
+
+def test_steps_to_threshold_uses_the_trailing_window():
+    assert lab.steps_to([0.0] * 3 + [1.0] * 10, threshold=1.0) == 3 + lab.WINDOW  # the first step whose last WINDOW all reach it
+    assert lab.steps_to([1.0, 1.0]) == 1  # fewer steps than a window: the mean of what there is
+    assert lab.steps_to([0.5] * 20) is None
+    assert lab.window_mean([1, 2, 3, 4, 5, 6, 7], last=False) == 3 and lab.window_mean([None, 2.0], last=True) == 2.0
+
+
+CLAIM = next(c for c in lab.CLAIMS if c.key == "length_growth")  # grpo higher than dr_grpo and dapo
+
+
+@pytest.mark.parametrize("figures, state", [
+    ({"grpo": [5, 6, 7], "dr_grpo": [1, 2, 3], "dapo": [0, 1, 2]}, "held"),  # every seed beats every seed
+    ({"grpo": [5, 6, 7], "dr_grpo": [1, 2, 6], "dapo": [0, 1, 2]}, "leans"),  # the means only
+    ({"grpo": [1, 2, 3], "dr_grpo": [5, 6, 7], "dapo": [0, 1, 2]}, "not shown"),
+    ({"grpo": [5, 6, 7], "dapo": [0, 1, 2]}, "no data"),
+])
+def test_a_verdict_says_held_only_when_the_seeds_do_not_overlap(figures, state):
+    assert lab.verdict(CLAIM, figures)["state"] == state
+
+
+def test_a_lower_is_better_claim_and_its_sentence_give_the_difference_and_the_spread():
+    kl = next(c for c in lab.CLAIMS if c.key == "kl_to_reference")
+    result = lab.verdict(kl, {"grpo_kl": [0.01, 0.02, 0.03], "grpo": [0.1, 0.2, 0.3]})
+    assert result["state"] == "held"
+    text = lab.sentence(kl, result)
+    assert text.startswith("**Held here.**") and "grpo_kl minus grpo: -0.18" in text and "±0.01 / ±0.1" in text
+
+
+def fake_run(runs: Path, job: lab.Job, lengths: list[float], accuracy: list[float]) -> None:
+    run = job.run_dir(runs)
+    run.mkdir(parents=True)
+    history = [{"step": i + 1, "loss": 0.0, "completions/mean_length": n, "entropy": 1.0 - 0.01 * i,
+                lab.ACCURACY: a, "frac_reward_zero_std": 0.25} for i, (n, a) in enumerate(zip(lengths, accuracy))]
+    (run / "trainer_state.json").write_text(json.dumps({"log_history": history, "global_step": len(history)}))
+
+
+def test_the_report_draws_every_claim_and_says_which_held(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (0, 1, 2):
+        fake_run(runs, lab.Job("grpo", seed), [10 + 2 * i for i in range(12)], [0.1 * i for i in range(12)])
+        fake_run(runs, lab.Job("dr_grpo", seed), [10.0] * 12, [0.1 * i for i in range(12)])
+        fake_run(runs, lab.Job("dapo", seed), [10 - 0.1 * i for i in range(12)], [0.2 * i for i in range(12)])
+    jobs = [lab.Job(a, s) for a in lab.ALGORITHMS for s in (0, 1, 2)]
+    report = lab.write_report(jobs, runs, tmp_path, "python labs/algorithms.py")
+    states = {v["claim"]: v["state"] for v in report["verdicts"]}
+    assert states == {"length_growth": "held", "entropy_kept": "not shown", "steps_to_threshold": "held",
+                      "kl_to_reference": "no data"}  # no KL measured, no grpo_kl run
+    assert report["runs"]["grpo"][0]["length_growth"] == pytest.approx(2 * (12 - lab.WINDOW))
+    page = (tmp_path / "README.md").read_text()
+    assert page.count("**Held here.**") == 2 and "**Not measured yet.**" in page
+    assert "| grpo | 3 |" in page and "| grpo_kl |" not in page
+    for claim in lab.CLAIMS:
+        assert (tmp_path / f"claim-{claim.key}.png").read_bytes()[:4] == b"\x89PNG"

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import re
 import subprocess
@@ -40,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from labs.claims import CLAIMS, THRESHOLD, WINDOW, plot_claim, sentence, summarize_run, table, verdict  # noqa: E402
+
 RECIPES = ROOT / "recipes" / "smollm2-135m" / "lab"
 ALGORITHMS = {  # name -> recipe: the name is what the page, the table and --algorithms say
     "grpo": RECIPES / "grpo-lab.yaml",
@@ -49,12 +50,6 @@ ALGORITHMS = {  # name -> recipe: the name is what the page, the table and --alg
 }
 OUT = ROOT / "bench" / "results" / "lab"
 SEEDS = (0, 1, 2)
-WINDOW = 5  # steps averaged at the start and at the end of a run (one step's 16 completions are noisy)
-THRESHOLD = 0.75  # training accuracy (WINDOW-step mean) that counts as "reached"; fixed before any run
-ACCURACY = "rewards/accuracy/mean"
-# With dynamic sampling the trained batch holds only groups with a spread, so its accuracy is biased toward
-# 1/2; the accuracy of everything the policy generated in a step is logged apart (grpokit/dynamic_sampling.py).
-GENERATED_ACCURACY = "sampling/generated/rewards/accuracy/mean"
 STEP = re.compile(r"step (\d+)/(\d+)")
 
 
@@ -247,7 +242,7 @@ def measure_kl(run_dir: Path, algorithm: str, out: Path, overrides: list[str]) -
     return path
 
 
-# -- the figures -----------------------------------------------------------------------------------------------
+# -- writing ---------------------------------------------------------------------------------------------------
 
 
 def history(run_dir: Path) -> list[dict]:
@@ -255,160 +250,6 @@ def history(run_dir: Path) -> list[dict]:
     from grpokit.reporting.plots import load_log_history
 
     return [h for h in load_log_history(run_dir)[1]["log_history"] if "loss" in h and "step" in h]
-
-
-def series(steps: list[dict], key: str) -> list[float | None]:
-    return [h.get(key) for h in steps]
-
-
-def accuracy_series(steps: list[dict]) -> list[float | None]:
-    """Training accuracy of what the policy generated each step (unfiltered under dynamic sampling)."""
-    return [h.get(GENERATED_ACCURACY, h.get(ACCURACY)) for h in steps]
-
-
-def window_mean(values: list[float | None], last: bool) -> float | None:
-    kept = [v for v in values if v is not None and math.isfinite(v)]
-    part = kept[-WINDOW:] if last else kept[:WINDOW]
-    return sum(part) / len(part) if part else None
-
-
-def steps_to(values: list[float | None], threshold: float = THRESHOLD) -> int | None:
-    """The first step whose WINDOW-step trailing mean reaches `threshold`; None if none does."""
-    for i in range(len(values)):
-        part = [v for v in values[max(0, i - WINDOW + 1) : i + 1] if v is not None]
-        if len(part) == min(WINDOW, i + 1) and sum(part) / len(part) >= threshold:
-            return i + 1
-    return None
-
-
-def summarize_run(steps: list[dict], measures: dict | None) -> dict:
-    """One run's figures: per-step curves and the numbers the claims compare."""
-    length = series(steps, "completions/mean_length")
-    entropy = series(steps, "entropy")
-    accuracy = accuracy_series(steps)
-    return {
-        "steps": len(steps),
-        "curves": {"length": length, "entropy": entropy, "accuracy": accuracy, "kl": series(steps, "kl"),
-                   "zero_spread": series(steps, "frac_reward_zero_std"),
-                   "clip_high": series(steps, "clip_ratio/high_mean"), "clip_low": series(steps, "clip_ratio/low_mean")},
-        "length_growth": _delta(length),
-        "entropy_end": window_mean(entropy, last=True),
-        "entropy_kept": _ratio(entropy),
-        "steps_to_threshold": steps_to(accuracy),
-        "zero_spread_mean": window_mean(series(steps, "frac_reward_zero_std"), last=True),
-        "clip_high_mean": _mean(series(steps, "clip_ratio/high_mean")),
-        "clip_low_mean": _mean(series(steps, "clip_ratio/low_mean")),
-        "pass@1": measures and measures["pass@1"],
-        "kl_to_reference": measures and measures["kl_to_reference"]["kl_k3"],
-    }
-
-
-def _mean(values) -> float | None:
-    kept = [v for v in values if v is not None]
-    return sum(kept) / len(kept) if kept else None
-
-
-def _delta(values) -> float | None:
-    start, end = window_mean(values, last=False), window_mean(values, last=True)
-    return None if start is None or end is None else end - start
-
-
-def _ratio(values) -> float | None:
-    start, end = window_mean(values, last=False), window_mean(values, last=True)
-    return None if not start or end is None else end / start
-
-
-# -- the claims ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Claim:
-    key: str  # the PNG's stem and the figure compared (a summarize_run key)
-    title: str
-    says: str  # the claim, as docs/grpo.md and the README state it
-    curve: str  # the per-step curve drawn
-    ylabel: str
-    claimed: str  # the algorithm the claim favours
-    against: tuple[str, ...]
-    higher: bool  # the claim holds when `claimed`'s figure is higher (else lower) than the others'
-    figure: str  # how the compared figure is read, for the page
-    caveat: str  # what else differs between the recipes compared, or why the effect may not show here
-
-
-CLAIMS = (
-    Claim("length_growth", "Length under per-sequence vs per-token losses",
-          "per-sequence averaging (loss_type: grpo) lets completion length drift upward; the token-level losses of "
-          "Dr. GRPO and DAPO remove that bias", "length", "mean completion length (tokens)", "grpo",
-          ("dr_grpo", "dapo"), True, f"growth of the mean completion length, last {WINDOW} steps minus first {WINDOW}",
-          "DAPO also adds the overlong penalty, which pushes length down on its own; Dr. GRPO also drops the std"),
-    Claim("entropy_kept", "Entropy with and without clip-higher",
-          "clip-higher (epsilon_high 0.28 > epsilon 0.2) keeps the policy's entropy from collapsing", "entropy",
-          "mean token entropy (nats)", "dapo", ("grpo",), True,
-          f"entropy kept: mean of the last {WINDOW} steps over the first {WINDOW}",
-          "the DAPO recipe changes more than the clip (token-level loss, dynamic sampling, overlong penalty); the "
-          "clip acts only on the off-policy second step of each generation"),
-    Claim("steps_to_threshold", "Steps to a training accuracy with and without dynamic sampling",
-          "dynamic sampling (drop all-right / all-wrong groups, refill) reaches a reward in fewer steps", "accuracy",
-          "training accuracy of the step's generated completions", "dapo", ("grpo",), False,
-          f"first step whose {WINDOW}-step mean training accuracy reaches {THRESHOLD}",
-          "dynamic sampling generates more per step (up to 2 rounds), so fewer steps is not less compute; the DAPO "
-          "recipe also differs in its loss and clip"),
-    Claim("kl_to_reference", "Distance from the base model with and without a KL term",
-          "a KL term (beta 0.04) holds the policy near the reference", "kl", "KL to the base model", "grpo_kl",
-          ("grpo",), False, "KL[pi_theta || pi_ref] after training (k3, the trained policy's greedy held-out completions)",
-          "beta 0.04 is DeepSeekMath's value; over a short run the policy moves little either way"),
-)
-
-
-def spread(values: list[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
-def verdict(claim: Claim, figures: dict[str, list[float]]) -> dict:
-    """Whether the claim held here: `held` when every seed of the favoured algorithm beats every seed of each other,
-    `leans` when only the means do, `not shown` otherwise (or `no data`); with the difference of means and the
-    seed spread (sample standard deviation) of each side."""
-    mine = [v for v in figures.get(claim.claimed, []) if v is not None]
-    sign = 1 if claim.higher else -1
-    rows, states = [], []
-    for other in claim.against:
-        theirs = [v for v in figures.get(other, []) if v is not None]
-        if not mine or not theirs:
-            rows.append({"against": other, "state": "no data"})
-            states.append("no data")
-            continue
-        diff = sum(mine) / len(mine) - sum(theirs) / len(theirs)
-        if sign * min(mine, key=lambda v: sign * v) > sign * max(theirs, key=lambda v: sign * v):
-            state = "held"
-        elif sign * diff > 0:
-            state = "leans"
-        else:
-            state = "not shown"
-        rows.append({"against": other, "state": state, "difference": diff, "seeds": (len(mine), len(theirs)),
-                     "spread": (spread(mine), spread(theirs))})
-        states.append(state)
-    overall = next(s for s in ("no data", "not shown", "leans", "held") if s in states)
-    return {"claim": claim.key, "state": overall, "comparisons": rows}
-
-
-def sentence(claim: Claim, result: dict) -> str:
-    parts = []
-    for row in result["comparisons"]:
-        if row["state"] == "no data":
-            parts.append(f"against {row['against']}: no runs yet")
-            continue
-        (n1, n2), (s1, s2) = row["seeds"], row["spread"]
-        parts.append(f"{claim.claimed} minus {row['against']}: {row['difference']:+.3g} "
-                     f"(seed spread ±{s1:.2g} / ±{s2:.2g}, {n1} and {n2} seeds): {row['state']}")
-    word = {"held": "Held here", "leans": "Leans the claimed way, within the seed spread",
-            "not shown": "Not shown at this scale", "no data": "Not measured yet"}[result["state"]]
-    return f"**{word}.** {claim.figure}: " + "; ".join(parts) + "."
-
-
-# -- writing ---------------------------------------------------------------------------------------------------
 
 
 def collect(jobs: list[Job], runs: Path, out: Path) -> dict[str, list[dict]]:
@@ -424,74 +265,6 @@ def collect(jobs: list[Job], runs: Path, out: Path) -> dict[str, list[dict]]:
         found.setdefault(job.algorithm, []).append({"seed": job.seed, "finished": finished(job, runs),
                                                     **summarize_run(steps, measures)})
     return found
-
-
-def plot_claim(claim: Claim, results: dict[str, list[dict]], path: Path) -> None:
-    """The claim's curve per algorithm: the mean over seeds, a band from the lowest to the highest seed."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(8, 4.5))
-    ax = fig.add_subplot()
-    for algorithm in (claim.claimed, *claim.against):
-        curves = [r["curves"][claim.curve] for r in results.get(algorithm, [])]
-        curves = [[v for v in c] for c in curves if any(v is not None for v in c)]
-        if not curves:
-            continue
-        n = min(len(c) for c in curves)
-        columns = [[c[i] for c in curves if c[i] is not None] for i in range(n)]
-        steps = [i + 1 for i, col in enumerate(columns) if col]
-        mean = [sum(col) / len(col) for col in columns if col]
-        line = ax.plot(steps, mean, label=f"{algorithm} (mean of {len(curves)} seeds)")[0]
-        ax.fill_between(steps, [min(col) for col in columns if col], [max(col) for col in columns if col],
-                        color=line.get_color(), alpha=0.2)
-    if claim.curve == "accuracy":
-        ax.axhline(THRESHOLD, color="grey", linestyle=":", label=f"threshold {THRESHOLD}")
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel(claim.ylabel)
-    ax.set_title(f"{claim.title}\n(band: lowest to highest seed)", fontsize=10)
-    if ax.lines:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    _save(fig, path)
-
-
-def _save(fig, path: Path) -> None:
-    import io
-
-    from grpokit import ownership
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    ownership.replace_text(path, buffer.getvalue())
-
-
-def _cell(values: list, digits: int = 3) -> str:
-    kept = [v for v in values if v is not None]
-    if not kept:
-        return "–"
-    mean = sum(kept) / len(kept)
-    return f"{mean:.{digits}g} ± {spread(kept):.2g}" if len(kept) > 1 else f"{mean:.{digits}g}"
-
-
-TABLE = (("pass@1", "held-out pass@1 after"), ("length_growth", "length growth"), ("entropy_end", "entropy (end)"),
-         ("entropy_kept", "entropy kept"), ("clip_high_mean", "clip high"), ("clip_low_mean", "clip low"),
-         ("zero_spread_mean", "zero-spread groups (end)"), ("kl_to_reference", "KL to base"),
-         ("steps_to_threshold", f"steps to accuracy {THRESHOLD}"))
-
-
-def table(results: dict[str, list[dict]], base: dict | None) -> list[str]:
-    head = "| algorithm | seeds | " + " | ".join(label for _, label in TABLE) + " |"
-    lines = [head, "|" + "---|" * (len(TABLE) + 2)]
-    for algorithm in ALGORITHMS:
-        rows = results.get(algorithm, [])
-        if rows:
-            cells = [_cell([r[key] for r in rows]) for key, _ in TABLE]
-            lines.append(f"| {algorithm} | {len(rows)} | " + " | ".join(cells) + " |")
-    if base:
-        lines.append(f"\nBase model, held-out greedy pass@1: {base['greedy']['pass@1']:.3f} "
-                     f"({base['greedy']['passed']}/{base['prompts']}). Cells: mean ± sample standard deviation over "
-                     "seeds; a step never reaching the threshold leaves that seed out of its cell.")
-    return lines
 
 
 def write_report(jobs: list[Job], runs: Path, out: Path, command: str) -> dict:

@@ -15,6 +15,7 @@ import pytest
 
 from grpokit import cli
 from labs import algorithms as lab
+from labs import claims
 
 TINY = ["model.name_or_path=builtin:tiny-llama", "trainer.max_completion_length=16", "trainer.save_strategy=no"]
 
@@ -30,7 +31,7 @@ def test_each_lab_recipe_trains_a_step_on_the_tiny_model(algorithm, tmp_path):
     assert ("kl" in logged[0]) == (algorithm == "grpo_kl")  # TRL logs KL only with a KL term
     if algorithm == "dapo":
         assert "sampling/rounds" in logged[0] and "rewards/overlong_penalty/mean" in logged[0]
-    summary = lab.summarize_run(lab.history(tmp_path / "run"), None)
+    summary = claims.summarize_run(lab.history(tmp_path / "run"), None)
     # The completion metrics come with each generation (every 2nd step here), the loss-side ones every step.
     assert summary["steps"] == 2 and summary["curves"]["length"][0] is not None
     assert None not in summary["curves"]["entropy"]
@@ -46,7 +47,7 @@ def test_a_lab_of_one_run_trains_measures_and_writes_its_page(tmp_path, capsys):
     assert measures["kl_to_reference"]["tokens"] > 0
     page = (tmp_path / "README.md").read_text()
     assert "python labs/algorithms.py --algorithms grpo_kl" in page and "| grpo_kl | 1 |" in page
-    assert {p.name for p in tmp_path.glob("claim-*.png")} == {f"claim-{c.key}.png" for c in lab.CLAIMS}
+    assert {p.name for p in tmp_path.glob("claim-*.png")} == {f"claim-{c.key}.png" for c in claims.CLAIMS}
     # Again: nothing is trained or measured twice.
     log = (tmp_path / "runs" / "grpo_kl" / "seed-0.log").read_text()
     assert lab.main(argv) == 0
@@ -87,13 +88,13 @@ def test_kl_to_the_base_model_is_zero_for_an_untouched_adapter_and_positive_for_
 
 
 def test_steps_to_threshold_uses_the_trailing_window():
-    assert lab.steps_to([0.0] * 3 + [1.0] * 10, threshold=1.0) == 3 + lab.WINDOW  # the first step whose last WINDOW all reach it
-    assert lab.steps_to([1.0, 1.0]) == 1  # fewer steps than a window: the mean of what there is
-    assert lab.steps_to([0.5] * 20) is None
-    assert lab.window_mean([1, 2, 3, 4, 5, 6, 7], last=False) == 3 and lab.window_mean([None, 2.0], last=True) == 2.0
+    assert claims.steps_to([0.0] * 3 + [1.0] * 10, threshold=1.0) == 3 + claims.WINDOW  # the first step whose last WINDOW all reach it
+    assert claims.steps_to([1.0, 1.0]) == 1  # fewer steps than a window: the mean of what there is
+    assert claims.steps_to([0.5] * 20) is None
+    assert claims.window_mean([1, 2, 3, 4, 5, 6, 7], last=False) == 3 and claims.window_mean([None, 2.0], last=True) == 2.0
 
 
-CLAIM = next(c for c in lab.CLAIMS if c.key == "length_growth")  # grpo higher than dr_grpo and dapo
+CLAIM = next(c for c in claims.CLAIMS if c.key == "length_growth")  # grpo higher than dr_grpo and dapo
 
 
 @pytest.mark.parametrize("figures, state", [
@@ -103,14 +104,14 @@ CLAIM = next(c for c in lab.CLAIMS if c.key == "length_growth")  # grpo higher t
     ({"grpo": [5, 6, 7], "dapo": [0, 1, 2]}, "no data"),
 ])
 def test_a_verdict_says_held_only_when_the_seeds_do_not_overlap(figures, state):
-    assert lab.verdict(CLAIM, figures)["state"] == state
+    assert claims.verdict(CLAIM, figures)["state"] == state
 
 
 def test_a_lower_is_better_claim_and_its_sentence_give_the_difference_and_the_spread():
-    kl = next(c for c in lab.CLAIMS if c.key == "kl_to_reference")
-    result = lab.verdict(kl, {"grpo_kl": [0.01, 0.02, 0.03], "grpo": [0.1, 0.2, 0.3]})
+    kl = next(c for c in claims.CLAIMS if c.key == "kl_to_reference")
+    result = claims.verdict(kl, {"grpo_kl": [0.01, 0.02, 0.03], "grpo": [0.1, 0.2, 0.3]})
     assert result["state"] == "held"
-    text = lab.sentence(kl, result)
+    text = claims.sentence(kl, result)
     assert text.startswith("**Held here.**") and "grpo_kl minus grpo: -0.18" in text and "±0.01 / ±0.1" in text
 
 
@@ -118,7 +119,7 @@ def fake_run(runs: Path, job: lab.Job, lengths: list[float], accuracy: list[floa
     run = job.run_dir(runs)
     run.mkdir(parents=True)
     history = [{"step": i + 1, "loss": 0.0, "completions/mean_length": n, "entropy": 1.0 - 0.01 * i,
-                lab.ACCURACY: a, "frac_reward_zero_std": 0.25} for i, (n, a) in enumerate(zip(lengths, accuracy))]
+                claims.ACCURACY: a, "frac_reward_zero_std": 0.25} for i, (n, a) in enumerate(zip(lengths, accuracy))]
     (run / "trainer_state.json").write_text(json.dumps({"log_history": history, "global_step": len(history)}))
 
 
@@ -133,9 +134,9 @@ def test_the_report_draws_every_claim_and_says_which_held(tmp_path):
     states = {v["claim"]: v["state"] for v in report["verdicts"]}
     assert states == {"length_growth": "held", "entropy_kept": "not shown", "steps_to_threshold": "held",
                       "kl_to_reference": "no data"}  # no KL measured, no grpo_kl run
-    assert report["runs"]["grpo"][0]["length_growth"] == pytest.approx(2 * (12 - lab.WINDOW))
+    assert report["runs"]["grpo"][0]["length_growth"] == pytest.approx(2 * (12 - claims.WINDOW))
     page = (tmp_path / "README.md").read_text()
     assert page.count("**Held here.**") == 2 and "**Not measured yet.**" in page
     assert "| grpo | 3 |" in page and "| grpo_kl |" not in page
-    for claim in lab.CLAIMS:
+    for claim in claims.CLAIMS:
         assert (tmp_path / f"claim-{claim.key}.png").read_bytes()[:4] == b"\x89PNG"

@@ -86,11 +86,11 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     try:
         log("loading dataset")
         source = recipe.blame("dataset.path" if recipe.dataset.get("path") else "dataset.name")
-        raw = data.load_raw(recipe.dataset, origin=source)
+        raw = data.load_raw(recipe.dataset, set_in=source)
         conversational = recipe.dataset["conversational"]
         if conversational == "auto":
             conversational = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
-        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=source,
+        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, set_in=source,
                                context_length=data.context_length(model_path), completion_length=args.max_completion_length)
         from grpokit.config.validate import reward_column_problems
 

@@ -28,45 +28,48 @@ class NotReachable(Exception):
     """A hub dataset that is not cached and cannot be fetched (offline): reported as a note, not an error."""
 
 
-def load_raw(spec: dict, origin: str = ""):
+def load_raw(spec: dict, set_in: str = ""):
     """The split as a `datasets.Dataset`; `RecipeError` for a bad local file, `NotReachable` offline.
 
     A local file is screened before `datasets` reads it, so that each fault is said once, in the user's
     terms, with its 1-based line: not UTF-8, empty, a line that is not JSON, a prompt or answer of the wrong
     type (see `values`). `datasets` would say `StopIteration`, count rows from 0, or cast the value silently.
+
+    `set_in` is where `dataset.path` (or `dataset.name`) was set, as `Recipe.blame` gives it: the recipe, or
+    `CLI` for the command line. Messages name it, and a relative path is explained from it.
     """
     import datasets
 
     datasets.disable_progress_bars()
     if spec.get("path"):
-        path = builtin_path(spec["path"], origin) if spec["path"].startswith(BUILTIN) else Path(spec["path"])
+        path = builtin_path(spec["path"], set_in) if spec["path"].startswith(BUILTIN) else Path(spec["path"])
         fmt = LOCAL_FORMATS.get(path.suffix.lower())
         if fmt is None:
-            raise RecipeError([Problem("dataset.path", "unsupported file type", path.suffix, ", ".join(LOCAL_FORMATS), file=origin)])
+            raise RecipeError([Problem("dataset.path", "unsupported file type", path.suffix, ", ".join(LOCAL_FORMATS), file=set_in)])
         if not path.is_file():
-            if origin == CLI:
+            if set_in == CLI:
                 relative = f"a relative path on the command line is read from the folder the command runs in ({Path.cwd()})"
             else:
-                folder = f" ({Path(origin).resolve().parent})" if origin else ""
+                folder = f" ({Path(set_in).resolve().parent})" if set_in else ""
                 relative = f"a relative path is read from the folder of the recipe that sets it{folder}"
             raise RecipeError([Problem("dataset.path", f"dataset file does not exist; {relative}, and data shipped with "
-                                       f"grpokit is named {', '.join(builtin_names())}", str(path), file=origin)])
+                                       f"grpokit is named {', '.join(builtin_names())}", str(path), file=set_in)])
         from grpokit.datavalues import screen_file
 
-        screen_file(path, fmt, spec, origin)
+        screen_file(path, fmt, spec, set_in)
         try:
             with _quiet_datasets():
                 return datasets.load_dataset(fmt, data_files=str(path), split="train")
         except Exception as err:  # noqa: BLE001 - any parse failure is the file's fault: say which and why
             cause = err.__cause__ or err  # datasets wraps the parser's message (what, which row) in a vague one
-            raise RecipeError([Problem("dataset.path", f"cannot read {path.name}: {type(cause).__name__}: {str(cause)[:300]}", file=origin)]) from None
+            raise RecipeError([Problem("dataset.path", f"cannot read {path.name}: {type(cause).__name__}: {str(cause)[:300]}", file=set_in)]) from None
     try:
         return datasets.load_dataset(spec["name"], spec.get("config"), split=spec.get("split", "train"))
     except Exception as err:  # noqa: BLE001
         text = f"{type(err).__name__}: {err}"
         if _unreachable(err):
             raise NotReachable(f"dataset {spec['name']!r} is not in the local cache") from None
-        raise RecipeError([Problem("dataset", f"cannot load {spec['name']!r}: {text[:300]}", file=origin)]) from None
+        raise RecipeError([Problem("dataset", f"cannot load {spec['name']!r}: {text[:300]}", file=set_in)]) from None
 
 
 def _unreachable(err: BaseException) -> bool:
@@ -89,7 +92,7 @@ def builtin_names() -> list[str]:
                   if p.suffix.lower() in LOCAL_FORMATS and "model_configs" not in p.parts)
 
 
-def builtin_path(name: str, origin: str = "") -> Path:
+def builtin_path(name: str, set_in: str = "") -> Path:
     """`builtin:smoke.jsonl` -> the shipped file; a name that ships nothing is a recipe problem with the nearest name.
 
     >>> builtin_path("builtin:smoke.jsonl").name
@@ -97,7 +100,7 @@ def builtin_path(name: str, origin: str = "") -> Path:
     """
     if name not in builtin_names():
         raise RecipeError([Problem("dataset.path", f"no data file shipped as {name!r}", allowed=", ".join(builtin_names()),
-                                   suggestion=nearest(name, builtin_names()), file=origin)])
+                                   suggestion=nearest(name, builtin_names()), file=set_in)])
     return ASSETS / name[len(BUILTIN):]
 
 
@@ -137,18 +140,18 @@ def render(template: str, row: dict) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
-def check_columns(spec: dict, columns: list[str], origin: str = "") -> list[Problem]:
+def check_columns(spec: dict, columns: list[str], set_in: str = "") -> list[Problem]:
     """Every column the recipe names must exist in the data."""
     problems = []
     for key in ("prompt_column", "answer_column"):
         col = spec.get(key)
         if col is not None and col not in columns:
-            problems.append(Problem(f"dataset.{key}", "names no column of the dataset", col, ", ".join(columns), nearest(col, columns), file=origin))
+            problems.append(Problem(f"dataset.{key}", "names no column of the dataset", col, ", ".join(columns), nearest(col, columns), file=set_in))
     if spec.get("template"):
         for col in template_columns(spec["template"]):
             if col not in columns:
                 problems.append(Problem("dataset.template", f"placeholder {{{col}}} names no column (write {{{{ and }}}} for literal braces)",
-                                        col, ", ".join(columns), nearest(col, columns), file=origin))
+                                        col, ", ".join(columns), nearest(col, columns), file=set_in))
     return problems
 
 
@@ -157,7 +160,7 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value)
 
 
-def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=print, origin: str = "",
+def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=print, set_in: str = "",
             context_length: int | None = None, completion_length: int = 0):
     """Build the `prompt` (and `answer`) columns TRL and the rewards read; drop holes and long prompts.
 
@@ -171,17 +174,17 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
         said.append(line)
         log(line)
 
-    problems = check_columns(spec, raw.column_names, origin)
+    problems = check_columns(spec, raw.column_names, set_in)
     if problems:
         raise RecipeError(problems)
     prompt_col, answer_col = spec.get("prompt_column", "prompt"), spec.get("answer_column")
     total = len(raw)
     if total == 0:
-        raise RecipeError([Problem("dataset", f"{source_name(spec)} is empty: no rows", file=origin)])
+        raise RecipeError([Problem("dataset", f"{source_name(spec)} is empty: no rows", file=set_in)])
     if not (spec.get("path") and LOCAL_FORMATS.get(Path(spec["path"]).suffix.lower()) == "json"):  # JSON: screened by line
         from grpokit.datavalues import check_dataset
 
-        check_dataset(raw, spec, source_name(spec), origin)
+        check_dataset(raw, spec, source_name(spec), set_in)
     # TRL reads `prompt`: a source column already named so is used as it is (or with the template).
     keep = raw.filter(
         lambda row: not _missing(row[prompt_col]) and (answer_col is None or not _missing(row[answer_col])),
@@ -240,7 +243,7 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
         parts = [f"{n} {why}" for n, why in ((dropped, "missing or empty"), (over_limit, f"over max_prompt_tokens ({limit})"),
                                               (over_context, f"longer than the model's context leaves for a prompt ({context_length} "
                                                              f"positions - max_completion_length {completion_length} = {room} tokens)")) if n]
-        raise RecipeError([Problem("dataset", f"no rows left to train on ({total} read: {', '.join(parts)})", file=origin)])
+        raise RecipeError([Problem("dataset", f"no rows left to train on ({total} read: {', '.join(parts)})", file=set_in)])
     note(f"dataset: {len(ds)} prompts ready (of {total} rows)")
     # --check reads the lengths again (measured once) and the lines: kept as long as the dataset object lives
     _prepared[ds] = Preparation(said, tokenizer if lengths is not None else None, lengths)
@@ -348,8 +351,8 @@ def heldout_dataset(recipe, tokenizer, log=print):
     if conversational == "auto":
         conversational = bool(getattr(tokenizer, "chat_template", None))
     try:
-        origin = recipe.blame("dataset.eval_path" if spec.get("path") else "dataset.eval_split")
-        raw = load_raw(spec, origin=origin)
+        set_in = recipe.blame("dataset.eval_path" if spec.get("path") else "dataset.eval_split")
+        raw = load_raw(spec, set_in=set_in)
     except NotReachable as err:
-        raise RecipeError([Problem("dataset.eval_split", str(err), spec.get("split"), file=origin)]) from None
-    return prepare(raw, spec, tokenizer, conversational, log=lambda m: log(f"held-out {m}"), origin=origin)
+        raise RecipeError([Problem("dataset.eval_split", str(err), spec.get("split"), file=set_in)]) from None
+    return prepare(raw, spec, tokenizer, conversational, log=lambda m: log(f"held-out {m}"), set_in=set_in)

@@ -87,11 +87,9 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
         log("loading dataset")
         source = recipe.blame("dataset.path" if recipe.dataset.get("path") else "dataset.name")
         raw = data.load_raw(recipe.dataset, set_in=source)
-        conversational = recipe.dataset["conversational"]
-        if conversational == "auto":
-            conversational = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
-        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, set_in=source,
-                               context_length=data.context_length(model_path), completion_length=args.max_completion_length)
+        target = data.TargetModel(tokenizer, data.is_conversational(recipe.dataset, tokenizer),
+                                  data.context_length(model_path), args.max_completion_length)
+        dataset = data.prepare(raw, recipe.dataset, target, log=log, set_in=source)
         from grpokit.config.validate import reward_column_problems
 
         problems += reward_column_problems(recipe.rewards, dataset.column_names, str(recipe.path))

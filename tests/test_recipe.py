@@ -248,3 +248,42 @@ def test_flags_and_overrides_in_any_order(tmp_path, capsys):
     path = write_recipe(tmp_path, with_trainer(tmp_path))
     assert main(["--recipe", str(path), "trainer.beta=0.1", "--check", "trainer.epsilon_hihg=1"]) == 2
     assert "trainer.epsilon_hihg" in capsys.readouterr().err  # the override after --check reached the recipe
+
+
+# (trainer, lora, the problem TRL's or PEFT's own check gives, blamed where the section was set); one comment per case
+LIBRARY_REJECTS = [
+    ({"num_generations": 1}, None, "w.yaml: trainer: TRL rejects this configuration: GRPO requires at least 2 generations"),
+    ({"per_device_train_batch_size": 8, "num_generations": 3}, None,  # TRL's own batch rule, with its own numbers
+     "w.yaml: trainer: TRL rejects this configuration: generation_batch_size (8) must be divisible by num_generations (3)"),
+    ({}, {"layers_pattern": "h"}, "w.yaml: lora: PEFT rejects this configuration: `layers_pattern` cannot be used"),
+    ({}, {}, None),  # both accept
+]
+
+
+@pytest.mark.parametrize("trainer, lora, expected", LIBRARY_REJECTS)
+def test_the_libraries_own_checks_are_reworded_and_blamed(trainer, lora, expected):
+    from grpokit.config.sections import LORA_DEFAULTS
+    from grpokit.config.validate import _check_with_the_libraries
+    from grpokit.errors import Problems
+
+    problems = Problems(file="r.yaml")
+    lora = None if lora is None else {**LORA_DEFAULTS, "r": 8, "target_modules": "all-linear", **lora}
+    _check_with_the_libraries({"output_dir": "out", **trainer}, {}, [], lora, 1, problems, lambda key: "w.yaml")
+    said = [p.format() for p in problems.items]
+    if expected is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith(expected), said
+
+
+def test_section_names_say_every_unknown_and_missing_section_at_once():
+    from grpokit.config.validate import _check_section_names
+    from grpokit.errors import Problems
+
+    problems = Problems(file="r.yaml")
+    _check_section_names({"modle": {}, "dataset": None, "rewards": []}, problems, lambda key: "w.yaml")
+    assert [p.format() for p in problems.items] == [
+        "w.yaml: modle: is not a recipe section; allowed: model, lora, dataset, rewards, trainer, sampling, lint; did you mean 'model'?",
+        "r.yaml: model: section is required",
+        "r.yaml: dataset: section is required",  # null is not a section
+    ]

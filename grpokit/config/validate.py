@@ -72,90 +72,71 @@ def recipe_name(path: Path) -> str:
 
 
 def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
-    """Check every section; raise `RecipeError` with all problems, or return the `Recipe`."""
-    from peft import LoraConfig
-    from trl import GRPOConfig
+    """Check every section; raise `RecipeError` with all problems, or return the `Recipe`.
 
+    Three passes, each reporting all it finds: every section on its own (keys, types, bounds, its own rules), then
+    the rules between keys (batch sizes against the process count, the generation engine, dynamic sampling), then,
+    on values that passed ours, TRL's and PEFT's own checks.
+    """
     data, where_set = loaded.data, loaded.where_set
     problems = Problems(file=str(loaded.path))
-
-    for key in data:
-        if key not in SECTIONS:
-            problems.add(str(key), "is not a recipe section", allowed=", ".join(SECTIONS), suggestion=nearest(str(key), SECTIONS), file=where_set(str(key)))
-    for key in REQUIRED_SECTIONS:
-        if data.get(key) is None:
-            problems.add(key, "section is required", file=str(loaded.path))
-
-    model = validate_fields(data.get("model") or {}, MODEL, "model", problems, where_set) if data.get("model") is not None else {}
-    dataset = validate_fields(data.get("dataset") or {}, DATASET, "dataset", problems, where_set) if data.get("dataset") is not None else {}
-    sampling = validate_fields(data.get("sampling") or {}, SAMPLING, "sampling", problems, where_set)
-    lint = validate_fields(data.get("lint") or {}, LINT, "lint", problems, where_set)
-    for i, name in enumerate(lint.get("ignore", [])):
-        if name not in RULE_NAMES:
-            problems.add(f"lint.ignore[{i}]", "is not a lint rule", name, ", ".join(RULE_NAMES), nearest(name, RULE_NAMES),
-                         file=where_set("lint.ignore"))
-
+    _check_section_names(data, problems, where_set)
+    model = _plain_section(data, "model", MODEL, problems, where_set)
+    dataset = _plain_section(data, "dataset", DATASET, problems, where_set)
+    sampling = _plain_section(data, "sampling", SAMPLING, problems, where_set)
+    lint = _plain_section(data, "lint", LINT, problems, where_set)
+    _check_lint_rules(lint, problems, where_set)
     if dataset:
-        if bool(dataset.get("name")) == bool(dataset.get("path")):
-            problems.add("dataset", "give exactly one of dataset.name (hub) or dataset.path (local file)",
-                         {k: dataset.get(k) for k in ("name", "path")}, file=where_set("dataset"))
-        _check_heldout(dataset, problems, where_set)
-
-    lora = None
-    if data.get("lora") is not None:
-        raw_lora = validate_dataclass_keys(data["lora"], LoraConfig, "lora", problems, LORA_BOUNDS, where_set)
-        lora = {**LORA_DEFAULTS, **raw_lora}
-    if model.get("quantization") not in (None, "none") and lora is None:
-        problems.add("model.quantization", "a quantized model cannot be fully fine-tuned; add a lora section (QLoRA)",
-                     model["quantization"], file=where_set("model.quantization"))
-
-    trainer = validate_dataclass_keys(data.get("trainer") or {}, GRPOConfig, "trainer", problems, TRAINER_BOUNDS,
-                                      where_set, refuse=TRAINER_REFUSED)
-    if "output_dir" in trainer and not (isinstance(trainer["output_dir"], str) and trainer["output_dir"].strip()):
-        # GRPOConfig types it `str | None`, so null (`trainer.output_dir=` on the command line) passed the type check
-        problems.add("trainer.output_dir", "must be a folder path; leave the key out for the default runs/<recipe name>",
-                     trainer.pop("output_dir"), file=where_set("trainer.output_dir"))
-    trainer.setdefault("output_dir", str(Path("runs") / recipe_name(loaded.path)))
-    trainer.setdefault("report_to", "none")
-
+        _check_data_sources(dataset, problems, where_set)
+    lora = _validate_lora(data.get("lora"), model, problems, where_set)
+    trainer = _validate_trainer(data.get("trainer"), loaded.path, problems, where_set)
     rewards = _validate_rewards(data.get("rewards"), trainer, problems, where_set)
     if rewards:
         check_sampling_metric(sampling, [r["logged_as"] for r in rewards], problems, where_set)
-
-    if trainer.get("bf16") is True and trainer.get("fp16") is True:
-        problems.add("trainer.fp16", "cannot be true together with trainer.bf16; set one (or neither: model.dtype picks)",
-                     True, file=where_set("trainer.fp16"))
-    if trainer.get("eval_strategy", "no") not in ("no", None) and dataset and not (dataset.get("eval_path") or dataset.get("eval_split")):
-        problems.add("trainer.eval_strategy", "evaluates on held-out data the recipe does not name; set dataset.eval_path "
-                     "(a local file) or dataset.eval_split (a hub split), or leave eval_strategy at 'no'",
-                     trainer["eval_strategy"], file=where_set("trainer.eval_strategy"))
     n_proc = num_processes or num_processes_from_env()
-    _check_batch(trainer, n_proc, problems, where_set)
-    check_knobs(trainer, model, n_proc, problems, where_set)
-    if sampling.get("dynamic"):
-        _check_dynamic_sampling(trainer, problems, where_set)
+    _check_combinations(trainer, model, dataset, sampling, n_proc, problems, where_set)
     problems.raise_if_any()
-
-    # The libraries' own checks, on values that passed ours: their messages are reworded, not shown raw.
-    try:
-        build_grpo_config(trainer, model, rewards, num_processes=n_proc)
-    except (ValueError, TypeError) as err:
-        problems.add("trainer", f"TRL rejects this configuration: {err}", file=where_set("trainer"))
-    if lora is not None:
-        try:
-            LoraConfig(**lora)
-        except (ValueError, TypeError) as err:
-            problems.add("lora", f"PEFT rejects this configuration: {err}", file=where_set("lora"))
+    _check_with_the_libraries(trainer, model, rewards, lora, n_proc, problems, where_set)
     problems.raise_if_any()
-
     for r in rewards:
         r.pop("logged_as")
     return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint,
                   dict(loaded.set_by))
 
 
-def _check_heldout(dataset: dict, problems: Problems, where_set) -> None:
-    """The held-out split is a local file or a split of the hub dataset, never both; a hub split needs a hub dataset."""
+def _check_section_names(data: dict, problems: Problems, where_set) -> None:
+    """Every top-level key names a recipe section, and each required section is there."""
+    for key in data:
+        if key not in SECTIONS:
+            problems.add(str(key), "is not a recipe section", allowed=", ".join(SECTIONS), suggestion=nearest(str(key), SECTIONS),
+                         file=where_set(str(key)))
+    for key in REQUIRED_SECTIONS:
+        if data.get(key) is None:
+            problems.add(key, "section is required")
+
+
+def _plain_section(data: dict, name: str, spec: dict, problems: Problems, where_set) -> dict:
+    """A section of grpokit's own keys (`sections.py`), checked with its defaults filled; {} for a required section
+    that is missing, which `_check_section_names` has said."""
+    if name in REQUIRED_SECTIONS and data.get(name) is None:
+        return {}
+    return validate_fields(data.get(name) or {}, spec, name, problems, where_set)
+
+
+def _check_lint_rules(lint: dict, problems: Problems, where_set) -> None:
+    """`lint.ignore` names lint rules."""
+    for i, name in enumerate(lint.get("ignore", [])):
+        if name not in RULE_NAMES:
+            problems.add(f"lint.ignore[{i}]", "is not a lint rule", name, ", ".join(RULE_NAMES), nearest(name, RULE_NAMES),
+                         file=where_set("lint.ignore"))
+
+
+def _check_data_sources(dataset: dict, problems: Problems, where_set) -> None:
+    """The training data is a hub dataset or a local file, never both; the held-out split is a local file or a split
+    of the hub dataset, never both; a hub split needs a hub dataset."""
+    if bool(dataset.get("name")) == bool(dataset.get("path")):
+        problems.add("dataset", "give exactly one of dataset.name (hub) or dataset.path (local file)",
+                     {k: dataset.get(k) for k in ("name", "path")}, file=where_set("dataset"))
     if dataset.get("eval_path") and dataset.get("eval_split"):
         problems.add("dataset.eval_split", "give one of dataset.eval_path (local file) or dataset.eval_split (hub split)",
                      dataset["eval_split"], file=where_set("dataset.eval_split"))
@@ -165,6 +146,68 @@ def _check_heldout(dataset: dict, problems: Problems, where_set) -> None:
     if dataset.get("eval_limit") and not (dataset.get("eval_path") or dataset.get("eval_split")):
         problems.add("dataset.eval_limit", "limits held-out data the recipe does not name; set dataset.eval_path or dataset.eval_split",
                      dataset["eval_limit"], file=where_set("dataset.eval_limit"))
+
+
+def _validate_lora(raw, model: dict, problems: Problems, where_set) -> dict | None:
+    """The `lora` section against `peft.LoraConfig`'s own fields, on grpokit's defaults; None (a full fine-tune) when
+    the recipe has none, which a quantized model cannot have."""
+    from peft import LoraConfig
+
+    lora = None
+    if raw is not None:
+        lora = {**LORA_DEFAULTS, **validate_dataclass_keys(raw, LoraConfig, "lora", problems, LORA_BOUNDS, where_set)}
+    if model.get("quantization") not in (None, "none") and lora is None:
+        problems.add("model.quantization", "a quantized model cannot be fully fine-tuned; add a lora section (QLoRA)",
+                     model["quantization"], file=where_set("model.quantization"))
+    return lora
+
+
+def _validate_trainer(raw, recipe_path: Path, problems: Problems, where_set) -> dict:
+    """The `trainer` section against `trl.GRPOConfig`'s own fields, with grpokit's defaults: output_dir
+    runs/<recipe name>, report_to none."""
+    from trl import GRPOConfig
+
+    trainer = validate_dataclass_keys(raw or {}, GRPOConfig, "trainer", problems, TRAINER_BOUNDS, where_set,
+                                      refuse=TRAINER_REFUSED)
+    if "output_dir" in trainer and not (isinstance(trainer["output_dir"], str) and trainer["output_dir"].strip()):
+        # GRPOConfig types it `str | None`, so null (`trainer.output_dir=` on the command line) passed the type check
+        problems.add("trainer.output_dir", "must be a folder path; leave the key out for the default runs/<recipe name>",
+                     trainer.pop("output_dir"), file=where_set("trainer.output_dir"))
+    trainer.setdefault("output_dir", str(Path("runs") / recipe_name(recipe_path)))
+    trainer.setdefault("report_to", "none")
+    return trainer
+
+
+def _check_combinations(trainer: dict, model: dict, dataset: dict, sampling: dict, n_proc: int, problems: Problems,
+                        where_set) -> None:
+    """The rules between keys, in one section or across sections and the process count, once each key is checked."""
+    if trainer.get("bf16") is True and trainer.get("fp16") is True:
+        problems.add("trainer.fp16", "cannot be true together with trainer.bf16; set one (or neither: model.dtype picks)",
+                     True, file=where_set("trainer.fp16"))
+    if trainer.get("eval_strategy", "no") not in ("no", None) and dataset and not (dataset.get("eval_path") or dataset.get("eval_split")):
+        problems.add("trainer.eval_strategy", "evaluates on held-out data the recipe does not name; set dataset.eval_path "
+                     "(a local file) or dataset.eval_split (a hub split), or leave eval_strategy at 'no'",
+                     trainer["eval_strategy"], file=where_set("trainer.eval_strategy"))
+    _check_batch(trainer, n_proc, problems, where_set)
+    check_knobs(trainer, model, n_proc, problems, where_set)
+    if sampling.get("dynamic"):
+        _check_dynamic_sampling(trainer, problems, where_set)
+
+
+def _check_with_the_libraries(trainer: dict, model: dict, rewards: list[dict], lora: dict | None, n_proc: int,
+                              problems: Problems, where_set) -> None:
+    """TRL's and PEFT's own checks, on values that passed ours: their messages are reworded, not shown raw."""
+    from peft import LoraConfig
+
+    try:
+        build_grpo_config(trainer, model, rewards, num_processes=n_proc)
+    except (ValueError, TypeError) as err:
+        problems.add("trainer", f"TRL rejects this configuration: {err}", file=where_set("trainer"))
+    if lora is not None:
+        try:
+            LoraConfig(**lora)
+        except (ValueError, TypeError) as err:
+            problems.add("lora", f"PEFT rejects this configuration: {err}", file=where_set("lora"))
 
 
 def _validate_rewards(raw, trainer: dict, problems: Problems, where_set) -> list[dict]:

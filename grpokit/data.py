@@ -307,11 +307,11 @@ def drop_long_prompts(ds, spec: dict, model: TargetModel, said: _Said):
     if model.tokenizer is None or not (limit or model.context_length):
         return ds, None
     lengths = prompt_lengths(model.tokenizer, ds)
-    kept, over_limit, over_context = split_by_length(lengths, limit, model.room)
+    kept, over_limit, over_room = split_by_length(lengths, limit, model.room)
     said.dropped(over_limit, f"over max_prompt_tokens ({limit})",
                  f"dataset: dropped {over_limit} of {len(ds)} prompts longer than {limit} tokens (max_prompt_tokens)")
-    said.dropped(over_context, f"longer than the model's context leaves for a prompt ({model.room_sum()})",
-                 f"dataset: dropped {over_context} of {len(ds)} prompts longer than the model's context leaves them: "
+    said.dropped(over_room, f"longer than the model's context leaves for a prompt ({model.room_sum()})",
+                 f"dataset: dropped {over_room} of {len(ds)} prompts longer than the model's context leaves them: "
                  f"{model.room_sum()}")
     if len(kept) < len(ds):
         return ds.select(kept), [lengths[i] for i in kept]

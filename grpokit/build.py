@@ -15,8 +15,9 @@ from typing import Any, Literal, get_args
 from grpokit import rundir
 from grpokit.config import Recipe, engine
 from grpokit.config.trainer_args import grpo_args
+from grpokit.config.validate import reward_column_problems
 from grpokit.dist import say
-from grpokit.errors import Problem, RecipeError
+from grpokit.errors import Problems, RecipeError
 from grpokit.models import describe_error, is_gguf_file, load_tokenizer, model_source, not_cached
 from grpokit.trl_compat import vllm_version
 
@@ -45,73 +46,107 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     folder is checked here. "train": it must load (from the cache, or downloaded where the hub is reachable); the
     batch rule is for the processes the launcher started. "launch": checked by the process that is about to start
     `recipe.num_processes` (grpokit.launcher), with training's rules and the batch rule for those processes.
+
+    Each step below adds what it finds to one `_Findings`, so a recipe with several faults hears of them all at once.
     """
     if mode not in PURPOSES:
         raise ValueError(f"prepare: mode must be one of {', '.join(PURPOSES)} (got {mode!r})")
-    training = mode != "check"
     import rewards
     from peft import LoraConfig
 
-    from grpokit import data
-
+    found = _Findings(training=mode != "check", problems=Problems(file=str(recipe.path)))
     args = grpo_args(recipe, num_processes=None if mode == "train" else recipe.num_processes)
     lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None
     reward_funcs = [rewards.build(r["name"], **r["args"]) for r in recipe.rewards]
-    notes, problems = [], []
+    model_path, readable = _model_path(recipe, found)
+    tokenizer = _tokenizer(recipe, model_path, found, log) if readable else None
+    dataset = _dataset(recipe, model_path, tokenizer, args.max_completion_length, found, log)
+    _generation_engine(args, found)
+    if not found.training:  # --check; a run finds out when it locks the folder (rundir.RunLock), before any weights load
+        _output_folder(recipe, found)
+    found.problems.raise_if_any()
+    return Prepared(recipe, args, lora, reward_funcs, model_path, tokenizer, dataset, found.notes)
 
-    model_path, note = None, None
-    try:
-        model_path, note = model_source(recipe, convert=training)
-    except RecipeError as err:
-        problems += err.problems
-    if is_gguf_file(model_path):
-        notes.append(f"{Path(model_path).name}: tokenizer and context length read from the GGUF's metadata; its weights are "
-                     "converted once (dequantized to float32, cached in ~/.cache/grpokit or $GRPOKIT_CACHE) by the first run")
-    if note:  # a hub model neither cached nor fetchable: --check notes it, training cannot go on
-        if training:
-            problems.append(Problem("model.name_or_path", note, file=str(recipe.path)))
+
+@dataclass
+class _Findings:
+    """What the steps of `prepare` find: problems (all raised together once every step has run) and notes (what
+    `--check` could not check, said in its report)."""
+
+    training: bool  # a run or a launch: what --check notes as out of reach, a run must have
+    problems: Problems
+    notes: list[str] = field(default_factory=list)
+
+    def out_of_reach(self, key: str, reason: str, unchecked: str) -> None:
+        """A hub model or dataset neither cached nor fetchable: training cannot go on; --check notes it, and what
+        it leaves unchecked for that."""
+        if self.training:
+            self.problems.add(key, reason)
         else:
-            notes.append(f"{note}; its tokenizer and prompt lengths are not checked")
+            self.notes.append(f"{reason}; {unchecked}")
 
-    tokenizer = None
-    if model_path and not note:
-        log(f"loading tokenizer: {model_path}")
-        try:
-            tokenizer = load_tokenizer(model_path, recipe, offline_only=not training)
-        except Exception as err:  # noqa: BLE001 - a broken model dir is a recipe problem, said plainly
-            problems.append(Problem("model.name_or_path", f"cannot load its tokenizer: {describe_error(err)}",
-                                    recipe.model["name_or_path"], file=str(recipe.path)))
 
-    dataset = None
+def _model_path(recipe: Recipe, found: _Findings) -> tuple[str | None, bool]:
+    """Where the model loads from (`models.model_source`; None when it cannot), and whether its files can be read
+    now, which a hub model neither cached nor fetchable cannot."""
+    try:
+        model_path, unreachable = model_source(recipe, convert=found.training)
+    except RecipeError as err:
+        found.problems.extend(err.problems)
+        return None, False
+    if is_gguf_file(model_path):
+        found.notes.append(f"{Path(model_path).name}: tokenizer and context length read from the GGUF's metadata; its weights "
+                           "are converted once (dequantized to float32, cached in ~/.cache/grpokit or $GRPOKIT_CACHE) by the "
+                           "first run")
+    if unreachable:
+        found.out_of_reach("model.name_or_path", unreachable, "its tokenizer and prompt lengths are not checked")
+    return model_path, bool(model_path) and not unreachable
+
+
+def _tokenizer(recipe: Recipe, model_path: str, found: _Findings, log):
+    """The model's tokenizer; None, with a problem, when it does not load."""
+    log(f"loading tokenizer: {model_path}")
+    try:
+        return load_tokenizer(model_path, recipe, offline_only=not found.training)
+    except Exception as err:  # noqa: BLE001 - a broken model dir is a recipe problem, said plainly
+        found.problems.add("model.name_or_path", f"cannot load its tokenizer: {describe_error(err)}", recipe.model["name_or_path"])
+        return None
+
+
+def _dataset(recipe: Recipe, model_path: str | None, tokenizer, completion_length: int, found: _Findings, log):
+    """The training prompts as TRL reads them (`data.prepare`), checked against the columns the rewards read; None
+    when they cannot be read."""
+    from grpokit import data
+
     try:
         log("loading dataset")
-        source = recipe.blame("dataset.path" if recipe.dataset.get("path") else "dataset.name")
-        raw = data.load_raw(recipe.dataset, origin=source)
-        conversational = recipe.dataset["conversational"]
-        if conversational == "auto":
-            conversational = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
-        dataset = data.prepare(raw, recipe.dataset, tokenizer, conversational, log=log, origin=source,
-                               context_length=data.context_length(model_path), completion_length=args.max_completion_length)
-        from grpokit.config.validate import reward_column_problems
-
-        problems += reward_column_problems(recipe.rewards, dataset.column_names, str(recipe.path))
+        set_in = recipe.blame("dataset.path" if recipe.dataset.get("path") else "dataset.name")
+        raw = data.load_raw(recipe.dataset, set_in=set_in)
+        target = data.TargetModel(tokenizer, data.is_conversational(recipe.dataset, tokenizer),
+                                  data.context_length(model_path), completion_length)
+        dataset = data.prepare(raw, recipe.dataset, target, log=log, set_in=set_in)
+        found.problems.extend(reward_column_problems(recipe.rewards, dataset.column_names, str(recipe.path)))
+        return dataset
     except data.NotReachable:
-        if training:
-            problems.append(Problem("dataset.name", not_cached("dataset", recipe.dataset["name"]), file=str(recipe.path)))
-        else:
-            notes.append(f"{not_cached('dataset', recipe.dataset['name'])}; its columns are not checked")
+        found.out_of_reach("dataset.name", not_cached("dataset", recipe.dataset["name"]), "its columns are not checked")
     except RecipeError as err:
-        problems += err.problems
-    vllm_problems, vllm_notes = engine.environment(bool(args.use_vllm), _cuda(), vllm_version(), training)
-    problems += [Problem("trainer.use_vllm", m, file=str(recipe.path)) for m in vllm_problems]
-    notes += vllm_notes
-    if not training:  # --check; a run finds out when it locks the folder (rundir.RunLock), before any weights load
-        output_dir = Path(recipe.trainer["output_dir"])
-        problems += rundir.forbidden_problems(output_dir, recipe.path, str(recipe.path))
-        problems += rundir.writable_problems(output_dir, str(recipe.path))
-    if problems:
-        raise RecipeError(problems)
-    return Prepared(recipe, args, lora, reward_funcs, model_path, tokenizer, dataset, notes)
+        found.problems.extend(err.problems)
+    return None
+
+
+def _generation_engine(args, found: _Findings) -> None:
+    """What `trainer.use_vllm` needs of this machine (`engine.environment`)."""
+    problems, notes = engine.environment(bool(args.use_vllm), _cuda(), vllm_version(), found.training)
+    for message in problems:
+        found.problems.add("trainer.use_vllm", message)
+    found.notes += notes
+
+
+def _output_folder(recipe: Recipe, found: _Findings) -> None:
+    """`trainer.output_dir` may hold a run (`rundir.forbidden_problems`) and can be written."""
+    output_dir = Path(recipe.trainer["output_dir"])
+    found.problems.extend(rundir.forbidden_problems(output_dir, recipe.path, str(recipe.path)))
+    found.problems.extend(rundir.writable_problems(output_dir, str(recipe.path)))
 
 
 def _cuda() -> bool:

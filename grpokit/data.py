@@ -13,6 +13,7 @@ import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from grpokit.config.loader import CLI
 from grpokit.errors import Problem, RecipeError, nearest
@@ -28,45 +29,48 @@ class NotReachable(Exception):
     """A hub dataset that is not cached and cannot be fetched (offline): reported as a note, not an error."""
 
 
-def load_raw(spec: dict, origin: str = ""):
+def load_raw(spec: dict, set_in: str = ""):
     """The split as a `datasets.Dataset`; `RecipeError` for a bad local file, `NotReachable` offline.
 
     A local file is screened before `datasets` reads it, so that each fault is said once, in the user's
     terms, with its 1-based line: not UTF-8, empty, a line that is not JSON, a prompt or answer of the wrong
     type (see `values`). `datasets` would say `StopIteration`, count rows from 0, or cast the value silently.
+
+    `set_in` is where `dataset.path` (or `dataset.name`) was set, as `Recipe.blame` gives it: the recipe, or
+    `CLI` for the command line. Messages name it, and a relative path is explained from it.
     """
     import datasets
 
     datasets.disable_progress_bars()
     if spec.get("path"):
-        path = builtin_path(spec["path"], origin) if spec["path"].startswith(BUILTIN) else Path(spec["path"])
+        path = builtin_path(spec["path"], set_in) if spec["path"].startswith(BUILTIN) else Path(spec["path"])
         fmt = LOCAL_FORMATS.get(path.suffix.lower())
         if fmt is None:
-            raise RecipeError([Problem("dataset.path", "unsupported file type", path.suffix, ", ".join(LOCAL_FORMATS), file=origin)])
+            raise RecipeError([Problem("dataset.path", "unsupported file type", path.suffix, ", ".join(LOCAL_FORMATS), file=set_in)])
         if not path.is_file():
-            if origin == CLI:
+            if set_in == CLI:
                 relative = f"a relative path on the command line is read from the folder the command runs in ({Path.cwd()})"
             else:
-                folder = f" ({Path(origin).resolve().parent})" if origin else ""
+                folder = f" ({Path(set_in).resolve().parent})" if set_in else ""
                 relative = f"a relative path is read from the folder of the recipe that sets it{folder}"
             raise RecipeError([Problem("dataset.path", f"dataset file does not exist; {relative}, and data shipped with "
-                                       f"grpokit is named {', '.join(builtin_names())}", str(path), file=origin)])
+                                       f"grpokit is named {', '.join(builtin_names())}", str(path), file=set_in)])
         from grpokit.datavalues import screen_file
 
-        screen_file(path, fmt, spec, origin)
+        screen_file(path, fmt, spec, set_in)
         try:
             with _quiet_datasets():
                 return datasets.load_dataset(fmt, data_files=str(path), split="train")
         except Exception as err:  # noqa: BLE001 - any parse failure is the file's fault: say which and why
             cause = err.__cause__ or err  # datasets wraps the parser's message (what, which row) in a vague one
-            raise RecipeError([Problem("dataset.path", f"cannot read {path.name}: {type(cause).__name__}: {str(cause)[:300]}", file=origin)]) from None
+            raise RecipeError([Problem("dataset.path", f"cannot read {path.name}: {type(cause).__name__}: {str(cause)[:300]}", file=set_in)]) from None
     try:
         return datasets.load_dataset(spec["name"], spec.get("config"), split=spec.get("split", "train"))
     except Exception as err:  # noqa: BLE001
         text = f"{type(err).__name__}: {err}"
         if _unreachable(err):
             raise NotReachable(f"dataset {spec['name']!r} is not in the local cache") from None
-        raise RecipeError([Problem("dataset", f"cannot load {spec['name']!r}: {text[:300]}", file=origin)]) from None
+        raise RecipeError([Problem("dataset", f"cannot load {spec['name']!r}: {text[:300]}", file=set_in)]) from None
 
 
 def _unreachable(err: BaseException) -> bool:
@@ -89,7 +93,7 @@ def builtin_names() -> list[str]:
                   if p.suffix.lower() in LOCAL_FORMATS and "model_configs" not in p.parts)
 
 
-def builtin_path(name: str, origin: str = "") -> Path:
+def builtin_path(name: str, set_in: str = "") -> Path:
     """`builtin:smoke.jsonl` -> the shipped file; a name that ships nothing is a recipe problem with the nearest name.
 
     >>> builtin_path("builtin:smoke.jsonl").name
@@ -97,7 +101,7 @@ def builtin_path(name: str, origin: str = "") -> Path:
     """
     if name not in builtin_names():
         raise RecipeError([Problem("dataset.path", f"no data file shipped as {name!r}", allowed=", ".join(builtin_names()),
-                                   suggestion=nearest(name, builtin_names()), file=origin)])
+                                   suggestion=nearest(name, builtin_names()), file=set_in)])
     return ASSETS / name[len(BUILTIN):]
 
 
@@ -137,18 +141,18 @@ def render(template: str, row: dict) -> str:
     return _PLACEHOLDER.sub(sub, template)
 
 
-def check_columns(spec: dict, columns: list[str], origin: str = "") -> list[Problem]:
+def check_columns(spec: dict, columns: list[str], set_in: str = "") -> list[Problem]:
     """Every column the recipe names must exist in the data."""
     problems = []
     for key in ("prompt_column", "answer_column"):
         col = spec.get(key)
         if col is not None and col not in columns:
-            problems.append(Problem(f"dataset.{key}", "names no column of the dataset", col, ", ".join(columns), nearest(col, columns), file=origin))
+            problems.append(Problem(f"dataset.{key}", "names no column of the dataset", col, ", ".join(columns), nearest(col, columns), file=set_in))
     if spec.get("template"):
         for col in template_columns(spec["template"]):
             if col not in columns:
                 problems.append(Problem("dataset.template", f"placeholder {{{col}}} names no column (write {{{{ and }}}} for literal braces)",
-                                        col, ", ".join(columns), nearest(col, columns), file=origin))
+                                        col, ", ".join(columns), nearest(col, columns), file=set_in))
     return problems
 
 
@@ -157,40 +161,121 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, str) and not value.strip()) or (isinstance(value, list) and not value)
 
 
-def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=print, origin: str = "",
-            context_length: int | None = None, completion_length: int = 0):
-    """Build the `prompt` (and `answer`) columns TRL and the rewards read; drop holes and long prompts.
+def is_conversational(spec: dict, tokenizer) -> bool:
+    """`dataset.conversational`, with "auto" read as: the tokenizer has a chat template (no tokenizer: text).
 
-    A prompt is dropped, with a count, when it is over `max_prompt_tokens` or leaves the completion no room in
-    the model's context (`context_length - completion_length` tokens): TRL 1.16 does not truncate prompts, and
-    a longer one runs past the model's positions or out of memory mid-training.
+    >>> is_conversational({"conversational": "auto"}, None), is_conversational({"conversational": True}, None)
+    (False, True)
     """
-    said: list[str] = []
+    if spec["conversational"] == "auto":
+        return bool(getattr(tokenizer, "chat_template", None))
+    return spec["conversational"]
 
-    def note(line: str) -> None:  # logged now, and kept with the dataset for `preparation_of`
-        said.append(line)
-        log(line)
 
-    problems = check_columns(spec, raw.column_names, origin)
+@dataclass(frozen=True)
+class TargetModel:
+    """The model the prompts are prepared for: whether it reads chat messages, and how long a prompt may be.
+
+    A prompt is dropped, with a count, when it is over `dataset.max_prompt_tokens` or leaves the completion no room in
+    the model's context (`room`): TRL 1.16 does not truncate prompts, and a longer one runs past the model's positions
+    or out of memory mid-training.
+    """
+
+    tokenizer: Any = None  # measures the prompts; None: none is measured, so none is dropped for its length
+    conversational: bool = True  # a text prompt becomes chat messages (`is_conversational`)
+    context_length: int | None = None  # the model's positions (`context_length()`); None when unknown
+    completion_length: int = 0  # trainer.max_completion_length
+
+    @property
+    def room(self) -> int | None:
+        """The tokens a prompt may take in the model's context; None when the context is unknown.
+
+        >>> TargetModel(context_length=2048, completion_length=512).room, TargetModel().room
+        (1536, None)
+        """
+        return self.context_length - self.completion_length if self.context_length else None
+
+    def room_sum(self) -> str:
+        """How `room` is reached, for a message."""
+        return f"{self.context_length} positions - max_completion_length {self.completion_length} = {self.room} tokens"
+
+
+class _Said:
+    """What `prepare` tells as it goes: each line logged now and kept (`preparation_of` gives them back), and each
+    drop counted, for the message when no row is left."""
+
+    def __init__(self, log):
+        self.log, self.lines, self.drops = log, [], []
+
+    def note(self, line: str) -> None:
+        self.lines.append(line)
+        self.log(line)
+
+    def dropped(self, count: int, why: str, line: str) -> None:
+        """`count` rows dropped (none: nothing said); `line` is logged, `why` ("3 missing or empty") summed up."""
+        if count:
+            self.note(line)
+            self.drops.append(f"{count} {why}")
+
+
+def prepare(raw, spec: dict, model: TargetModel = TargetModel(), log=print, set_in: str = ""):
+    """Build the `prompt` (and `answer`) columns TRL and the rewards read, from `raw` as the dataset section says.
+
+    In order: check the source (`check_source`), drop rows with a hole (`drop_holes`), format the prompts
+    (`format_prompts`), drop those `model` has no room for (`drop_long_prompts`), keep the first `dataset.limit`.
+    Each drop is logged with a count; a dataset left with no rows is a `RecipeError` that counts them all.
+    """
+    said = _Said(log)
+    check_source(raw, spec, set_in)
+    ds = drop_holes(raw, spec, said)
+    ds = format_prompts(ds, spec, model.conversational)
+    ds, lengths = drop_long_prompts(ds, spec, model, said)
+    if spec.get("limit") and len(ds) > spec["limit"]:
+        ds = ds.select(range(spec["limit"]))
+        lengths = lengths[: spec["limit"]] if lengths is not None else None
+    if len(ds) == 0:
+        raise RecipeError([Problem("dataset", f"no rows left to train on ({len(raw)} read: {', '.join(said.drops)})", file=set_in)])
+    said.note(f"dataset: {len(ds)} prompts ready (of {len(raw)} rows)")
+    # --check reads the lengths again (measured once) and the lines: kept as long as the dataset object lives
+    _prepared[ds] = Preparation(said.lines, model.tokenizer if lengths is not None else None, lengths)
+    return ds
+
+
+def check_source(raw, spec: dict, set_in: str = "") -> None:
+    """The data as loaded, before any row is dropped: the columns the recipe names exist, there are rows, and the
+    values are of a usable type. `RecipeError` otherwise."""
+    problems = check_columns(spec, raw.column_names, set_in)
     if problems:
         raise RecipeError(problems)
-    prompt_col, answer_col = spec.get("prompt_column", "prompt"), spec.get("answer_column")
-    total = len(raw)
-    if total == 0:
-        raise RecipeError([Problem("dataset", f"{source_name(spec)} is empty: no rows", file=origin)])
+    if len(raw) == 0:
+        raise RecipeError([Problem("dataset", f"{source_name(spec)} is empty: no rows", file=set_in)])
     if not (spec.get("path") and LOCAL_FORMATS.get(Path(spec["path"]).suffix.lower()) == "json"):  # JSON: screened by line
         from grpokit.datavalues import check_dataset
 
-        check_dataset(raw, spec, source_name(spec), origin)
-    # TRL reads `prompt`: a source column already named so is used as it is (or with the template).
+        check_dataset(raw, spec, source_name(spec), set_in)
+
+
+def drop_holes(raw, spec: dict, said: _Said):
+    """`raw` without the rows whose prompt (or, when `answer_column` is set, gold answer) is missing or empty."""
+    prompt_col, answer_col = spec.get("prompt_column", "prompt"), spec.get("answer_column")
     keep = raw.filter(
         lambda row: not _missing(row[prompt_col]) and (answer_col is None or not _missing(row[answer_col])),
         desc=None,
     )
-    dropped = total - len(keep)
-    if dropped:
-        note(f"dataset: dropped {dropped} of {total} rows with a missing or empty {prompt_col!r}"
-            + (f" or {answer_col!r}" if answer_col else ""))
+    dropped = len(raw) - len(keep)
+    said.dropped(dropped, "missing or empty", f"dataset: dropped {dropped} of {len(raw)} rows with a missing or empty "
+                 f"{prompt_col!r}" + (f" or {answer_col!r}" if answer_col else ""))
+    return keep
+
+
+def format_prompts(ds, spec: dict, conversational: bool):
+    """The `prompt` column TRL reads (from `prompt_column`, or `template` filled from the row, after `system_prompt`),
+    and the gold answer as text in `answer` when `answer_column` is set.
+
+    A text prompt becomes chat messages when `conversational`; a prompt that already is chat messages is kept as it
+    is. A source column already named `prompt` is used as it is (or with the template).
+    """
+    prompt_col, answer_col = spec.get("prompt_column", "prompt"), spec.get("answer_column")
     template, system = spec.get("template"), spec.get("system_prompt")
 
     def build(row):
@@ -207,44 +292,48 @@ def prepare(raw, spec: dict, tokenizer=None, conversational: bool = True, log=pr
             out[_NEW_ANSWER] = str(row[answer_col])
         return out
 
-    ds = keep.map(build)
+    ds = ds.map(build)
     if _NEW_ANSWER in ds.column_names:
         # Written under a new name, then renamed: map() casts a value written into an existing column back to that
         # column's type (datasets 5.2, even with remove_columns), so a numeric gold str(5) would come back as the int 5.
         ds = ds.remove_columns([c for c in ("answer",) if c in ds.column_names]).rename_column(_NEW_ANSWER, "answer")
-    lengths = prompt_lengths(tokenizer, ds) if tokenizer is not None and (spec.get("max_prompt_tokens") or context_length) else None
-    limit = spec.get("max_prompt_tokens")
-    room = context_length - completion_length if context_length else None
-    over_limit = over_context = 0
-    if lengths is not None:
-        kept = []
-        for i, n in enumerate(lengths):
-            if limit and n > limit:
-                over_limit += 1
-            elif room is not None and n > room:
-                over_context += 1
-            else:
-                kept.append(i)
-        if over_limit:
-            note(f"dataset: dropped {over_limit} of {len(ds)} prompts longer than {limit} tokens (max_prompt_tokens)")
-        if over_context:
-            note(f"dataset: dropped {over_context} of {len(ds)} prompts longer than the model's context leaves them: "
-                f"{context_length} positions - max_completion_length {completion_length} = {room} tokens")
-        if len(kept) < len(ds):
-            ds = ds.select(kept)
-            lengths = [lengths[i] for i in kept]
-    if spec.get("limit") and len(ds) > spec["limit"]:
-        ds = ds.select(range(spec["limit"]))
-        lengths = lengths[: spec["limit"]] if lengths is not None else None
-    if len(ds) == 0:
-        parts = [f"{n} {why}" for n, why in ((dropped, "missing or empty"), (over_limit, f"over max_prompt_tokens ({limit})"),
-                                              (over_context, f"longer than the model's context leaves for a prompt ({context_length} "
-                                                             f"positions - max_completion_length {completion_length} = {room} tokens)")) if n]
-        raise RecipeError([Problem("dataset", f"no rows left to train on ({total} read: {', '.join(parts)})", file=origin)])
-    note(f"dataset: {len(ds)} prompts ready (of {total} rows)")
-    # --check reads the lengths again (measured once) and the lines: kept as long as the dataset object lives
-    _prepared[ds] = Preparation(said, tokenizer if lengths is not None else None, lengths)
     return ds
+
+
+def drop_long_prompts(ds, spec: dict, model: TargetModel, said: _Said):
+    """`ds` without the prompts over `dataset.max_prompt_tokens` or over the model's `room`, and the token counts of
+    the prompts kept; `(ds, None)` when nothing is measured (no tokenizer, or neither bound is known)."""
+    limit = spec.get("max_prompt_tokens")
+    if model.tokenizer is None or not (limit or model.context_length):
+        return ds, None
+    lengths = prompt_lengths(model.tokenizer, ds)
+    kept, over_limit, over_room = split_by_length(lengths, limit, model.room)
+    said.dropped(over_limit, f"over max_prompt_tokens ({limit})",
+                 f"dataset: dropped {over_limit} of {len(ds)} prompts longer than {limit} tokens (max_prompt_tokens)")
+    said.dropped(over_room, f"longer than the model's context leaves for a prompt ({model.room_sum()})",
+                 f"dataset: dropped {over_room} of {len(ds)} prompts longer than the model's context leaves them: "
+                 f"{model.room_sum()}")
+    if len(kept) < len(ds):
+        return ds.select(kept), [lengths[i] for i in kept]
+    return ds, lengths
+
+
+def split_by_length(lengths: list[int], limit: int | None, room: int | None) -> tuple[list[int], int, int]:
+    """(the indices of the prompts that fit, how many are over `limit`, how many over `room`); no bound: None or 0.
+    A prompt over both counts once, as over `limit`.
+
+    >>> split_by_length([3, 9, 6, 2], limit=8, room=5)
+    ([0, 3], 1, 1)
+    """
+    kept, over_limit, over_room = [], 0, 0
+    for i, n in enumerate(lengths):
+        if limit and n > limit:
+            over_limit += 1
+        elif room is not None and n > room:
+            over_room += 1
+        else:
+            kept.append(i)
+    return kept, over_limit, over_room
 
 
 @dataclass
@@ -344,12 +433,10 @@ def heldout_dataset(recipe, tokenizer, log=print):
     if spec is None:
         raise RecipeError([Problem("dataset.eval_path", "--eval and trainer.eval_strategy need held-out data; set "
                                    "dataset.eval_path (a local file) or dataset.eval_split (a hub split)", file=str(recipe.path))])
-    conversational = recipe.dataset["conversational"]
-    if conversational == "auto":
-        conversational = bool(getattr(tokenizer, "chat_template", None))
     try:
-        origin = recipe.blame("dataset.eval_path" if spec.get("path") else "dataset.eval_split")
-        raw = load_raw(spec, origin=origin)
+        set_in = recipe.blame("dataset.eval_path" if spec.get("path") else "dataset.eval_split")
+        raw = load_raw(spec, set_in=set_in)
     except NotReachable as err:
-        raise RecipeError([Problem("dataset.eval_split", str(err), spec.get("split"), file=origin)]) from None
-    return prepare(raw, spec, tokenizer, conversational, log=lambda m: log(f"held-out {m}"), origin=origin)
+        raise RecipeError([Problem("dataset.eval_split", str(err), spec.get("split"), file=set_in)]) from None
+    model = TargetModel(tokenizer, is_conversational(recipe.dataset, tokenizer))
+    return prepare(raw, spec, model, log=lambda m: log(f"held-out {m}"), set_in=set_in)

@@ -116,8 +116,8 @@ def template_fault(value) -> tuple[str, str] | None:
 class Checker:
     """Collects faults row by row: the first of each kind in full, then a count and a few row numbers."""
 
-    def __init__(self, spec: dict, source: str, unit: str, origin: str = ""):
-        self.source, self.unit, self.origin = source, unit, origin
+    def __init__(self, spec: dict, source: str, unit: str, set_in: str = ""):
+        self.source, self.unit, self.set_in = source, unit, set_in
         self.prompt_col, self.answer_col = spec.get("prompt_column", "prompt"), spec.get("answer_column")
         template = spec.get("template")
         self.template_cols = [m.group(1) for m in _PLACEHOLDER.finditer(template) if m.group(1)] if template else []
@@ -165,7 +165,7 @@ class Checker:
             if more:
                 shown = ", ".join(map(str, more[:SHOWN_ROWS])) + (", ..." if len(more) > SHOWN_ROWS else "")
                 text += f" (and {len(more)} more {self.unit}{'s' if len(more) > 1 else ''} like it: {self.unit}{'s' if len(more) > 1 else ''} {shown})"
-            out.append(Problem(f"dataset.{key}", text, value, allowed, file=self.origin))
+            out.append(Problem(f"dataset.{key}", text, value, allowed, file=self.set_in))
         return out
 
     def raise_if_any(self) -> None:
@@ -173,9 +173,9 @@ class Checker:
             raise RecipeError(self.problems())
 
 
-def check_dataset(ds, spec: dict, source: str, origin: str = "") -> None:
+def check_dataset(ds, spec: dict, source: str, set_in: str = "") -> None:
     """Screen the prompt, answer and template columns of a loaded dataset; rows counted from 1."""
-    check = Checker(spec, source, "row", origin)
+    check = Checker(spec, source, "row", set_in)
     cols = [c for c in dict.fromkeys([check.prompt_col, check.answer_col, *check.template_cols]) if c in ds.column_names]
     if not cols:
         return
@@ -187,12 +187,12 @@ def check_dataset(ds, spec: dict, source: str, origin: str = "") -> None:
     check.raise_if_any()
 
 
-def screen_file(path: Path, fmt: str, spec: dict, origin: str = "") -> None:
+def screen_file(path: Path, fmt: str, spec: dict, set_in: str = "") -> None:
     """A local file's faults before `datasets` reads it: empty, not UTF-8, bad JSON lines, bad cells (JSON)."""
     name = path.name
 
     def fail(message, allowed=None):
-        raise RecipeError([Problem("dataset.path", f"{name} {message}", allowed=allowed, file=origin)])
+        raise RecipeError([Problem("dataset.path", f"{name} {message}", allowed=allowed, file=set_in)])
 
     if path.stat().st_size == 0:
         fail("is empty (0 bytes)")
@@ -207,12 +207,12 @@ def screen_file(path: Path, fmt: str, spec: dict, origin: str = "") -> None:
     if blank:
         fail("is empty (only blank lines)")
     if fmt == "json":
-        _screen_json(path, spec, origin, fail)
+        _screen_json(path, spec, set_in, fail)
 
 
-def _screen_json(path: Path, spec: dict, origin: str, fail) -> None:
+def _screen_json(path: Path, spec: dict, set_in: str, fail) -> None:
     """JSON Lines (or one JSON array): every line decoded and parsed once, cells checked, faults by 1-based line."""
-    check = Checker(spec, path.name, "line", origin)
+    check = Checker(spec, path.name, "line", set_in)
     bad_json: list[tuple[int, str]] = []  # (line, why): the first is said in full, the rest counted
     with path.open("rb") as f:
         first = f.read(1)

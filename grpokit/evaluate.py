@@ -57,10 +57,10 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     from grpokit.models import load_tokenizer, model_source
 
     start = time.time()
-    origin = str(recipe.path)
+    recipe_path = str(recipe.path)
     path = Path(out) if out else default_out(recipe, run_dir)
     trained = _check_inputs(recipe, run_dir, samples, path)
-    ownership.refuse_unless_replaceable([path], key="--eval-out" if out else str(path), origin=origin)  # before the work
+    ownership.refuse_unless_replaceable([path], key="--eval-out" if out else str(path), recipe_path=recipe_path)  # before the work
     args = grpo_args(recipe)
     model_path, _ = model_source(recipe)
     tokenizer = load_tokenizer(run_dir if trained else model_path, recipe)
@@ -76,7 +76,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
         + f"; at most {args.max_completion_length} new tokens")
     greedy = _score(model, tokenizer, rows, funcs, names, weights, judge, args, k=1, sample=False, log=log)
     result: dict[str, Any] = {
-        "recipe": origin,
+        "recipe": recipe_path,
         "model": recipe.model["name_or_path"],
         "run_dir": str(run_dir) if run_dir else None,
         "heldout": recipe.dataset.get("eval_path") or f"{recipe.dataset.get('name')}:{recipe.dataset.get('eval_split')}",
@@ -95,7 +95,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
                              "rewards": sampled["rewards"]}
     result["examples"] = greedy["examples"]
     result["seconds"] = round(time.time() - start, 1)
-    ownership.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", origin=origin)
+    ownership.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", recipe_path=recipe_path)
     log(f"wrote {path}")
     return result
 
@@ -137,32 +137,32 @@ def _check_inputs(recipe: Recipe, run_dir: str | None, samples: int, out: Path) 
     be checked without a model: a mistake found after the whole evaluation would throw its work away."""
     from grpokit.merge import adapter_config_problem, output_path_problem
 
-    origin = str(recipe.path)
+    recipe_path = str(recipe.path)
     if not 0 <= samples <= MAX_SAMPLES:
         raise RecipeError([Problem("--eval-samples", "must be 0 (greedy only) or a number of samples per prompt",
-                                   samples, f"0 to {MAX_SAMPLES}", file=origin)])
+                                   samples, f"0 to {MAX_SAMPLES}", file=recipe_path)])
     problems = []
     problem = output_path_problem(out, "file")
     if problem:
-        problems.append(Problem("--eval-out", problem, str(out), file=origin))
-    trained = _trained_kind(run_dir, origin) if run_dir else None
+        problems.append(Problem("--eval-out", problem, str(out), file=recipe_path))
+    trained = _trained_kind(run_dir, recipe_path) if run_dir else None
     if trained == "adapter":
         problem = adapter_config_problem(Path(run_dir))
         if problem:
-            problems.append(Problem("--eval", problem, run_dir, file=origin))
+            problems.append(Problem("--eval", problem, run_dir, file=recipe_path))
     if problems:
         raise RecipeError(problems)
     return trained
 
 
-def _trained_kind(run_dir: str, origin: str) -> str:
+def _trained_kind(run_dir: str, recipe_path: str) -> str:
     path = Path(run_dir)
     if (path / "adapter_config.json").is_file():
         return "adapter"
     if (path / "config.json").is_file():
         return "full"
     raise RecipeError([Problem("--eval", "is not a trained run or checkpoint (it has no adapter_config.json or config.json)",
-                               run_dir, file=origin)])
+                               run_dir, file=recipe_path)])
 
 
 def _load(model_path: str, run_dir: str | None, trained: str | None, recipe: Recipe, log):

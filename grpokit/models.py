@@ -42,7 +42,7 @@ def model_source(recipe: Recipe, convert: bool = True) -> tuple[str | None, str 
     from grpokit import tiny
 
     name = recipe.model["name_or_path"]
-    origin = str(recipe.path)
+    recipe_path = str(recipe.path)
     if recipe.model.get("gguf_file"):
         return _gguf_source(recipe, convert), None
     if name.startswith(tiny.BUILTIN_PREFIX):
@@ -55,13 +55,13 @@ def model_source(recipe: Recipe, convert: bool = True) -> tuple[str | None, str 
             return tiny.resolve(name), None
         except ValueError as err:  # GGUFError too: a missing package says how to install it
             known = ", ".join(tiny.BUILTIN_PREFIX + n for n in [*tiny.builtin_names(), *gguf.BUILTINS])
-            raise RecipeError([Problem("model.name_or_path", str(err), name, known, file=origin)]) from None
+            raise RecipeError([Problem("model.name_or_path", str(err), name, known, file=recipe_path)]) from None
     path = Path(name).expanduser()
     if not is_hub_id(name):
         if not path.is_dir():
-            raise RecipeError([Problem("model.name_or_path", "model directory does not exist", name, file=origin)])
+            raise RecipeError([Problem("model.name_or_path", "model directory does not exist", name, file=recipe_path)])
         if not (path / "config.json").is_file():
-            raise RecipeError([Problem("model.name_or_path", "directory has no config.json: not a saved model", name, file=origin)])
+            raise RecipeError([Problem("model.name_or_path", "directory has no config.json: not a saved model", name, file=recipe_path)])
         return str(path), None
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -161,16 +161,16 @@ def _gguf_source(recipe: Recipe, convert: bool = True) -> str:
     gguf_file=...)`), validated and converted once to a cached HF directory; its path."""
     from grpokit import gguf
 
-    folder, origin = Path(recipe.model["name_or_path"]).expanduser(), str(recipe.path)
+    folder, recipe_path = Path(recipe.model["name_or_path"]).expanduser(), str(recipe.path)
     file = folder / recipe.model["gguf_file"]
     if not folder.is_dir():
         raise RecipeError([Problem("model.name_or_path", "with model.gguf_file, must be the local directory holding the "
                                    ".gguf file (a hub GGUF: download it first, `hf download <repo> <file> --local-dir DIR`)",
-                                   recipe.model["name_or_path"], file=origin)])
+                                   recipe.model["name_or_path"], file=recipe_path)])
     try:
         return _gguf_path(file, convert)
     except gguf.GGUFError as err:
-        raise RecipeError([Problem("model.gguf_file", str(err), str(file), file=origin)]) from None
+        raise RecipeError([Problem("model.gguf_file", str(err), str(file), file=recipe_path)]) from None
 
 
 def load_tokenizer(path: str, recipe: Recipe, offline_only: bool = False):

@@ -310,13 +310,13 @@ def forbidden_reason(folder: Path, recipe: Path | None = None) -> str | None:
     return None
 
 
-def foreign_problem(folder: Path, key: str, others: list[str], fix: str, origin: str | None = None) -> Problem:
+def foreign_problem(folder: Path, key: str, others: list[str], fix: str, recipe_path: str | None = None) -> Problem:
     """The refusal for a folder holding entries grpokit did not write: names them; nothing is removed."""
     return Problem(key, f"holds {len(others)} entr{'y' if len(others) == 1 else 'ies'} grpokit did not write "
-                   f"({describe(others)}); grpokit removes only what it wrote itself, so {fix}", str(folder), file=origin)
+                   f"({describe(others)}); grpokit removes only what it wrote itself, so {fix}", str(folder), file=recipe_path)
 
 
-def remove(folder: Path, names, key: str, origin: str | None = None) -> None:
+def remove(folder: Path, names, key: str, recipe_path: str | None = None) -> None:
     """Remove those of `names` that grpokit wrote in `folder` (as it left them); nothing else, whatever `names` holds.
 
     Refused before anything is removed: a folder among them that now holds another run (one started inside
@@ -331,10 +331,10 @@ def remove(folder: Path, names, key: str, origin: str | None = None) -> None:
     if nested:
         raise RecipeError([Problem(key, f"{describe(nested)} in it now hold{'s' if len(nested) == 1 else ''} another grpokit "
                                    "run; nothing was removed: move it out, or choose another folder",
-                                   str(folder), file=origin)])
+                                   str(folder), file=recipe_path)])
     unknown = unknown_inside(folder, names)
     if unknown:
-        raise RecipeError([foreign_problem(folder, key, unknown, "nothing was removed: move them out first", origin)])
+        raise RecipeError([foreign_problem(folder, key, unknown, "nothing was removed: move them out first", recipe_path)])
     for name in names:
         path = folder / name
         if path.is_dir() and not path.is_symlink():
@@ -408,7 +408,7 @@ def replaceable(path: Path, root: Path | None = None) -> bool:
     return False
 
 
-def refuse_unless_replaceable(paths, root: Path | None = None, key: str = "", origin: str | None = None) -> None:
+def refuse_unless_replaceable(paths, root: Path | None = None, key: str = "", recipe_path: str | None = None) -> None:
     """Before any work: every path grpokit is about to write is new, or grpokit's own (`replaceable`), and is not
     reached through a link."""
     theirs = [str(p) for p in paths if not replaceable(p, root) or _through_link(Path(p), root)]
@@ -417,7 +417,7 @@ def refuse_unless_replaceable(paths, root: Path | None = None, key: str = "", or
         raise RecipeError([Problem(key or theirs[0], f"{describe(theirs)} exist{'s' if one else ''} and grpokit did not "
                                    f"write {'it' if one else 'them'} (or not as {'it is' if one else 'they are'} now: "
                                    "edited, replaced or linked since); grpokit replaces only files it wrote: move "
-                                   f"{'it' if one else 'them'}, or choose another path", file=origin)])
+                                   f"{'it' if one else 'them'}, or choose another path", file=recipe_path)])
 
 
 def _through_link(path: Path, root: Path | None) -> bool:
@@ -426,14 +426,14 @@ def _through_link(path: Path, root: Path | None) -> bool:
     return any(p.is_symlink() for p in path.parents if p != stop and stop in p.parents)
 
 
-def write_text(path: Path, text: str, key: str = "", origin: str | None = None) -> None:
+def write_text(path: Path, text: str, key: str = "", recipe_path: str | None = None) -> None:
     """Write a file grpokit owns: refused when `path` exists and grpokit did not write it; recorded after.
 
     The text goes to a fresh temporary file (never through a link) renamed over the target, so a kill leaves
     the old file or the new one.
     """
     path = Path(path)
-    refuse_unless_replaceable([path], key=key, origin=origin)
+    refuse_unless_replaceable([path], key=key, recipe_path=recipe_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     replace_text(path, text)
     claim_file(path)

@@ -42,8 +42,8 @@ class RunLock:
     True
     """
 
-    def __init__(self, output_dir: Path, origin: str):
-        self.output_dir, self.origin, self.fd, self.created = Path(output_dir), origin, None, False
+    def __init__(self, output_dir: Path, recipe_path: str):
+        self.output_dir, self.recipe_path, self.fd, self.created = Path(output_dir), recipe_path, None, False
         self.recorder: ownership.Recorder | None = None
         self.began = False  # the run has started writing: what appears now is recorded as its own
 
@@ -67,7 +67,7 @@ class RunLock:
             ownership.start_pending(self.output_dir)
 
     def _problem(self, message: str) -> RecipeError:
-        return RecipeError([Problem("trainer.output_dir", message, str(self.output_dir), file=self.origin)])
+        return RecipeError([Problem("trainer.output_dir", message, str(self.output_dir), file=self.recipe_path)])
 
     def __enter__(self) -> "RunLock":
         if not is_main_process():
@@ -154,7 +154,7 @@ class RunLock:
         self.fd = None
 
 
-def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, origin: str, recipe: Path | None = None) -> list[str]:
+def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, recipe_path: str, recipe: Path | None = None) -> list[str]:
     """A previous run is never silently destroyed, and nothing but a previous run is ever removed.
 
     Returns the entries `--overwrite` will remove -- the previous run's, as its manifest lists them -- which the
@@ -168,7 +168,7 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, orig
     Only the main process judges: another rank could otherwise see the main one's fresh `recipe.yaml` and
     refuse its own run; when the main process refuses, the launcher stops them all.
     """
-    forbidden = forbidden_problems(output_dir, recipe, origin)
+    forbidden = forbidden_problems(output_dir, recipe, recipe_path)
     if forbidden:
         raise RecipeError(forbidden)
     previous = [n for n in ownership.entries(output_dir) if n != BASE_EVAL_FILE]
@@ -183,27 +183,30 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, orig
         if not ownership.listed(output_dir) and (output_dir / RECIPE_FILE).is_file() and (output_dir / LOCK_FILE).exists():
             fix += ("; it looks like a run of a grpokit that kept no manifest (.grpokit-files): if everything in it is "
                     "yours to lose, remove the folder yourself")
-        raise RecipeError([ownership.foreign_problem(output_dir, "trainer.output_dir", others, fix, origin)])
+        raise RecipeError([ownership.foreign_problem(output_dir, "trainer.output_dir", others, fix, recipe_path)])
     if resume:
         return []
     if not overwrite:
         raise RecipeError([Problem("trainer.output_dir", "already holds a run; pass --resume to continue it, --overwrite to replace it, "
-                                   "or choose another trainer.output_dir=...", str(output_dir), file=origin)])
+                                   "or choose another trainer.output_dir=...", str(output_dir), file=recipe_path)])
     return previous
 
 
-def forbidden_problems(output_dir: Path, recipe: Path | None, origin: str) -> list[Problem]:
-    """The output folder is never `/`, the home directory, or the recipe's own folder (or one above it)."""
+def forbidden_problems(output_dir: Path, recipe: Path | None, recipe_path: str) -> list[Problem]:
+    """The output folder is never `/`, the home directory, or the recipe's own folder (or one above it).
+
+    `recipe` is the recipe file whose folder is refused (None: no such check); `recipe_path`, the file messages name.
+    """
     reason = ownership.forbidden_reason(output_dir, recipe)
     return [Problem("trainer.output_dir", f"{reason}; choose a folder of its own, e.g. trainer.output_dir=runs/NAME",
-                    str(output_dir), file=origin)] if reason else []
+                    str(output_dir), file=recipe_path)] if reason else []
 
 
-def remove_previous(output_dir: Path, names: list[str], origin: str, lock: "RunLock | None" = None) -> None:
+def remove_previous(output_dir: Path, names: list[str], recipe_path: str, lock: "RunLock | None" = None) -> None:
     """`--overwrite`, once the new run has passed its checks: remove the previous run's entries (and only those)."""
     if names:
         say(f"--overwrite: removing the previous run in {output_dir} ({ownership.describe(names)})")
-        ownership.remove(output_dir, names, "trainer.output_dir", origin)
+        ownership.remove(output_dir, names, "trainer.output_dir", recipe_path)
         if lock is not None and lock.recorder is not None:
             lock.recorder.forget(names)  # what the new run writes under these names is its own
 
@@ -256,7 +259,7 @@ def latest_checkpoint(output_dir: Path, quiet: bool = False) -> str | None:
     return None
 
 
-def resolve_resume(resume: str | None, output_dir: Path, origin: str) -> str | None:
+def resolve_resume(resume: str | None, output_dir: Path, recipe_path: str) -> str | None:
     """The checkpoint directory `--resume` ("latest") or `--resume-from PATH` means (None: start afresh).
 
     Raises `RecipeError` when there is none or the given one is incomplete.
@@ -266,14 +269,14 @@ def resolve_resume(resume: str | None, output_dir: Path, origin: str) -> str | N
     if resume == "latest":
         found = latest_checkpoint(output_dir)
         if found is None:
-            raise RecipeError([Problem("--resume", "no checkpoint to resume in trainer.output_dir", str(output_dir), file=origin)])
+            raise RecipeError([Problem("--resume", "no checkpoint to resume in trainer.output_dir", str(output_dir), file=recipe_path)])
         return found
     state, why = read_state(Path(resume) / STATE_FILE)
     if state is None and why == "missing":
-        raise RecipeError([Problem("--resume-from", f"is not a checkpoint directory (no {STATE_FILE})", resume, file=origin)])
+        raise RecipeError([Problem("--resume-from", f"is not a checkpoint directory (no {STATE_FILE})", resume, file=recipe_path)])
     if state is None:
         raise RecipeError([Problem("--resume-from", f"is not a complete checkpoint (its {STATE_FILE} is {why}); "
-                                   "resume from an earlier one", resume, file=origin)])
+                                   "resume from an earlier one", resume, file=recipe_path)])
     return resume
 
 
@@ -329,7 +332,7 @@ def complete_final_save(checkpoint: Path, output_dir: Path) -> None:
         os.replace(partial, Path(output_dir) / src.name)
 
 
-def writable_problems(output_dir: Path, origin: str) -> list[Problem]:
+def writable_problems(output_dir: Path, recipe_path: str) -> list[Problem]:
     """`--check`'s look at trainer.output_dir: it (or the folder it will be created in) must take a file.
 
     Tried for real -- a probe file created and removed in the nearest existing folder -- because permission
@@ -351,4 +354,4 @@ def writable_problems(output_dir: Path, origin: str) -> list[Problem]:
                 return []
         except OSError as err:
             why = f"{folder}: {err.strerror or err}"
-    return [Problem("trainer.output_dir", f"cannot be written: {why}; choose a writable trainer.output_dir=...", file=origin)]
+    return [Problem("trainer.output_dir", f"cannot be written: {why}; choose a writable trainer.output_dir=...", file=recipe_path)]

@@ -61,11 +61,11 @@ def train(recipe: Recipe, request: Request = NEW_RUN):
     The run directory is locked first, for the whole run (`rundir.RunLock`): a second run into it -- new,
     `--overwrite` or `--resume` -- is refused before it can delete or mix anything.
     """
-    output_dir, origin = Path(recipe.trainer["output_dir"]), str(recipe.path)
-    forbidden = rundir.forbidden_problems(output_dir, recipe.path, origin)
+    output_dir, recipe_path = Path(recipe.trainer["output_dir"]), str(recipe.path)
+    forbidden = rundir.forbidden_problems(output_dir, recipe.path, recipe_path)
     if forbidden:  # before the lock: such a folder does not even get a lock file
         raise RecipeError(forbidden)
-    with rundir.RunLock(output_dir, origin) as lock:
+    with rundir.RunLock(output_dir, recipe_path) as lock:
         return _train_locked(recipe, output_dir, lock, request)
 
 
@@ -107,17 +107,17 @@ def already_finished(recipe: Recipe, output_dir: Path, request: Request, lock=No
 
 
 def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
-    origin = str(recipe.path)
-    previous = rundir.guard_output_dir(output_dir, request.resume, request.overwrite, origin, recipe.path)
+    recipe_path = str(recipe.path)
+    previous = rundir.guard_output_dir(output_dir, request.resume, request.overwrite, recipe_path, recipe.path)
     if request.resume is not None and already_finished(recipe, output_dir, request, lock):
         return None
-    checkpoint = rundir.resolve_resume(request.resume, output_dir, origin)
+    checkpoint = rundir.resolve_resume(request.resume, output_dir, recipe_path)
     prep = prepare(recipe, mode="train")
     say(f"building model: {recipe.model['name_or_path']} ({resolved_dtype(recipe.model)}, quantization {recipe.model['quantization']}, "
         + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
     model = load_model(prep.model_path, recipe)
     # Every check has passed and the weights are in: only now does --overwrite remove the previous run.
-    rundir.remove_previous(output_dir, previous, origin, lock)
+    rundir.remove_previous(output_dir, previous, recipe_path, lock)
     lock.begin()
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():

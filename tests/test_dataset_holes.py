@@ -38,7 +38,7 @@ def write_jsonl(path, rows):
 def test_holes_are_dropped_and_counted(tmp_path):
     raw = data.load_raw({"path": str(write_jsonl(tmp_path / "holes.jsonl", [r for r, _ in ROWS]))})
     log = []
-    ds = data.prepare(raw, SPEC, tokenizer=None, conversational=False, log=log.append)
+    ds = data.prepare(raw, SPEC, data.TargetModel(conversational=False), log=log.append)
     assert ds["id"] == [r["id"] for r, kept in ROWS if kept]
     assert "dataset: dropped 7 of 9 rows with a missing or empty 'prompt' or 'answer'" in log
     assert "dataset: 2 prompts ready (of 9 rows)" in log
@@ -47,7 +47,7 @@ def test_holes_are_dropped_and_counted(tmp_path):
 def test_without_an_answer_column_only_prompts_count(tmp_path):
     raw = data.load_raw({"path": str(write_jsonl(tmp_path / "holes.jsonl", [r for r, _ in ROWS]))})
     log = []
-    ds = data.prepare(raw, {"prompt_column": "prompt"}, tokenizer=None, conversational=False, log=log.append)
+    ds = data.prepare(raw, {"prompt_column": "prompt"}, data.TargetModel(conversational=False), log=log.append)
     assert ds["id"] == [0, 5, 6, 7, 8]  # answers are not read, so their holes do not matter
     assert "dataset: dropped 4 of 9 rows with a missing or empty 'prompt'" in log
 
@@ -56,14 +56,14 @@ def test_empty_chat_prompt_is_a_hole(tmp_path):
     rows = [{"prompt": [{"role": "user", "content": "hi"}], "answer": "a"}, {"prompt": [], "answer": "a"}]
     raw = data.load_raw({"path": str(write_jsonl(tmp_path / "chat.jsonl", rows))})
     log = []
-    assert len(data.prepare(raw, SPEC, tokenizer=None, conversational=True, log=log.append)) == 1
+    assert len(data.prepare(raw, SPEC, data.TargetModel(conversational=True), log=log.append)) == 1
     assert log[0].startswith("dataset: dropped 1 of 2 rows")
 
 
 def test_csv_empty_cells_are_holes(tmp_path):
     (tmp_path / "holes.csv").write_text("prompt,answer\nSay a.,1\n,2\nSay b.,\nSay c.,4\n")
     log = []
-    ds = data.prepare(data.load_raw({"path": str(tmp_path / "holes.csv")}), SPEC, None, False, log=log.append)
+    ds = data.prepare(data.load_raw({"path": str(tmp_path / "holes.csv")}), SPEC, data.TargetModel(conversational=False), log=log.append)
     assert ds["prompt"] == ["Say a.", "Say c."]
     assert "dataset: dropped 2 of 4 rows" in log[0]
 

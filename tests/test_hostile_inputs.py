@@ -113,12 +113,12 @@ def test_numeric_gold_answers_stay_text(tmp_path):
     path = tmp_path / "numbers.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"{n}+{n}?", "answer": 2 * n}) + "\n" for n in range(3)))
     ds = data.prepare(data.load_raw({"path": str(path)}), {"prompt_column": "prompt", "answer_column": "answer"},
-                      conversational=False, log=lambda m: None)
+                      data.TargetModel(conversational=False), log=lambda m: None)
     assert ds["answer"] == ["0", "2", "4"]
     float_path = tmp_path / "floats.jsonl"
     float_path.write_text(json.dumps({"prompt": "half?", "answer": 0.5}) + "\n")
     ds = data.prepare(data.load_raw({"path": str(float_path)}), {"prompt_column": "prompt", "answer_column": "answer"},
-                      conversational=False, log=lambda m: None)
+                      data.TargetModel(conversational=False), log=lambda m: None)
     assert ds["answer"] == ["0.5"]
 
 

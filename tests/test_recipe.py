@@ -118,7 +118,7 @@ def test_missing_recipe_file(tmp_path):
     assert "recipe file does not exist" in problems_of(tmp_path / "nope.yaml")[0]
 
 
-def test_base_merge_child_wins_and_origins(tmp_path):
+def test_base_merge_child_wins_and_where_set(tmp_path):
     base = recipe_dict()
     base["trainer"]["beta"] = 0.04
     write_recipe(tmp_path, base, "base.yaml")
@@ -129,8 +129,37 @@ def test_base_merge_child_wins_and_origins(tmp_path):
     loaded = load(tmp_path / "child.yaml")
     assert loaded.data["trainer"]["beta"] == 0.0  # child wins
     assert loaded.data["trainer"]["num_generations"] == 4  # base fills the rest
-    assert loaded.origin("trainer.num_generations") == str(tmp_path / "base.yaml")
-    assert loaded.origin("trainer.beta") == str(tmp_path / "child.yaml")
+    assert loaded.where_set("trainer.num_generations") == str(tmp_path / "base.yaml")
+    assert loaded.where_set("trainer.beta") == str(tmp_path / "child.yaml")
+
+
+# (key path, the file where_set_in names): a key answers for itself, else for its nearest set parent, else the default
+WHERE_SET = [
+    ("trainer.beta", "command line"),  # set itself, on the command line
+    ("trainer.seed", "base.yaml"),  # unset: its section was set in the base
+    ("trainer.seed.deeper", "base.yaml"),  # two levels down: still the section
+    ("model.name_or_path", "recipe.yaml"),  # nothing on its path was set: the default
+    ("", "recipe.yaml"),  # the file as a whole
+]
+
+
+@pytest.mark.parametrize("key_path, expected", WHERE_SET)
+def test_where_set_in_walks_up_to_the_nearest_set_parent(key_path, expected):
+    from grpokit.config.loader import CLI, where_set_in
+
+    set_by = {"trainer": "base.yaml", "trainer.beta": CLI}
+    assert where_set_in(set_by, key_path, "recipe.yaml") == expected
+
+
+def test_a_validated_recipe_answers_where_set_as_its_load_does(tmp_path):
+    write_recipe(tmp_path, recipe_dict(), "base.yaml")
+    write_recipe(tmp_path, {"base": "base.yaml", "trainer": {"beta": 0.0}}, "child.yaml")
+    loaded = load(tmp_path / "child.yaml", ["trainer.seed=3"])
+    recipe = validate(loaded)
+    for key in ("trainer.beta", "trainer.seed", "trainer.num_generations", "trainer.no_such_key", "dataset.path", "nope"):
+        assert recipe.where_set(key) == loaded.where_set(key), key
+    assert recipe.where_set("trainer.seed") == "command line"
+    assert recipe.where_set("nope") == str(tmp_path / "child.yaml")
 
 
 def test_empty_section_changes_nothing_but_null_lora_means_full_finetune(tmp_path):
@@ -219,3 +248,42 @@ def test_flags_and_overrides_in_any_order(tmp_path, capsys):
     path = write_recipe(tmp_path, with_trainer(tmp_path))
     assert main(["--recipe", str(path), "trainer.beta=0.1", "--check", "trainer.epsilon_hihg=1"]) == 2
     assert "trainer.epsilon_hihg" in capsys.readouterr().err  # the override after --check reached the recipe
+
+
+# (trainer, lora, the problem TRL's or PEFT's own check gives, blamed where the section was set); one comment per case
+LIBRARY_REJECTS = [
+    ({"num_generations": 1}, None, "w.yaml: trainer: TRL rejects this configuration: GRPO requires at least 2 generations"),
+    ({"per_device_train_batch_size": 8, "num_generations": 3}, None,  # TRL's own batch rule, with its own numbers
+     "w.yaml: trainer: TRL rejects this configuration: generation_batch_size (8) must be divisible by num_generations (3)"),
+    ({}, {"layers_pattern": "h"}, "w.yaml: lora: PEFT rejects this configuration: `layers_pattern` cannot be used"),
+    ({}, {}, None),  # both accept
+]
+
+
+@pytest.mark.parametrize("trainer, lora, expected", LIBRARY_REJECTS)
+def test_the_libraries_own_checks_are_reworded_and_blamed(trainer, lora, expected):
+    from grpokit.config.sections import LORA_DEFAULTS
+    from grpokit.config.validate import _check_with_the_libraries
+    from grpokit.errors import Problems
+
+    problems = Problems(file="r.yaml")
+    lora = None if lora is None else {**LORA_DEFAULTS, "r": 8, "target_modules": "all-linear", **lora}
+    _check_with_the_libraries({"output_dir": "out", **trainer}, {}, [], lora, 1, problems, lambda key: "w.yaml")
+    said = [p.format() for p in problems.items]
+    if expected is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith(expected), said
+
+
+def test_section_names_say_every_unknown_and_missing_section_at_once():
+    from grpokit.config.validate import _check_section_names
+    from grpokit.errors import Problems
+
+    problems = Problems(file="r.yaml")
+    _check_section_names({"modle": {}, "dataset": None, "rewards": []}, problems, lambda key: "w.yaml")
+    assert [p.format() for p in problems.items] == [
+        "w.yaml: modle: is not a recipe section; allowed: model, lora, dataset, rewards, trainer, sampling, lint; did you mean 'model'?",
+        "r.yaml: model: section is required",
+        "r.yaml: dataset: section is required",  # null is not a section
+    ]

@@ -31,7 +31,7 @@ def _mode(trainer: dict) -> str:
     return trainer.get("vllm_mode", "colocate")
 
 
-def check_knobs(trainer: dict, model: dict, num_processes: int, problems, origin=lambda p: None) -> None:
+def check_knobs(trainer: dict, model: dict, num_processes: int, problems, where_set=lambda p: None) -> None:
     """Add a problem for each vLLM knob that contradicts the recipe: a mode's knobs under the other mode, a server
     address given twice, a tensor-parallel size the process count cannot hold, an 8-bit base (TRL raises at start)."""
     if not trainer.get("use_vllm"):
@@ -41,7 +41,7 @@ def check_knobs(trainer: dict, model: dict, num_processes: int, problems, origin
         problems.add("model.quantization", "cannot be 8bit with trainer.use_vllm: TRL 1.16 refuses it at start-up (vLLM does "
                      "not support in-flight 8-bit quantization); use quantization 4bit (TRL loads vLLM's copy as "
                      "bitsandbytes 4-bit) or none, or set trainer.use_vllm: false", "8bit", "none, 4bit",
-                     file=origin("model.quantization"))
+                     file=where_set("model.quantization"))
     if mode == "server":
         for knob in COLOCATE_KNOBS:
             if knob in trainer:
@@ -49,22 +49,22 @@ def check_knobs(trainer: dict, model: dict, num_processes: int, problems, origin
                          else "the server process owns its memory (trl vllm-serve has no sleep mode)")
                 problems.add(f"trainer.{knob}", f"applies to vllm_mode colocate only; with vllm_mode server {where}",
                              trainer[knob],
-                             file=origin(f"trainer.{knob}"))
+                             file=where_set(f"trainer.{knob}"))
         if trainer.get("vllm_server_base_url") and ({"vllm_server_host", "vllm_server_port"} & trainer.keys()):
             given = [k for k in ("vllm_server_host", "vllm_server_port") if k in trainer]
             problems.add(f"trainer.{given[0]}", "is ignored when trainer.vllm_server_base_url is given; set the base URL or "
-                         "host and port, not both", trainer[given[0]], file=origin(f"trainer.{given[0]}"))
+                         "host and port, not both", trainer[given[0]], file=where_set(f"trainer.{given[0]}"))
     else:
         for knob in SERVER_KNOBS:
             if knob in trainer:
                 problems.add(f"trainer.{knob}", "applies to vllm_mode server only; with vllm_mode colocate vLLM runs in "
                              "the training process and no server is contacted", trainer[knob],
-                             file=origin(f"trainer.{knob}"))
+                             file=where_set(f"trainer.{knob}"))
         tp = trainer.get("vllm_tensor_parallel_size", 1)
         if isinstance(tp, int) and tp >= 1 and num_processes % tp:
             problems.add("trainer.vllm_tensor_parallel_size", f"must divide the number of processes ({num_processes}): "
                          "colocate mode groups the training processes into vLLM tensor-parallel groups", tp,
-                         file=origin("trainer.vllm_tensor_parallel_size"))
+                         file=where_set("trainer.vllm_tensor_parallel_size"))
 
 
 def environment(use_vllm: bool, cuda: bool, version: str | None, training: bool) -> tuple[list[str], list[str]]:

@@ -1,4 +1,4 @@
-"""Reading a recipe: YAML (safe only), `base` inheritance, `section.key=value` overrides, key origins.
+"""Reading a recipe: YAML (safe only), `base` inheritance, `section.key=value` overrides, where each key was set.
 
 The result of `load()` is a plain mapping plus the file each key came from, so that every problem can
 name the file to edit. Validation of the values lives in `grpokit.config.validate`.
@@ -45,18 +45,29 @@ class Loaded:
 
     path: Path
     data: dict
-    origins: dict[str, str] = field(default_factory=dict)  # key path -> file (or "command line")
+    set_by: dict[str, str] = field(default_factory=dict)  # key path -> file (or "command line")
     chain: list[Path] = field(default_factory=list)  # the recipe, then its bases
 
-    def origin(self, key_path: str) -> str:
+    def where_set(self, key_path: str) -> str:
         """The file that set `key_path` (or its nearest set parent); the recipe itself otherwise."""
-        parts = key_path.split(".")
-        while parts:
-            found = self.origins.get(".".join(parts))
-            if found:
-                return found
-            parts.pop()
-        return str(self.path)
+        return where_set_in(self.set_by, key_path, str(self.path))
+
+
+def where_set_in(set_by: dict[str, str], key_path: str, default: str) -> str:
+    """The file (or "command line") that set `key_path`, or else its nearest set parent, as `set_by` records it;
+    `default` when none of them was set.
+
+    >>> set_by = {"trainer": "base.yaml", "trainer.beta": CLI}
+    >>> [where_set_in(set_by, key, "r.yaml") for key in ("trainer.beta", "trainer.seed", "model")]
+    ['command line', 'base.yaml', 'r.yaml']
+    """
+    parts = key_path.split(".")
+    while parts:
+        found = set_by.get(".".join(parts))
+        if found:
+            return found
+        parts.pop()
+    return default
 
 
 MAX_RECIPE_BYTES = 1_000_000  # the largest shipped recipe is ~3 KB: anything near this is not a recipe
@@ -217,7 +228,7 @@ def _anchor_paths(data: dict, folder: Path) -> None:
             reward["name"] = f"{(folder / Path(where).expanduser()).resolve()}:{attr}"
 
 
-def _load_chain(path: Path, seen: list[Path], origins: dict) -> tuple[dict, list[Path]]:
+def _load_chain(path: Path, seen: list[Path], set_by: dict) -> tuple[dict, list[Path]]:
     path = path.resolve() if path.exists() else path
     if path in seen:
         cycle = " -> ".join(str(p) for p in seen + [path])
@@ -248,10 +259,10 @@ def _load_chain(path: Path, seen: list[Path], origins: dict) -> tuple[dict, list
         base_path = (path.parent / base_value).expanduser()
         if not base_path.exists():
             raise RecipeError([Problem("base", f"base recipe {str(base_path)!r} does not exist", base_value, file=str(path))])
-        merged, base_chain = _load_chain(base_path, seen + [path], origins)
+        merged, base_chain = _load_chain(base_path, seen + [path], set_by)
         chain += base_chain
     for key_path in _leaf_paths(data):
-        origins[key_path] = str(path)
+        set_by[key_path] = str(path)
     return deep_merge(merged, data), chain
 
 
@@ -307,8 +318,8 @@ def apply_override(data: dict, parts: list[str], value) -> None:
 def load(path: str | os.PathLike, overrides: list[str] = ()) -> Loaded:
     """Read a recipe, its bases and the command-line overrides into one mapping."""
     path = Path(path).expanduser()
-    origins: dict[str, str] = {}
-    data, chain = _load_chain(path, [], origins)
+    set_by: dict[str, str] = {}
+    data, chain = _load_chain(path, [], set_by)
     problems = Problems()
     for text in overrides:
         try:
@@ -317,9 +328,9 @@ def load(path: str | os.PathLike, overrides: list[str] = ()) -> Loaded:
                 raise ValueError("base cannot be overridden from the command line; edit the recipe")
             apply_override(data, parts, value)
             key_path = ".".join(parts)
-            origins[key_path] = CLI
+            set_by[key_path] = CLI
             for sub in _leaf_paths(value, key_path):
-                origins[sub] = CLI
+                set_by[sub] = CLI
         except ValueError as err:
             problems.add(text.partition("=")[0], str(err), file=CLI)
     problems.raise_if_any()
@@ -327,7 +338,7 @@ def load(path: str | os.PathLike, overrides: list[str] = ()) -> Loaded:
         # A path given on the command line is relative to where the command runs; the file's own paths are
         # absolute by now, so this anchors exactly the overridden ones (`dataset.path=...` or a whole section).
         _anchor_paths(data, Path.cwd())
-    return Loaded(path=path, data=data, origins=origins, chain=chain)
+    return Loaded(path=path, data=data, set_by=set_by, chain=chain)
 
 
 def dump(data: dict) -> str:

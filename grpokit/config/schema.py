@@ -181,36 +181,36 @@ def non_finite(value, depth: int = 0):
     return None
 
 
-def validate_fields(data, spec: dict[str, Field], path: str, problems: Problems, origin=None) -> dict:
+def validate_fields(data, spec: dict[str, Field], path: str, problems: Problems, where_set=None) -> dict:
     """Validate a mapping against `spec`; return it with defaults filled and values coerced.
 
-    Every problem is added to `problems`; nothing raises. `origin(path)` names the file a key came from.
+    Every problem is added to `problems`; nothing raises. `where_set(path)` names the file a key came from.
     """
-    origin = origin or (lambda p: None)
+    where_set = where_set or (lambda p: None)
     if not isinstance(data, dict):
-        problems.add(path, "must be a mapping", data, file=origin(path))
+        problems.add(path, "must be a mapping", data, file=where_set(path))
         return {}
     out = {}
     for key, value in data.items():
         key_path = f"{path}.{key}"
         if key not in spec:
             problems.add(
-                key_path, "is not a known key", allowed=", ".join(spec), suggestion=nearest(key, spec), file=origin(key_path)
+                key_path, "is not a known key", allowed=", ".join(spec), suggestion=nearest(key, spec), file=where_set(key_path)
             )
             continue
         field = spec[key]
         ok, value = coerce(value, field.type)
         if not ok:
-            problems.add(key_path, "has the wrong type", value, describe(field.type), file=origin(key_path))
+            problems.add(key_path, "has the wrong type", value, describe(field.type), file=where_set(key_path))
             continue
-        check_bounds(value, field, key_path, problems, origin(key_path))
+        check_bounds(value, field, key_path, problems, where_set(key_path))
         out[key] = value
     for key, field in spec.items():
         if key in out:
             continue
         if field.default is REQUIRED:
             if key not in data:
-                problems.add(f"{path}.{key}", "is required", allowed=describe(field.type) + (f" ({field.doc})" if field.doc else ""), file=origin(path))
+                problems.add(f"{path}.{key}", "is required", allowed=describe(field.type) + (f" ({field.doc})" if field.doc else ""), file=where_set(path))
         else:
             out[key] = field.default
     return {key: out[key] for key in spec if key in out}  # in the spec's order, for a readable resolved recipe
@@ -227,21 +227,21 @@ def dataclass_hints(cls) -> dict[str, Any]:
     return {f.name: hints.get(f.name, f.type) for f in dataclasses.fields(cls) if f.init}
 
 
-def validate_dataclass_keys(data, cls, path: str, problems: Problems, bounds: dict[str, Field], origin=None,
+def validate_dataclass_keys(data, cls, path: str, problems: Problems, bounds: dict[str, Field], where_set=None,
                             refuse: dict[str, str] | None = None) -> dict:
     """Check a mapping's keys and values against a dataclass's own fields and annotations (+ `bounds`)."""
-    origin = origin or (lambda p: None)
+    where_set = where_set or (lambda p: None)
     if data is None:
         return {}
     if not isinstance(data, dict):
-        problems.add(path, "must be a mapping", data, file=origin(path))
+        problems.add(path, "must be a mapping", data, file=where_set(path))
         return {}
     hints = dataclass_hints(cls)
     out = {}
     for key, value in data.items():
         key_path = f"{path}.{key}"
         if refuse and key in refuse:
-            problems.add(key_path, refuse[key], file=origin(key_path))
+            problems.add(key_path, refuse[key], file=where_set(key_path))
             continue
         if key not in hints:
             problems.add(
@@ -249,7 +249,7 @@ def validate_dataclass_keys(data, cls, path: str, problems: Problems, bounds: di
                 f"is not a {cls.__name__} field",
                 suggestion=nearest(key, hints),
                 allowed=f"the field names of {cls.__module__.split('.')[0]}.{cls.__name__}",
-                file=origin(key_path),
+                file=where_set(key_path),
             )
             continue
         b = bounds.get(key, Field())
@@ -262,8 +262,8 @@ def validate_dataclass_keys(data, cls, path: str, problems: Problems, bounds: di
         ok, coerced = coerce(value, hints[key])
         if not ok:
             allowed = ", ".join(map(str, choices)) if choices else describe(hints[key])
-            problems.add(key_path, "has the wrong type", value, allowed, file=origin(key_path))
+            problems.add(key_path, "has the wrong type", value, allowed, file=where_set(key_path))
             continue
-        check_bounds(coerced, replace(b, choices=choices), key_path, problems, origin(key_path))
+        check_bounds(coerced, replace(b, choices=choices), key_path, problems, where_set(key_path))
         out[key] = coerced
     return out

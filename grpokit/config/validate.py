@@ -14,7 +14,7 @@ from pathlib import Path
 
 from grpokit.config.engine import check_knobs
 from grpokit.config.lint import RULE_NAMES
-from grpokit.config.loader import CLI, Loaded
+from grpokit.config.loader import CLI, Loaded, where_set_in
 from grpokit.config.schema import non_finite, validate_dataclass_keys, validate_fields
 from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, MODEL, PER_GROUP, REQUIRED_SECTIONS, REWARD_ENTRY,
                                      SAMPLING, SECTIONS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
@@ -37,21 +37,16 @@ class Recipe:
     sampling: dict
     num_processes: int = 1
     lint: dict = field(default_factory=lambda: {"ignore": []})
-    origins: dict = field(default_factory=dict)  # key path -> the file (or "command line") that set it
+    set_by: dict = field(default_factory=dict)  # key path -> the file (or "command line") that set it
 
-    def origin(self, key_path: str) -> str:
+    def where_set(self, key_path: str) -> str:
         """Where `key_path` (or its nearest set parent) was set, for a message to name: a file or "command line"."""
-        parts = key_path.split(".")
-        while parts:
-            if self.origins.get(".".join(parts)):
-                return self.origins[".".join(parts)]
-            parts.pop()
-        return str(self.path)
+        return where_set_in(self.set_by, key_path, str(self.path))
 
     def blame(self, key_path: str) -> str:
         """What a message about the data `key_path` names (a dataset file, a split) names as its source: the recipe,
         or "command line" when that is where the value came from."""
-        where = self.origin(key_path)
+        where = self.where_set(key_path)
         return where if where == CLI else str(self.path)
 
     def as_dict(self) -> dict:
@@ -77,121 +72,164 @@ def recipe_name(path: Path) -> str:
 
 
 def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
-    """Check every section; raise `RecipeError` with all problems, or return the `Recipe`."""
-    from peft import LoraConfig
-    from trl import GRPOConfig
+    """Check every section; raise `RecipeError` with all problems, or return the `Recipe`.
 
-    data, origin = loaded.data, loaded.origin
+    Three passes, each reporting all it finds: every section on its own (keys, types, bounds, its own rules), then
+    the rules between keys (batch sizes against the process count, the generation engine, dynamic sampling), then,
+    on values that passed ours, TRL's and PEFT's own checks.
+    """
+    data, where_set = loaded.data, loaded.where_set
     problems = Problems(file=str(loaded.path))
+    _check_section_names(data, problems, where_set)
+    model = _plain_section(data, "model", MODEL, problems, where_set)
+    dataset = _plain_section(data, "dataset", DATASET, problems, where_set)
+    sampling = _plain_section(data, "sampling", SAMPLING, problems, where_set)
+    lint = _plain_section(data, "lint", LINT, problems, where_set)
+    _check_lint_rules(lint, problems, where_set)
+    if dataset:
+        _check_data_sources(dataset, problems, where_set)
+    lora = _validate_lora(data.get("lora"), model, problems, where_set)
+    trainer = _validate_trainer(data.get("trainer"), loaded.path, problems, where_set)
+    rewards = _validate_rewards(data.get("rewards"), trainer, problems, where_set)
+    if rewards:
+        check_sampling_metric(sampling, [r["logged_as"] for r in rewards], problems, where_set)
+    n_proc = num_processes or num_processes_from_env()
+    _check_combinations(trainer, model, dataset, sampling, n_proc, problems, where_set)
+    problems.raise_if_any()
+    _check_with_the_libraries(trainer, model, rewards, lora, n_proc, problems, where_set)
+    problems.raise_if_any()
+    for r in rewards:
+        r.pop("logged_as")
+    return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint,
+                  dict(loaded.set_by))
 
+
+def _check_section_names(data: dict, problems: Problems, where_set) -> None:
+    """Every top-level key names a recipe section, and each required section is there."""
     for key in data:
         if key not in SECTIONS:
-            problems.add(str(key), "is not a recipe section", allowed=", ".join(SECTIONS), suggestion=nearest(str(key), SECTIONS), file=origin(str(key)))
+            problems.add(str(key), "is not a recipe section", allowed=", ".join(SECTIONS), suggestion=nearest(str(key), SECTIONS),
+                         file=where_set(str(key)))
     for key in REQUIRED_SECTIONS:
         if data.get(key) is None:
-            problems.add(key, "section is required", file=str(loaded.path))
+            problems.add(key, "section is required")
 
-    model = validate_fields(data.get("model") or {}, MODEL, "model", problems, origin) if data.get("model") is not None else {}
-    dataset = validate_fields(data.get("dataset") or {}, DATASET, "dataset", problems, origin) if data.get("dataset") is not None else {}
-    sampling = validate_fields(data.get("sampling") or {}, SAMPLING, "sampling", problems, origin)
-    lint = validate_fields(data.get("lint") or {}, LINT, "lint", problems, origin)
+
+def _plain_section(data: dict, name: str, spec: dict, problems: Problems, where_set) -> dict:
+    """A section of grpokit's own keys (`sections.py`), checked with its defaults filled; {} for a required section
+    that is missing, which `_check_section_names` has said."""
+    if name in REQUIRED_SECTIONS and data.get(name) is None:
+        return {}
+    return validate_fields(data.get(name) or {}, spec, name, problems, where_set)
+
+
+def _check_lint_rules(lint: dict, problems: Problems, where_set) -> None:
+    """`lint.ignore` names lint rules."""
     for i, name in enumerate(lint.get("ignore", [])):
         if name not in RULE_NAMES:
             problems.add(f"lint.ignore[{i}]", "is not a lint rule", name, ", ".join(RULE_NAMES), nearest(name, RULE_NAMES),
-                         file=origin("lint.ignore"))
+                         file=where_set("lint.ignore"))
 
-    if dataset:
-        if bool(dataset.get("name")) == bool(dataset.get("path")):
-            problems.add("dataset", "give exactly one of dataset.name (hub) or dataset.path (local file)",
-                         {k: dataset.get(k) for k in ("name", "path")}, file=origin("dataset"))
-        _check_heldout(dataset, problems, origin)
+
+def _check_data_sources(dataset: dict, problems: Problems, where_set) -> None:
+    """The training data is a hub dataset or a local file, never both; the held-out split is a local file or a split
+    of the hub dataset, never both; a hub split needs a hub dataset."""
+    if bool(dataset.get("name")) == bool(dataset.get("path")):
+        problems.add("dataset", "give exactly one of dataset.name (hub) or dataset.path (local file)",
+                     {k: dataset.get(k) for k in ("name", "path")}, file=where_set("dataset"))
+    if dataset.get("eval_path") and dataset.get("eval_split"):
+        problems.add("dataset.eval_split", "give one of dataset.eval_path (local file) or dataset.eval_split (hub split)",
+                     dataset["eval_split"], file=where_set("dataset.eval_split"))
+    elif dataset.get("eval_split") and not dataset.get("name"):
+        problems.add("dataset.eval_split", "names a split of a hub dataset (dataset.name); for a local file set dataset.eval_path",
+                     dataset["eval_split"], file=where_set("dataset.eval_split"))
+    if dataset.get("eval_limit") and not (dataset.get("eval_path") or dataset.get("eval_split")):
+        problems.add("dataset.eval_limit", "limits held-out data the recipe does not name; set dataset.eval_path or dataset.eval_split",
+                     dataset["eval_limit"], file=where_set("dataset.eval_limit"))
+
+
+def _validate_lora(raw, model: dict, problems: Problems, where_set) -> dict | None:
+    """The `lora` section against `peft.LoraConfig`'s own fields, on grpokit's defaults; None (a full fine-tune) when
+    the recipe has none, which a quantized model cannot have."""
+    from peft import LoraConfig
 
     lora = None
-    if data.get("lora") is not None:
-        raw_lora = validate_dataclass_keys(data["lora"], LoraConfig, "lora", problems, LORA_BOUNDS, origin)
-        lora = {**LORA_DEFAULTS, **raw_lora}
+    if raw is not None:
+        lora = {**LORA_DEFAULTS, **validate_dataclass_keys(raw, LoraConfig, "lora", problems, LORA_BOUNDS, where_set)}
     if model.get("quantization") not in (None, "none") and lora is None:
         problems.add("model.quantization", "a quantized model cannot be fully fine-tuned; add a lora section (QLoRA)",
-                     model["quantization"], file=origin("model.quantization"))
+                     model["quantization"], file=where_set("model.quantization"))
+    return lora
 
-    trainer = validate_dataclass_keys(data.get("trainer") or {}, GRPOConfig, "trainer", problems, TRAINER_BOUNDS,
-                                      origin, refuse=TRAINER_REFUSED)
+
+def _validate_trainer(raw, recipe_path: Path, problems: Problems, where_set) -> dict:
+    """The `trainer` section against `trl.GRPOConfig`'s own fields, with grpokit's defaults: output_dir
+    runs/<recipe name>, report_to none."""
+    from trl import GRPOConfig
+
+    trainer = validate_dataclass_keys(raw or {}, GRPOConfig, "trainer", problems, TRAINER_BOUNDS, where_set,
+                                      refuse=TRAINER_REFUSED)
     if "output_dir" in trainer and not (isinstance(trainer["output_dir"], str) and trainer["output_dir"].strip()):
         # GRPOConfig types it `str | None`, so null (`trainer.output_dir=` on the command line) passed the type check
         problems.add("trainer.output_dir", "must be a folder path; leave the key out for the default runs/<recipe name>",
-                     trainer.pop("output_dir"), file=origin("trainer.output_dir"))
-    trainer.setdefault("output_dir", str(Path("runs") / recipe_name(loaded.path)))
+                     trainer.pop("output_dir"), file=where_set("trainer.output_dir"))
+    trainer.setdefault("output_dir", str(Path("runs") / recipe_name(recipe_path)))
     trainer.setdefault("report_to", "none")
+    return trainer
 
-    rewards = _validate_rewards(data.get("rewards"), trainer, problems, origin)
-    if rewards:
-        check_sampling_metric(sampling, [r["logged_as"] for r in rewards], problems, origin)
 
+def _check_combinations(trainer: dict, model: dict, dataset: dict, sampling: dict, n_proc: int, problems: Problems,
+                        where_set) -> None:
+    """The rules between keys, in one section or across sections and the process count, once each key is checked."""
     if trainer.get("bf16") is True and trainer.get("fp16") is True:
         problems.add("trainer.fp16", "cannot be true together with trainer.bf16; set one (or neither: model.dtype picks)",
-                     True, file=origin("trainer.fp16"))
+                     True, file=where_set("trainer.fp16"))
     if trainer.get("eval_strategy", "no") not in ("no", None) and dataset and not (dataset.get("eval_path") or dataset.get("eval_split")):
         problems.add("trainer.eval_strategy", "evaluates on held-out data the recipe does not name; set dataset.eval_path "
                      "(a local file) or dataset.eval_split (a hub split), or leave eval_strategy at 'no'",
-                     trainer["eval_strategy"], file=origin("trainer.eval_strategy"))
-    n_proc = num_processes or num_processes_from_env()
-    _check_batch(trainer, n_proc, problems, origin)
-    check_knobs(trainer, model, n_proc, problems, origin)
+                     trainer["eval_strategy"], file=where_set("trainer.eval_strategy"))
+    _check_batch(trainer, n_proc, problems, where_set)
+    check_knobs(trainer, model, n_proc, problems, where_set)
     if sampling.get("dynamic"):
-        _check_dynamic_sampling(trainer, problems, origin)
-    problems.raise_if_any()
+        _check_dynamic_sampling(trainer, problems, where_set)
 
-    # The libraries' own checks, on values that passed ours: their messages are reworded, not shown raw.
+
+def _check_with_the_libraries(trainer: dict, model: dict, rewards: list[dict], lora: dict | None, n_proc: int,
+                              problems: Problems, where_set) -> None:
+    """TRL's and PEFT's own checks, on values that passed ours: their messages are reworded, not shown raw."""
+    from peft import LoraConfig
+
     try:
         build_grpo_config(trainer, model, rewards, num_processes=n_proc)
     except (ValueError, TypeError) as err:
-        problems.add("trainer", f"TRL rejects this configuration: {err}", file=origin("trainer"))
+        problems.add("trainer", f"TRL rejects this configuration: {err}", file=where_set("trainer"))
     if lora is not None:
         try:
             LoraConfig(**lora)
         except (ValueError, TypeError) as err:
-            problems.add("lora", f"PEFT rejects this configuration: {err}", file=origin("lora"))
-    problems.raise_if_any()
-
-    for r in rewards:
-        r.pop("logged_as")
-    return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint,
-                  dict(loaded.origins))
+            problems.add("lora", f"PEFT rejects this configuration: {err}", file=where_set("lora"))
 
 
-def _check_heldout(dataset: dict, problems: Problems, origin) -> None:
-    """The held-out split is a local file or a split of the hub dataset, never both; a hub split needs a hub dataset."""
-    if dataset.get("eval_path") and dataset.get("eval_split"):
-        problems.add("dataset.eval_split", "give one of dataset.eval_path (local file) or dataset.eval_split (hub split)",
-                     dataset["eval_split"], file=origin("dataset.eval_split"))
-    elif dataset.get("eval_split") and not dataset.get("name"):
-        problems.add("dataset.eval_split", "names a split of a hub dataset (dataset.name); for a local file set dataset.eval_path",
-                     dataset["eval_split"], file=origin("dataset.eval_split"))
-    if dataset.get("eval_limit") and not (dataset.get("eval_path") or dataset.get("eval_split")):
-        problems.add("dataset.eval_limit", "limits held-out data the recipe does not name; set dataset.eval_path or dataset.eval_split",
-                     dataset["eval_limit"], file=origin("dataset.eval_limit"))
-
-
-def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[dict]:
+def _validate_rewards(raw, trainer: dict, problems: Problems, where_set) -> list[dict]:
     import rewards
 
     if raw is None:
         return []
     if not isinstance(raw, list) or not raw:
-        problems.add("rewards", "must be a non-empty list of {name, weight, args}", raw, file=origin("rewards"))
+        problems.add("rewards", "must be a non-empty list of {name, weight, args}", raw, file=where_set("rewards"))
         return []
     out, seen = [], {}
     for i, item in enumerate(raw):
         path = f"rewards[{i}]"
         if isinstance(item, str):  # shorthand: "- accuracy"
             item = {"name": item}
-        entry = validate_fields(item, REWARD_ENTRY, path, problems, lambda p: origin(_dotted(p)))
+        entry = validate_fields(item, REWARD_ENTRY, path, problems, lambda p: where_set(_dotted(p)))
         if "name" not in entry:
             continue
         args = dict(entry.get("args") or {})
         bad = {arg: non_finite(value) for arg, value in args.items() if non_finite(value) is not None}
         for arg, value in bad.items():  # a user reward's own checks may miss it: refused for every reward alike
-            problems.add(f"{path}.args.{arg}", "must be a finite number", value, file=origin(f"rewards.{i}.args.{arg}"))
+            problems.add(f"{path}.args.{arg}", "must be a finite number", value, file=where_set(f"rewards.{i}.args.{arg}"))
         if bad:
             continue
         try:
@@ -202,14 +240,14 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, origin) -> list[di
                     args[arg] = _knob(trainer, key) if section == "trainer" else None
             rewards.build(entry["name"], **args)
         except rewards.RewardNameError as err:
-            problems.add(f"{path}.name", str(err), file=origin(f"rewards.{i}.name"))
+            problems.add(f"{path}.name", str(err), file=where_set(f"rewards.{i}.name"))
             continue
         except rewards.RewardError as err:  # blamed on where the argument at fault was set (a command-line override, say)
-            problems.add(f"{path}.args", str(err), file=origin(f"rewards.{i}.args.{err.arg}" if err.arg in args else f"rewards.{i}.args"))
+            problems.add(f"{path}.args", str(err), file=where_set(f"rewards.{i}.args.{err.arg}" if err.arg in args else f"rewards.{i}.args"))
             continue
         if e.name in seen:
             problems.add(f"{path}.name", f"reward {e.name!r} is listed twice (also rewards[{seen[e.name]}]); TRL logs them under one name",
-                         file=origin(f"rewards.{i}.name"))
+                         file=where_set(f"rewards.{i}.name"))
         seen[e.name] = i
         out.append({"name": entry["name"], "weight": entry["weight"], "args": args, "logged_as": e.name})
     return out
@@ -281,7 +319,7 @@ def _knob(trainer: dict, key: str):
     return next((f.default for f in dataclasses.fields(GRPOConfig) if f.name == key), None)
 
 
-def _check_batch(trainer: dict, n_proc: int, problems: Problems, origin) -> None:
+def _check_batch(trainer: dict, n_proc: int, problems: Problems, where_set) -> None:
     """The generation batch must hold whole prompt groups: TRL checks this only with its own world size."""
     per_device, num_gen, accum, gen_bs, spg = (_knob(trainer, k) for k in (
         "per_device_train_batch_size", "num_generations", "gradient_accumulation_steps", "generation_batch_size",
@@ -290,14 +328,14 @@ def _check_batch(trainer: dict, n_proc: int, problems: Problems, origin) -> None
         return  # already reported as a type or range problem
     if gen_bs is not None and spg is not None:
         problems.add("trainer.generation_batch_size", "cannot be set together with trainer.steps_per_generation; set one",
-                     gen_bs, file=origin("trainer.generation_batch_size"))
+                     gen_bs, file=where_set("trainer.generation_batch_size"))
         return
     global_batch = per_device * n_proc
     if gen_bs is not None:
         if gen_bs % global_batch:
             problems.add("trainer.generation_batch_size",
                          f"must be divisible by the global batch per_device_train_batch_size ({per_device}) x processes ({n_proc}) = {global_batch}",
-                         gen_bs, file=origin("trainer.generation_batch_size"))
+                         gen_bs, file=where_set("trainer.generation_batch_size"))
             return
         generation = gen_bs
     else:
@@ -312,17 +350,17 @@ def _check_batch(trainer: dict, n_proc: int, problems: Problems, origin) -> None
             f" num_generations ({num_gen}) so every prompt's group is whole",
             num_gen,
             f"e.g. per_device_train_batch_size: {fix}",
-            file=origin("trainer.num_generations"),
+            file=where_set("trainer.num_generations"),
         )
 
 
-def check_sampling_metric(sampling: dict, reward_names: list[str], problems: Problems, origin=lambda p: None) -> None:
+def check_sampling_metric(sampling: dict, reward_names: list[str], problems: Problems, where_set=lambda p: None) -> None:
     """`sampling.metric` must be the weighted total or the logged name of one of the rewards."""
     metric = sampling.get("metric")
     if isinstance(metric, str) and metric != TOTAL_REWARD and metric not in reward_names:
         allowed = [TOTAL_REWARD] + [n for n in reward_names if n != TOTAL_REWARD]
         problems.add("sampling.metric", "names no reward of this recipe", metric, ", ".join(allowed), nearest(metric, allowed),
-                     file=origin("sampling.metric"))
+                     file=where_set("sampling.metric"))
 
 
 def sampling_settings(sampling: dict | None, reward_names: list[str] | None = None) -> dict:
@@ -370,11 +408,11 @@ def check_group_layout(per_device_train_batch_size: int, steps_per_generation: i
         )
 
 
-def _check_dynamic_sampling(trainer: dict, problems: Problems, origin) -> None:
+def _check_dynamic_sampling(trainer: dict, problems: Problems, where_set) -> None:
     """What the dynamic-sampling trainer would refuse at init, said before any weight loads."""
     for knob, value in batch_level_knobs(_knob(trainer, "scale_rewards"), _knob(trainer, "multi_objective_aggregation")).items():
         problems.add(f"trainer.{knob}", "cannot be used with sampling.dynamic: batch-level statistics would mix "
-                     "the generation rounds a batch is built from", value, ", ".join(PER_GROUP[knob]), file=origin(f"trainer.{knob}"))
+                     "the generation rounds a batch is built from", value, ", ".join(PER_GROUP[knob]), file=where_set(f"trainer.{knob}"))
     per_device, num_gen = _knob(trainer, "per_device_train_batch_size"), _knob(trainer, "num_generations")
     steps = _knob(trainer, "steps_per_generation") or _knob(trainer, "gradient_accumulation_steps")
     if trainer.get("generation_batch_size") and trainer.get("steps_per_generation") is None:
@@ -383,4 +421,4 @@ def _check_dynamic_sampling(trainer: dict, problems: Problems, origin) -> None:
         try:
             check_group_layout(per_device, steps, num_gen)
         except ValueError as err:
-            problems.add("trainer.per_device_train_batch_size", str(err), per_device, file=origin("trainer.per_device_train_batch_size"))
+            problems.add("trainer.per_device_train_batch_size", str(err), per_device, file=where_set("trainer.per_device_train_batch_size"))

@@ -172,119 +172,179 @@ def instrument(trainer, live: LiveTensors, warmup_steps: int = 0):
     Peaks are forgotten after `warmup_steps` optimizer steps (a run's first step creates the optimizer states).
     """
     trl_compat.check_library_internals(("transformers.cache_utils:DynamicLayer.update",))
-    DynamicLayer = trl_compat.dynamic_cache_layer()
+    cache_layer = trl_compat.dynamic_cache_layer()
     head = trl_compat.fused_head_function()
-    model = trainer.model
-    params = list(model.parameters())
+    params = list(trainer.model.parameters())
+    _track_before_training(trainer, params, live)
+    hooks = _gradient_hooks(params, live)
+    callback = _retag_states_on_train_begin(trainer, live)
+    trainer.add_callback(callback)
+    if trainer.optimizer is not None:  # created (and stepped) before: its states exist already
+        _tag_optimizer_states(trainer.optimizer, live)
+    hooks += _OptimizerStepMoment(live, warmup_steps).register()
+    methods = _wrap_step_methods(trainer, live)
+    kernels = _wrap_kernels(head, cache_layer, live)
+    try:
+        yield live
+    finally:
+        _restore_kernels(head, cache_layer, kernels)
+        _restore_methods(methods)
+        for h in hooks:
+            h.remove()
+        trainer.remove_callback(callback)
+
+
+def _track_before_training(trainer, params: list, live: LiveTensors) -> None:
+    """Count what exists before the first step: weights (with their quantization states), buffers, the reference."""
     frozen = any(not p.requires_grad for p in params)  # LoRA / QLoRA: the base is frozen
     for p in params:
         live.track(p, "trainable params" if p.requires_grad and frozen else "weights")
         for t in _quant_tensors(p):
             live.track(t, "weights")
-    for b in model.buffers():
+    for b in trainer.model.buffers():
         live.track(b, "weights")
     if getattr(trainer, "ref_model", None) is not None:
         for t in list(trainer.ref_model.parameters()) + list(trainer.ref_model.buffers()):
             live.track(t, "reference model")
-    hooks = [p.register_post_accumulate_grad_hook(lambda p: live.track(p.grad, "gradients"))
-             for p in params if p.requires_grad]
 
-    def tag_optimizer_states(optimizer) -> None:
-        for state in optimizer.state.values():
-            for t in state.values():
-                if isinstance(t, torch.Tensor):
-                    live.track(t, "optimizer states")
 
-    from transformers import TrainerCallback
+def _gradient_hooks(params: list, live: LiveTensors) -> list:
+    """Tag each trainable parameter's `.grad` as "gradients" when autograd accumulates into it; the hook handles."""
+    return [p.register_post_accumulate_grad_hook(lambda p: live.track(p.grad, "gradients"))
+            for p in params if p.requires_grad]
 
-    class _States(TrainerCallback):
-        # accelerate's prepare() reloads the optimizer's state dict (bitsandbytes copies its states): tag again
+
+def _tag_optimizer_states(optimizer, live: LiveTensors) -> None:
+    for state in optimizer.state.values():
+        for t in state.values():
+            if isinstance(t, torch.Tensor):
+                live.track(t, "optimizer states")
+
+
+def _retag_states_on_train_begin(trainer, live: LiveTensors):
+    """A trainer callback tagging the optimizer's states again when training begins: accelerate's prepare()
+    reloads the optimizer's state dict (bitsandbytes copies its states)."""
+    from transformers import TrainerCallback  # deferred: importing this module does not load transformers
+
+    class RetagStates(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             if trainer.optimizer is not None:
-                tag_optimizer_states(trainer.optimizer)
+                _tag_optimizer_states(trainer.optimizer, live)
 
-    callback = _States()
-    trainer.add_callback(callback)
-    if trainer.optimizer is not None:  # created (and stepped) before: its states exist already
-        tag_optimizer_states(trainer.optimizer)
-    steps = [0]
-    outer_tag = []
+    return RetagStates()
 
-    def step_pre(optimizer, args, kwargs):
-        live.moment("optimizer step")
-        outer_tag.append(live.tag)
-        live.tag = "optimizer step"  # what the step allocates and frees again: its temporaries
 
-    def step_post(optimizer, args, kwargs):
-        tag_optimizer_states(optimizer)
-        live.tag = outer_tag.pop()
-        live.moment("other")
-        steps[0] += 1
-        if steps[0] == warmup_steps:
-            live.reset_peaks()
+class _OptimizerStepMoment:
+    """The optimizer step as moment "optimizer step" (its temporaries tagged so), the states it made tagged after
+    it, then moment "other"; the peaks are forgotten after `warmup_steps` steps."""
 
-    hooks += [register_optimizer_step_pre_hook(step_pre), register_optimizer_step_post_hook(step_post)]
+    def __init__(self, live: LiveTensors, warmup_steps: int):
+        self.live, self.warmup_steps = live, warmup_steps
+        self.steps = 0
+        self.outer_tags: list[str] = []
 
-    def around(fn, moment: str, after: str, tag: str | None = None):
-        def wrapped(*a, **k):
-            live.moment(moment)
-            outer = live.tag
-            live.tag = tag or outer
-            try:
-                return fn(*a, **k)
-            finally:
-                live.tag = outer
-                live.moment(after)
-        return wrapped
+    def register(self) -> list:
+        """Install the step's pre and post hooks on every optimizer; their handles."""
+        return [register_optimizer_step_pre_hook(self.pre), register_optimizer_step_post_hook(self.post)]
 
+    def pre(self, optimizer, args, kwargs) -> None:
+        self.live.moment("optimizer step")
+        self.outer_tags.append(self.live.tag)
+        self.live.tag = "optimizer step"  # what the step allocates and frees again: its temporaries
+
+    def post(self, optimizer, args, kwargs) -> None:
+        _tag_optimizer_states(optimizer, self.live)
+        self.live.tag = self.outer_tags.pop()
+        self.live.moment("other")
+        self.steps += 1
+        if self.steps == self.warmup_steps:
+            self.live.reset_peaks()
+
+
+def _in_moment(live: LiveTensors, fn, moment: str, after: str, tag: str | None = None):
+    """`fn` running as moment `moment`, what it allocates tagged `tag` (default: the tag around it); then `after`."""
+    def wrapped(*a, **k):
+        live.moment(moment)
+        outer = live.tag
+        live.tag = tag or outer
+        try:
+            return fn(*a, **k)
+        finally:
+            live.tag = outer
+            live.moment(after)
+    return wrapped
+
+
+def _wrap_step_methods(trainer, live: LiveTensors) -> list[tuple]:
+    """Run generation, the loss and the backward as moments; returns (object, name, its own attribute or None),
+    what `_restore_methods` puts back."""
     target = trainer.accelerator.unwrap_model(trainer.model_wrapped)  # what TRL calls generate on
     patched = [(obj, name, vars(obj).get(name)) for obj, name in
                ((target, "generate"), (trainer, "compute_loss"), (trainer.accelerator, "backward"))]
-    target.generate = around(target.generate, GENERATION, "scoring", tag="generation workspace")
-    trainer.compute_loss = around(trainer.compute_loss, "forward", "other")
-    trainer.accelerator.backward = around(trainer.accelerator.backward, "backward", "other")
+    target.generate = _in_moment(live, target.generate, GENERATION, "scoring", tag="generation workspace")
+    trainer.compute_loss = _in_moment(live, trainer.compute_loss, "forward", "other")
+    trainer.accelerator.backward = _in_moment(live, trainer.accelerator.backward, "backward", "other")
+    return patched
 
-    head_forward, head_backward = head.forward, head.backward
 
-    def forward(ctx, *a, **k):
+def _restore_methods(patched: list[tuple]) -> None:
+    for obj, name, own in patched:  # back to the instance's own attribute, or to the class's method
+        if own is None:
+            vars(obj).pop(name, None)
+        else:
+            setattr(obj, name, own)
+
+
+def _wrap_kernels(head, cache_layer, live: LiveTensors) -> tuple:
+    """Patch the fused LM head's forward and backward and the KV cache layer's update; returns the originals."""
+    originals = head.forward, head.backward, cache_layer.update
+    forward, backward, update = originals
+    head.forward = staticmethod(_head_forward(live, forward))
+    head.backward = staticmethod(_head_backward(live, backward))
+    cache_layer.update = _kv_cache_update(live, update)
+    return originals
+
+
+def _restore_kernels(head, cache_layer, originals: tuple) -> None:
+    forward, backward, update = originals
+    head.forward, head.backward, cache_layer.update = staticmethod(forward), staticmethod(backward), update
+
+
+def _head_forward(live: LiveTensors, forward):
+    """The fused head's forward as moment "head forward", its tensors tagged "logits"."""
+    def wrapped(ctx, *a, **k):
         with live.region("logits"):
             if not torch.is_grad_enabled() and live.current != "forward":
-                return head_forward(ctx, *a, **k)  # a scoring pass: stays in its moment
+                return forward(ctx, *a, **k)  # a scoring pass: stays in its moment
             previous = live.moment("head forward")
             try:
-                return head_forward(ctx, *a, **k)
+                return forward(ctx, *a, **k)
             finally:
                 live.moment(previous)
+    return wrapped
 
-    def backward(ctx, *a):
+
+def _head_backward(live: LiveTensors, backward):
+    """The fused head's backward as moment "head backward", its tensors tagged "logits"."""
+    def wrapped(ctx, *a):
         previous = live.moment("head backward")
         try:
             with live.region("logits"):
-                return head_backward(ctx, *a)
+                return backward(ctx, *a)
         finally:
             live.moment(previous)
+    return wrapped
 
-    update = DynamicLayer.update  # transformers' KV cache layer: each decode step concatenates onto it
 
-    def update_and_tag(layer, *a, **k):
+def _kv_cache_update(live: LiveTensors, update):
+    """transformers' KV cache layer update, the whole cache tagged "KV cache" after it (each decode step
+    concatenates onto it)."""
+    def wrapped(layer, *a, **k):
         out = update(layer, *a, **k)
         live.track(layer.keys, "KV cache")
         live.track(layer.values, "KV cache")
         return out
-
-    head.forward, head.backward, DynamicLayer.update = staticmethod(forward), staticmethod(backward), update_and_tag
-    try:
-        yield live
-    finally:
-        head.forward, head.backward, DynamicLayer.update = staticmethod(head_forward), staticmethod(head_backward), update
-        for obj, name, own in patched:  # back to the instance's own attribute, or to the class's method
-            if own is None:
-                vars(obj).pop(name, None)
-            else:
-                setattr(obj, name, own)
-        for h in hooks:
-            h.remove()
-        trainer.remove_callback(callback)
+    return wrapped
 
 
 def _quant_tensors(p) -> list:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grpokit.planning.architecture import dims, linear_shapes, load_model_config, lora_tensors, param_counts
-from grpokit.planning.moments import DTYPE_BYTES, Component, Phase, adapter_bytes, step_moments
+from grpokit.planning.moments import DTYPE_BYTES, Component, Phase, Settings, adapter_bytes, step_moments
 
 GIB = 1024**3
 CONTEXT_BYTES = int(0.5 * GIB)  # CUDA context + cuBLAS/cuDNN handles: 0.3-0.6 GiB depending on card and driver
@@ -70,31 +70,6 @@ _OPTIM_UNKNOWN = (2, 4)  # an optimizer not in the table is planned as AdamW-lik
 
 # --------------------------------------------------------------------------------------------------
 # The plan
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The run's knobs that move memory; `plan_for` reads them from a resolved GRPOConfig."""
-
-    dtype: str = "bfloat16"
-    quantization: str = "none"  # none | 8bit | 4bit
-    lora: dict | None = None  # r, target_modules, lora_dropout, use_dora
-    optim: str = "adamw_torch"
-    beta: float = 0.0
-    gradient_checkpointing: bool = True
-    per_device_train_batch_size: int = 8
-    num_generations: int = 8
-    generation_batch_size: int | None = None  # per device; None = the micro-batch
-    prompt_length: int = 256
-    max_completion_length: int = 512
-    gpu_memory_gb: float = 16.0
-    device: str = "cuda"  # cuda | cpu: which kernels run (TRL's fused head, AdamW's default path)
-    foreach: bool | None = None  # AdamW's multi-tensor step; None = torch's default (CUDA yes, CPU no)
-    gradient_accumulation_steps: int = 1
-
-    @property
-    def gen_batch(self) -> int:
-        return self.generation_batch_size or self.per_device_train_batch_size
 
 
 @dataclass

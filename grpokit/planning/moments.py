@@ -54,22 +54,48 @@ class Phase:
         return sum(c.bytes for c in self.components)
 
 
-def activation_bytes(s) -> int:
+@dataclass(frozen=True)
+class Settings:
+    """The run's knobs that move memory; `memory.plan_for` reads them from a resolved GRPOConfig. It lives here,
+    below `memory`, because every moment reads it; `memory.Settings` is this class."""
+
+    dtype: str = "bfloat16"
+    quantization: str = "none"  # none | 8bit | 4bit
+    lora: dict | None = None  # r, target_modules, lora_dropout, use_dora
+    optim: str = "adamw_torch"
+    beta: float = 0.0
+    gradient_checkpointing: bool = True
+    per_device_train_batch_size: int = 8
+    num_generations: int = 8
+    generation_batch_size: int | None = None  # per device; None = the micro-batch
+    prompt_length: int = 256
+    max_completion_length: int = 512
+    gpu_memory_gb: float = 16.0
+    device: str = "cuda"  # cuda | cpu: which kernels run (TRL's fused head, AdamW's default path)
+    foreach: bool | None = None  # AdamW's multi-tensor step; None = torch's default (CUDA yes, CPU no)
+    gradient_accumulation_steps: int = 1
+
+    @property
+    def gen_batch(self) -> int:
+        return self.generation_batch_size or self.per_device_train_batch_size
+
+
+def activation_bytes(settings: Settings) -> int:
     """Bytes of one activation: the model's dtype (a 4-bit base computes in it too)."""
-    return DTYPE_BYTES[s.dtype]
+    return DTYPE_BYTES[settings.dtype]
 
 
-def adapter_bytes(s) -> int:
+def adapter_bytes(settings: Settings) -> int:
     """LoRA parameters: bf16 under QLoRA (TRL casts them), else at least fp32 (PEFT's autocast_adapter_dtype)."""
-    return 2 if s.quantization != "none" else max(DTYPE_BYTES[s.dtype], 4)
+    return 2 if settings.quantization != "none" else max(DTYPE_BYTES[settings.dtype], 4)
 
 
-def autocast(s) -> bool:
+def autocast(settings: Settings) -> bool:
     """grpokit turns on bf16 / fp16 mixed precision on a GPU only (`trainer_args`); on CPU no autocast runs."""
-    return s.device == "cuda" and s.dtype in ("bfloat16", "float16")
+    return settings.device == "cuda" and settings.dtype in ("bfloat16", "float16")
 
 
-def layer_activations(config: dict, s, S: int) -> tuple[int, str]:
+def layer_activations(config: dict, settings: Settings, S: int) -> tuple[int, str]:
     """Bytes one decoder layer saves for backward, per token of a micro-batch (no checkpointing).
 
     Each RMSNorm keeps its fp32 input (4H) and 1/rms, and its output (a H); attention keeps q after RoPE,
@@ -81,36 +107,38 @@ def layer_activations(config: dict, s, S: int) -> tuple[int, str]:
     """
     d = dims(config)
     H, I, q, heads = d["H"], d["I"], d["q"], d["q"] // d["head_dim"]
-    a = activation_bytes(s)
+    a = activation_bytes(settings)
     A = 2 * (4 * H + 4 + a * H) + 5 * a * q + 4 * heads + a * S + 4 * a * I
     how = f"2(4H+4+{a}H) + 5x{a}q + 4 heads + {a}S (float mask) + 4x{a}I"
-    if s.lora is None:
+    lora = settings.lora
+    if lora is None:
         A += 2 * a * H
         how += f" + 2x{a}H (norm outputs)"
     else:
-        pb = adapter_bytes(s)
-        cast = 0 if pb == a else (a if autocast(s) else pb)  # fp32 adapters: input cast to fp32 (autocast: back to bf16)
-        dropout = float(s.lora.get("lora_dropout", 0) or 0) > 0
+        pb = adapter_bytes(settings)
+        # fp32 adapters: input cast to fp32 (autocast: back to bf16)
+        cast = 0 if pb == a else (a if autocast(settings) else pb)
+        dropout = float(lora.get("lora_dropout", 0) or 0) > 0
         per_feature = cast + ((a if not cast else 0) + 1 if dropout else 0)
-        r = s.lora.get("r", 8)
+        r = lora.get("r", 8)
         extra = 0
-        for name, (i, _) in lora_targets(config, s.lora.get("target_modules", "all-linear")).items():
+        for name, (i, _) in lora_targets(config, lora.get("target_modules", "all-linear")).items():
             if name in ALL_LINEAR:
-                extra += i * per_feature + r * (a if autocast(s) else pb)
+                extra += i * per_feature + r * (a if autocast(settings) else pb)
         A += extra
         how += f" + {extra} LoRA"
     return A, how
 
 
-def layer_backward(config: dict, s) -> int:
+def layer_backward(config: dict, settings: Settings) -> int:
     """Per token, what a layer's backward holds beyond its saved activations: the incoming and outgoing
     gradients of the residual stream, each norm's fp32 gradient, and the MLP's gradients (gate, up, product)."""
     d = dims(config)
-    a = activation_bytes(s)
+    a = activation_bytes(settings)
     return (2 * a + 8) * d["H"] + 3 * a * d["I"]
 
 
-def head_bytes(config: dict, s, tokens: int, backward: bool) -> tuple[int, str]:
+def head_bytes(config: dict, settings: Settings, tokens: int, backward: bool) -> tuple[int, str]:
     """TRL's fused LM head (`ChunkedLogProbFunction`) on `tokens` scored positions, at its forward's or
     backward's peak: the hidden rows it was handed (copied), 7 fp32 per-token statistics (3 kept for the
     backward), one tile buffer of TOKEN_CHUNK_SIZE x _CHUNKED_LOGPROB_CHUNK_SIZE (the full width even when
@@ -118,10 +146,11 @@ def head_bytes(config: dict, s, tokens: int, backward: bool) -> tuple[int, str]:
     the fp32 gradient of the hidden rows (and of the head's weight when it trains)."""
     d = dims(config)
     H, V = d["H"], d["V"]
-    a = activation_bytes(s)
+    a = activation_bytes(settings)
     rows, width = min(tokens, LOGPROB_TILE[0]), min(V, LOGPROB_TILE[1])
-    temps = HEAD_TEMPORARIES[s.device]["backward" if backward else "forward"]
-    upcast = s.device == "cpu" and a != 4  # torch's fold and addmm work in fp32: a 16-bit tile (and weight) is copied up
+    temps = HEAD_TEMPORARIES[settings.device]["backward" if backward else "forward"]
+    # torch's fold and addmm work in fp32: a 16-bit tile (and weight) is copied up
+    upcast = settings.device == "cpu" and a != 4
     if upcast and not backward:
         temps += 1
     total = tokens * H * a + tokens * 4 * (3 if backward else 7) + rows * LOGPROB_TILE[1] * a
@@ -132,61 +161,60 @@ def head_bytes(config: dict, s, tokens: int, backward: bool) -> tuple[int, str]:
         how += f" + the larger of {temps} fp32 tile temporaries and the fp32 copies of a tile and a weight chunk (CPU)"
     elif temps:
         total += fold
-        how += f" + {temps} fp32 tile temporaries (torch fold, {s.device})"
+        how += f" + {temps} fp32 tile temporaries (torch fold, {settings.device})"
     if backward:
         total += tokens * H * 4
         how += " + fp32 grad of the hidden rows"
-        if s.lora is None:
+        if settings.lora is None:
             total += V * H * 4
             how += " + fp32 grad of the head's weight"
     how += f"; unfused log-softmax would hold N x V x 4 B = {tokens * V * 4 / 2**30:.2f} GiB"
     return int(total), how
 
 
-def scored_positions(s) -> int:
+def scored_positions(settings: Settings) -> int:
     """Positions the fused head scores per micro-batch: on CUDA (Triton) the B x C completion tokens; on CPU
     every position but the last, B x (P + C - 1) (`trl.trainer.utils.add_fused_lm_head`, `compact`)."""
-    B, P, C = s.per_device_train_batch_size, s.prompt_length, s.max_completion_length
-    return B * C if s.device == "cuda" else B * (P + C - 1)
+    B, P, C = settings.per_device_train_batch_size, settings.prompt_length, settings.max_completion_length
+    return B * C if settings.device == "cuda" else B * (P + C - 1)
 
 
-def optimizer_step_bytes(s, sizes: list[int], state_bytes: int) -> tuple[int, str]:
+def optimizer_step_bytes(settings: Settings, sizes: list[int], state_bytes: int) -> tuple[int, str]:
     """Temporaries of the optimizer step: AdamW's foreach path (CUDA's default) allocates sqrt(v) for every
     parameter at once; the single-tensor path (CPU's default) sqrt(v) and its quotient for one tensor."""
-    if s.optim not in ("adamw_torch", "adamw_torch_fused", "adamw_anyprecision"):
+    if settings.optim not in ("adamw_torch", "adamw_torch_fused", "adamw_anyprecision"):
         return 0, "updated in place, block by block (bitsandbytes) or not modelled"
-    if s.optim == "adamw_torch_fused":
+    if settings.optim == "adamw_torch_fused":
         return 0, "fused AdamW: in place"
-    foreach = s.foreach if s.foreach is not None else s.device == "cuda"
+    foreach = settings.foreach if settings.foreach is not None else settings.device == "cuda"
     if foreach:
         return sum(sizes) * state_bytes, f"foreach AdamW: sqrt(v) for all {sum(sizes):,} trainable values at once"
     return 2 * max(sizes) * state_bytes, "single-tensor AdamW: sqrt(v) and its quotient for the largest tensor"
 
 
-def step_moments(config: dict, s, static: list[Component], grads: Component, optim: Component,
+def step_moments(config: dict, settings: Settings, static: list[Component], grads: Component, optim: Component,
                  dequant: int = 0) -> tuple[list[Phase], list[Phase]]:
     """(generation moments, training moments), each a full list of components (the static ones repeated);
     `dequant` is the largest dequantized weight a quantized base holds while one layer runs."""
+    return (generation_moments(config, settings, static, optim),
+            training_moments(config, settings, static, grads, optim, dequant))
+
+
+def generation_moments(config: dict, settings: Settings, static: list[Component], optim: Component) -> list[Phase]:
+    """The prefill, and the last decode step (the longest KV cache), of G = gen_batch sequences of P + C tokens."""
     d = dims(config)
     H, I, L, V, q, kv = d["H"], d["I"], d["L"], d["V"], d["q"], d["kv"]
-    a = activation_bytes(s)
-    B, C, P, G = s.per_device_train_batch_size, s.max_completion_length, s.prompt_length, s.gen_batch
-    S = P + C
-    T = B * S
+    a = activation_bytes(settings)
+    G, P = settings.gen_batch, settings.prompt_length
+    S = P + settings.max_completion_length
     none_grads = Component("gradients", 0, "none yet: freed by zero_grad(set_to_none=True) after each optimizer step")
-    # gradients of earlier micro-batches of the same optimizer step (gradient accumulation) are alive throughout
-    held = Component("gradients", grads.bytes if s.gradient_accumulation_steps > 1 else 0,
-                "earlier micro-batches' (gradient accumulation)" if s.gradient_accumulation_steps > 1
-                else "none yet (first micro-batch of the step)")
-
-    # -- generation: the prefill, and the last decode step (longest cache)
     kv_tok = L * 2 * kv * a
     mask_prefill = G * P * P * a  # the float padding mask of the prompt, one layer at a time
     # no dequantized weight without gradients: bitsandbytes' gemm_4bit reads the packed weight
     prefill_ws = G * P * a * (2 * H + 2 * q + 2 * kv + 3 * I) + mask_prefill + G * V * (a + 4)
     cache = G * (S - 1) * kv_tok  # the last token is sampled, never fed back: P + C - 1 positions
     decode_ws = 2 * G * (S - 1) * kv * a + G * V * (a + 4 * 7)
-    gen = [
+    return [
         Phase("generation", "prefill", static + [none_grads, optim,
                Component("KV cache", G * P * kv_tok, f"G x P x L x (k, v) x kv_dim x {a} B"),
                Component("generation workspace", prefill_ws, "one layer's no-grad activations of the prompts + float mask "
@@ -197,61 +225,94 @@ def step_moments(config: dict, s, static: list[Component], grads: Component, opt
                     "G x V sampling tensors (GQA is packed, not expanded, for one query token)")]),
     ]
 
-    # -- training, one micro-batch of T = B x (P + C) tokens
-    A, a_how = layer_activations(config, s, S)
-    back = layer_backward(config, s)
-    mask = B * S * S  # the bool padding mask, made once per forward
-    final = T * (4 * H + 4 + a * H)  # the final norm's saved input and output
-    if s.gradient_checkpointing:
-        kept = L * T * a * H + mask + final
-        kept_how = f"checkpoints L x T x {a}H (T = {T} tokens) + final norm"
-        recompute = T * (A + back)
-        backward_acts = kept + recompute
-        b_how = kept_how + f" + one layer recomputed and its backward, T x ({A} + {back}) B"
-    else:
-        kept = L * T * A + mask + final
-        kept_how = f"L x T x {A} B/token ({a_how}) + final norm"
-        backward_acts = kept + T * back
-        b_how = kept_how + f" + backward T x {back} B"
-    N = scored_positions(s)
-    hf, hf_how = head_bytes(config, s, N, backward=False)
-    hb, hb_how = head_bytes(config, s, N, backward=True)
+
+def training_moments(config: dict, settings: Settings, static: list[Component], grads: Component,
+                     optim: Component, dequant: int = 0) -> list[Phase]:
+    """One micro-batch of T = B x (P + C) tokens: the layers' forward, the fused head's forward and backward,
+    the layers' backward, then the optimizer step."""
+    d = dims(config)
+    H, I = d["H"], d["I"]
+    a = activation_bytes(settings)
+    T = settings.per_device_train_batch_size * (settings.prompt_length + settings.max_completion_length)
+    held = _held_gradients(settings, grads)
+    kept, kept_how, backward_acts, b_how = _saved_activations(config, settings)
+    N = scored_positions(settings)
+    hf, hf_how = head_bytes(config, settings, N, backward=False)
+    hb, hb_how = head_bytes(config, settings, N, backward=True)
     # the layers' forward: what is kept so far, plus one layer's transient MLP and a dequantized weight (4/8-bit)
     transient = T * (4 * a * I + 2 * a * H) + dequant
     deq = " + one dequantized weight" if dequant else ""
-    train = [
+    activations = Component("activations", backward_acts + dequant, b_how + deq)
+    backward = _backward_peak(config, settings, held, grads, optim, activations)
+    step, step_how = optimizer_step_bytes(settings, _trainable_sizes(config, settings), _state_bytes(settings))
+    return [
         Phase("training", "forward", static + [held, optim, Component(
             "activations", kept + transient, kept_how + f" + one layer's transient T x (4x{a}I + 2x{a}H){deq}")]),
         Phase("training", "head forward", static + [held, optim, Component("activations", kept, kept_how),
                                                     Component("logits", hf, hf_how)]),
         Phase("training", "head backward", static + [held, optim, Component("activations", kept, kept_how),
                                                      Component("logits", hb, hb_how)]),
+        Phase("training", "backward", static + backward),
+        Phase("training", "optimizer step", static + [grads, optim, Component("optimizer step", step, step_how)]),
     ]
-    if s.lora:  # the adapters' gradients are small: the backward peaks at its first recomputed layer
-        train.append(Phase("training", "backward", static + [grads, optim, Component(
-            "activations", backward_acts + dequant, b_how + deq)]))
-    else:  # a full fine-tune: the head's weight gradient from the start; at the end every gradient, and
-        # with tied embeddings the head's gradient waits for the embedding's dense one, and their sum is a third
-        head_grad = V * H * activation_bytes(s)
-        start = [Component("gradients", head_grad + held.bytes, "the head's weight (V x H), from its backward"),
-                 optim, Component("activations", backward_acts + dequant, b_how + deq)]
-        tied = 2 * head_grad if d["tied"] else 0
-        end = [grads, optim, Component("activations", tied, "tied embeddings: the embedding's dense gradient and its sum "
-                                       "with the head's (V x H each)" if tied else "the last layers' gradients in flight")]
-        train.append(Phase("training", "backward", static + max(start, end, key=lambda parts: sum(c.bytes for c in parts))))
-    step, step_how = optimizer_step_bytes(s, _trainable_sizes(config, s), _state_bytes(s))
-    train.append(Phase("training", "optimizer step", static + [grads, optim, Component("optimizer step", step, step_how)]))
-    return gen, train
 
 
-def _trainable_sizes(config: dict, s) -> list[int]:
-    if s.lora:
-        return lora_tensors(config, s.lora.get("r", 8), s.lora.get("target_modules", "all-linear"), bool(s.lora.get("use_dora")))
+def _held_gradients(settings: Settings, grads: Component) -> Component:
+    """Gradients of earlier micro-batches of the same optimizer step (gradient accumulation): alive throughout."""
+    accumulating = settings.gradient_accumulation_steps > 1
+    return Component("gradients", grads.bytes if accumulating else 0,
+                     "earlier micro-batches' (gradient accumulation)" if accumulating
+                     else "none yet (first micro-batch of the step)")
+
+
+def _saved_activations(config: dict, settings: Settings) -> tuple[int, str, int, str]:
+    """(bytes the layers keep for backward, how; bytes the layers' backward holds at its peak, how), per micro-batch."""
+    d = dims(config)
+    H, L = d["H"], d["L"]
+    a = activation_bytes(settings)
+    B, S = settings.per_device_train_batch_size, settings.prompt_length + settings.max_completion_length
+    T = B * S
+    A, a_how = layer_activations(config, settings, S)
+    back = layer_backward(config, settings)
+    mask = B * S * S  # the bool padding mask, made once per forward
+    final = T * (4 * H + 4 + a * H)  # the final norm's saved input and output
+    if settings.gradient_checkpointing:
+        kept = L * T * a * H + mask + final
+        kept_how = f"checkpoints L x T x {a}H (T = {T} tokens) + final norm"
+        recompute = T * (A + back)
+        b_how = kept_how + f" + one layer recomputed and its backward, T x ({A} + {back}) B"
+        return kept, kept_how, kept + recompute, b_how
+    kept = L * T * A + mask + final
+    kept_how = f"L x T x {A} B/token ({a_how}) + final norm"
+    return kept, kept_how, kept + T * back, kept_how + f" + backward T x {back} B"
+
+
+def _backward_peak(config: dict, settings: Settings, held: Component, grads: Component, optim: Component,
+                   activations: Component) -> list[Component]:
+    """The layers' backward at its peak, less the static components."""
+    if settings.lora:  # the adapters' gradients are small: the backward peaks at its first recomputed layer
+        return [grads, optim, activations]
+    # a full fine-tune: the head's weight gradient from the start; at the end every gradient, and
+    # with tied embeddings the head's gradient waits for the embedding's dense one, and their sum is a third
+    d = dims(config)
+    head_grad = d["V"] * d["H"] * activation_bytes(settings)
+    start = [Component("gradients", head_grad + held.bytes, "the head's weight (V x H), from its backward"), optim,
+             activations]
+    tied = 2 * head_grad if d["tied"] else 0
+    end = [grads, optim, Component("activations", tied, "tied embeddings: the embedding's dense gradient and its sum "
+                                   "with the head's (V x H each)" if tied else "the last layers' gradients in flight")]
+    return max(start, end, key=lambda parts: sum(c.bytes for c in parts))
+
+
+def _trainable_sizes(config: dict, settings: Settings) -> list[int]:
+    lora = settings.lora
+    if lora:
+        return lora_tensors(config, lora.get("r", 8), lora.get("target_modules", "all-linear"), bool(lora.get("use_dora")))
     c = param_counts(config)
     largest = max(i * o for i, o, _ in linear_shapes(config).values())
     # the total, split so that max() is the largest single tensor: embedding, head, one linear weight
     return [c["embedding"], c["lm_head"], largest, c["total"] - c["embedding"] - c["lm_head"] - largest]
 
 
-def _state_bytes(s) -> int:
-    return adapter_bytes(s) if s.lora else DTYPE_BYTES[s.dtype]
+def _state_bytes(settings: Settings) -> int:
+    return adapter_bytes(settings) if settings.lora else DTYPE_BYTES[settings.dtype]

@@ -68,28 +68,28 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     names = [r["name"] for r in recipe.rewards]
     weights = [r["weight"] for r in recipe.rewards]
     funcs = [registry.build(r["name"], **r["args"]) for r in recipe.rewards]
-    judge = names.index("accuracy") if "accuracy" in names else 0
+    pass_index = names.index("accuracy") if "accuracy" in names else 0
     model = _load(model_path, run_dir, trained, recipe, log)
 
     rows = [dict(row) for row in prompts]
     log(f"eval: {len(rows)} held-out prompts, greedy" + (f", then {samples} samples each" if samples else "")
         + f"; at most {args.max_completion_length} new tokens")
-    greedy = _score(model, tokenizer, rows, funcs, names, weights, judge, args, k=1, sample=False, log=log)
+    greedy = _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k=1, sample=False, log=log)
     result: dict[str, Any] = {
         "recipe": recipe_path,
         "model": recipe.model["name_or_path"],
         "run_dir": str(run_dir) if run_dir else None,
         "heldout": recipe.dataset.get("eval_path") or f"{recipe.dataset.get('name')}:{recipe.dataset.get('eval_split')}",
         "prompts": len(rows),
-        "pass_reward": names[judge],
+        "pass_reward": names[pass_index],
         "max_new_tokens": args.max_completion_length,
         "greedy": {"pass@1": greedy["pass@k"], "passed": greedy["passed_prompts"], "rewards": greedy["rewards"]},
-        "measured": (f"greedy decoding of each held-out prompt; a completion passes when reward {names[judge]!r} is "
+        "measured": (f"greedy decoding of each held-out prompt; a completion passes when reward {names[pass_index]!r} is "
                      "positive; rewards are the recipe's own, unweighted means (reward = weighted sum)"),
     }
     if samples:
         _seed(args.seed)
-        sampled = _score(model, tokenizer, rows, funcs, names, weights, judge, args, k=samples, sample=True, log=log)
+        sampled = _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k=samples, sample=True, log=log)
         result["sampled"] = {"k": samples, f"pass@{samples}": sampled["pass@k"], f"mean@{samples}": sampled["mean"],
                              "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                              "rewards": sampled["rewards"]}
@@ -233,7 +233,7 @@ def _eos_ids(model, tokenizer) -> set[int]:
     return ids
 
 
-def _score(model, tokenizer, rows, funcs, names, weights, judge, args, k: int, sample: bool, log) -> dict:
+def _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k: int, sample: bool, log) -> dict:
     """Generate k completions per row, reward them all with the recipe's rewards (TRL's calling convention)."""
     per_reward: list[list[float]] = [[] for _ in names]
     totals: list[float] = []
@@ -255,7 +255,7 @@ def _score(model, tokenizer, rows, funcs, names, weights, judge, args, k: int, s
         for i in range(len(flat_rows)):
             totals.append(sum(w * s[i] for w, s in zip(weights, scores) if s[i] is not None))
         for p in range(len(batch)):
-            c = sum(1 for i in range(p * k, (p + 1) * k) if (scores[judge][i] or 0) > 0)
+            c = sum(1 for i in range(p * k, (p + 1) * k) if (scores[pass_index][i] or 0) > 0)
             passed_samples += c
             passed_prompts += pass_at_k(k, c, k) == 1.0
             if len(examples) < EXAMPLES:

@@ -63,6 +63,11 @@ class _Timeout(BaseException):
     """Raised by the per-test timer; a BaseException so the candidate's `except Exception` cannot eat it."""
 
 
+def _raise_timeout(signum, frame):
+    """SIGALRM's handler in the runner (a test's time) and the supervisor (the job's deadline)."""
+    raise _Timeout()
+
+
 def _unshare(wanted: bool) -> list:
     """Enter the namespaces this machine allows; returns the names of those entered."""
     if not wanted:
@@ -418,13 +423,24 @@ def _run_tests(job: dict, report) -> None:
     """Execute the setup and the code, then each step in the code's namespace, reporting each before the
     next starts: a probe's value (`value`, or `fail` when it raised or is not a plain value), an opaque
     test's verdict (`pass` / `fail`)."""
-
-    def on_alarm(signum, frame):
-        raise _Timeout()
-
-    signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGALRM, _raise_timeout)
     namespace = {"__name__": "__main__", "__builtins__": _builtins}
+    timed, execute, value = _step_runners(job, namespace)
+    builtins_before = dict(vars(_builtins))
+    loaded = timed(execute, job["setup"], "<setup>")[0]
+    if job.get("survey"):  # the setup alone, no code: what it bound, for the parent to classify tests with
+        _report_value(report, 0, timed(lambda *_: _survey(namespace, builtins_before), "", "<setup>"))
+        return
+    _report_constants(job["steps"], loaded, timed, value, report)
+    loaded = loaded and timed(execute, job["code"], "<completion>")[0]
+    report("load", "1" if loaded else "0")
+    _report_tests(job["steps"], loaded, timed, execute, value, report)
 
+
+def _step_runners(job: dict, namespace: dict) -> tuple:
+    """(timed, execute, value). `timed(run, source, label)`: (True, `run(source, label)`), or (False, None)
+    where it raised or ran out of its label's time. `execute` runs a step's statements in `namespace`;
+    `value(iterable)` evaluates a step's expression there and returns its value's encoding."""
     left = {}  # seconds left to each label: the probes of one test share its time_s, as the test would
 
     def timed(run, source: str, label: str):
@@ -450,27 +466,21 @@ def _run_tests(job: dict, report) -> None:
     def value(iterable: bool):
         return lambda source, label: _encode(_eval(_compile(source, label, "eval"), namespace), iterable)
 
-    builtins_before = dict(vars(_builtins))
-    loaded = timed(execute, job["setup"], "<setup>")[0]
-    if job.get("survey"):  # the setup alone, no code: what it bound, for the parent to classify tests with
-        ok, payload = timed(lambda *_: _survey(namespace, builtins_before), "", "<setup>")
-        if ok:
-            report("value", 0, payload)
-        else:
-            report("fail", 0)
-        return
-    # The setup's values the parent takes as constants, sent before any of the code runs (the first
-    # report of a step counts), so the code cannot choose them.
-    for j, (kind, source, label, iterable) in enumerate(job["steps"]):
+    return timed, execute, value
+
+
+def _report_constants(steps: list, loaded: bool, timed, value, report) -> None:
+    """The setup's values the parent takes as constants, sent before any of the code runs (the first
+    report of a step counts), so the code cannot choose them; each `fail` where the setup did not load."""
+    for j, (kind, source, label, iterable) in enumerate(steps):
         if kind == "const":
-            ok, payload = timed(value(False), source, label) if loaded else (False, None)
-            if ok:
-                report("value", j, payload)
-            else:
-                report("fail", j)
-    loaded = loaded and timed(execute, job["code"], "<completion>")[0]
-    report("load", "1" if loaded else "0")
-    for j, (kind, source, label, iterable) in enumerate(job["steps"]):
+            _report_value(report, j, timed(value(False), source, label) if loaded else (False, None))
+
+
+def _report_tests(steps: list, loaded: bool, timed, execute, value, report) -> None:
+    """Every other step, in order: a probe's value, an opaque test's verdict; each `fail` where the setup
+    or the code did not load."""
+    for j, (kind, source, label, iterable) in enumerate(steps):
         if kind == "const":
             continue
         if not loaded:
@@ -478,11 +488,16 @@ def _run_tests(job: dict, report) -> None:
         elif kind == "exec":
             report("pass" if timed(execute, source, label)[0] else "fail", j)
         else:
-            ok, payload = timed(value(iterable), source, label)
-            if ok:
-                report("value", j, payload)
-            else:
-                report("fail", j)
+            _report_value(report, j, timed(value(iterable), source, label))
+
+
+def _report_value(report, j: int, outcome: tuple) -> None:
+    """Step j's (ok, encoding) from `timed`: its value, or `fail`."""
+    ok, payload = outcome
+    if ok:
+        report("value", j, payload)
+    else:
+        report("fail", j)
 
 
 def _survey(namespace: dict, builtins_before: dict) -> bytes:
@@ -584,31 +599,40 @@ def _supervise(job: dict, out: int, report, layers: list) -> int:
     os.chdir("/tmp" if "tmpfs" in layers else "/")
     runner = os.fork()
     if runner == 0:
-        try:
-            _close_fds(out)
-            dropped = _drop_privileges(uid, gid, "userns" in layers)  # before the limits: see _own_process_count
-            _limit(job)
-            _seccomp()
-            report("iso", ",".join(layers + dropped + ["nomemfd"]))
-            _run_tests(job, report)
-        except BaseException:  # noqa: BLE001 - only the sandbox's own setup can get here
-            import traceback
-
-            traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):  # what the code printed, for the parent's debugging copy
-                try:
-                    stream.flush()
-                except BaseException:  # noqa: BLE001 - a closed or replaced stream
-                    pass
-            os._exit(0)
+        _runner_main(job, out, report, layers, uid, gid)  # never returns
     os.close(out)
+    _wait_for(runner, job["wall_s"], layers)
+    return 0
 
-    def on_deadline(signum, frame):
-        raise _Timeout()
 
-    signal.signal(signal.SIGALRM, on_deadline)
-    signal.setitimer(signal.ITIMER_REAL, job["wall_s"])
+def _runner_main(job: dict, out: int, report, layers: list, uid: int, gid: int) -> None:
+    """The runner process: drop privileges, set the limits and the seccomp filter, report the layers, run
+    the tests; then `os._exit`, whatever happened (never return into the supervisor's code)."""
+    try:
+        _close_fds(out)
+        dropped = _drop_privileges(uid, gid, "userns" in layers)  # before the limits: see _own_process_count
+        _limit(job)
+        _seccomp()
+        report("iso", ",".join(layers + dropped + ["nomemfd"]))
+        _run_tests(job, report)
+    except BaseException:  # noqa: BLE001 - only the sandbox's own setup can get here
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):  # what the code printed, for the parent's debugging copy
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001 - a closed or replaced stream
+                pass
+        os._exit(0)
+
+
+def _wait_for(runner: int, wall_s: float, layers: list) -> None:
+    """Reap until the runner exits or `wall_s` has passed. Past the deadline the runner dies with this
+    process (pid 1 of its namespace) or, without a pid namespace, with its process group."""
+    signal.signal(signal.SIGALRM, _raise_timeout)
+    signal.setitimer(signal.ITIMER_REAL, wall_s)
     try:
         try:
             while os.waitpid(-1, 0)[0] != runner:  # pid 1 reaps every orphan of the namespace too
@@ -622,7 +646,6 @@ def _supervise(job: dict, out: int, report, layers: list) -> int:
         # process group (the runner and whatever it forked without leaving the group; this one too).
         if "pid" not in layers:
             os.killpg(0, signal.SIGKILL)
-    return 0
 
 
 def main() -> None:

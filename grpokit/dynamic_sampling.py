@@ -226,21 +226,24 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
         fill = spare[: target - len(kept)]
         filled_global = int((target - kept_per_rank.clamp(max=target)).sum())
         if filled_global and self.accelerator.is_main_process:
-            fewest = int(kept_per_rank.min())
-            advice = "" if self._warned_short else (
-                " If this recurs, raise sampling.max_rounds or check that the reward can differ between "
-                "completions of one prompt (later occurrences are reported in one line).")
-            self._warned_short = True
-            logger.warning(  # the step being generated for, counted from 1 as the console counts
-                "dynamic sampling ran out of generation rounds at step %d (sampling.max_rounds=%d): only %d of %d "
-                "prompt groups (on the process with the fewest) had a spread in '%s'. Those are trained on; the "
-                "other %d slots hold zero-spread groups masked out of the loss (advantage 0, no tokens counted), "
-                "and the step logs sampling/filled_short=1.%s",
-                self.state.global_step + 1, self.sampling["max_rounds"], fewest, target, self.sampling["metric"],
-                target - fewest, advice)
+            self._warn_short(fewest=int(kept_per_rank.min()), target=target)
         batch = self._assemble(kept, fill)
         return self._finish(batch, round_metrics, rounds=rnd, dropped=dropped, generated=generated,
                             filled=filled_global)
+
+    def _warn_short(self, fewest: int, target: int) -> None:
+        """The rounds ran out before every process had `target` groups with a spread: say so, advice once."""
+        advice = "" if self._warned_short else (
+            " If this recurs, raise sampling.max_rounds or check that the reward can differ between "
+            "completions of one prompt (later occurrences are reported in one line).")
+        self._warned_short = True
+        logger.warning(  # the step being generated for, counted from 1 as the console counts
+            "dynamic sampling ran out of generation rounds at step %d (sampling.max_rounds=%d): only %d of %d "
+            "prompt groups (on the process with the fewest) had a spread in '%s'. Those are trained on; the "
+            "other %d slots hold zero-spread groups masked out of the loss (advantage 0, no tokens counted), "
+            "and the step logs sampling/filled_short=1.%s",
+            self.state.global_step + 1, self.sampling["max_rounds"], fewest, target, self.sampling["metric"],
+            target - fewest, advice)
 
     def _metric_values(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """One value per completion: TRL's weighted total (eq. 8.1's r), or the named reward's column."""

@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -82,8 +83,53 @@ def timing(state: dict) -> dict:
     final = next((h for h in history if "train_runtime" in h), None)
     step_times = [h["step_time"] for h in per_step if "step_time" in h]
     seconds = final["train_runtime"] if final else sum(step_times)
+    truncated = [h.get("completions/clipped_ratio") for h in per_step]
     return {"steps": n_steps, "finished": final is not None, "rewards": [round(h.get("rewards/accuracy/mean", h["reward"]), 4) for h in per_step],
+            "truncated": [None if t is None else round(t, 4) for t in truncated],
             "seconds_training": round(seconds, 1), "seconds_per_step": round(seconds / max(1, n_steps), 1)}
+
+
+def tail_mean(values: list, n: int = 5) -> float | None:
+    kept = [v for v in values if v is not None][-n:]
+    return sum(kept) / len(kept) if kept else None
+
+
+README = ROOT / "bench" / "README.md"
+BEGIN, END = "<!-- real_model.py writes this section from results/real_model.json -->", "<!-- end of real_model.py's section -->"
+
+
+def markdown(results: dict) -> str:
+    """bench/README.md's section on the real model, from the results alone (so the page cannot drift from them)."""
+    n, base = results["steps"], results["base"]
+    lines = [f"`real_model.py` ({results['recipe']} as shipped, {results['model']}): held-out greedy pass@1 on the "
+             f"{base['prompts']} held-out additions, base model **{base['pass@1']:.3f}** ({base['passed']}/{base['prompts']}); "
+             f"each seed trained for {2 * n} steps and scored at its step-{n} checkpoint (the recipe as shipped) and at the end. "
+             f"Machine: {results['machine']}. {results.get('when', '')}".rstrip(), "",
+             f"| seed | pass@1 at step {n} | rise | pass@1 at step {2 * n} | rise | truncated, last 5 steps | s/step |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in results["seeds"]:
+        cut = tail_mean(run.get("truncated", []))
+        lines.append(f"| {run['seed']} | {run['after']['pass@1']:.3f} | {run['rise'] * 100:+.1f} | {run['after_2x']['pass@1']:.3f} "
+                     f"| {run['rise_2x'] * 100:+.1f} | {'-' if cut is None else f'{cut:.2f}'} | {run['seconds_per_step']:.1f} |")
+    rises = [min(r["rise"], r["rise_2x"]) for r in results["seeds"]]
+    held = sum(1 for r in rises if r >= TARGET_RISE)
+    lines += ["", f"Rise in points (pass@1 x 100). The bar, +{TARGET_RISE * 100:.0f} points at both step {n} and step {2 * n}: "
+              f"**{held} of {len(rises)} seeds** (smallest rise per seed: " + ", ".join(f"{r * 100:+.1f}" for r in rises) + "). "
+              f"Truncated = the share of a step's completions that reached the {results['cap']}-token cap (TRL's "
+              "`completions/clipped_ratio`). Per-step curves: `results/real_model.png`; every figure and how it was "
+              "measured: `results/real_model.json`."]
+    return "\n".join(lines)
+
+
+def write_readme_section(text: str, readme: Path = README) -> None:
+    """Put `text` between the section's markers in bench/README.md (the markers must be there once each)."""
+    from grpokit import ownership
+
+    page = readme.read_text()
+    if page.count(BEGIN) != 1 or page.count(END) != 1:
+        raise SystemExit(f"{readme}: expected the markers {BEGIN!r} and {END!r} once each; not writing the section")
+    head, rest = page.split(BEGIN)
+    ownership.replace_text(readme, head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
 
 
 def eval_run(run_dir: Path | None, out: Path) -> dict:
@@ -112,11 +158,11 @@ def plot(results: dict, path: Path) -> None:
     for run in results["seeds"]:
         steps, rewards = range(1, len(run["rewards"]) + 1), run["rewards"]
         line = ax1.plot(steps, rewards, marker=".", linestyle="none", alpha=0.35)[0]
-        # 16 completions a step make each point noisy (a binary reward's std error is up to 0.125): a 5-step mean
+        # a step's few completions make each point noisy (a binary reward's std error is up to 0.5 / sqrt(n)): a 5-step mean
         smooth = [sum(rewards[max(0, i - 4) : i + 1]) / len(rewards[max(0, i - 4) : i + 1]) for i in range(len(rewards))]
         ax1.plot(steps, smooth, color=line.get_color(), label=f"seed {run['seed']} (5-step mean)")
     ax1.set_xlabel("step")
-    ax1.set_ylabel("mean accuracy of the step's 16 completions")
+    ax1.set_ylabel(f"mean accuracy of the step's {results['completions_per_step']} completions")
     ax1.set_title("training reward (sampled, temperature 1)")
     ax1.set_ylim(-0.02, 1.02)
     ax1.legend()
@@ -147,12 +193,14 @@ def main(argv=None) -> int:
     parser.add_argument("--report-only", action="store_true",
                         help="score what the seeds' runs hold (checkpoint N, and the end or latest checkpoint) and write the results")
     parser.add_argument("--out", default=str(RESULTS / "real_model.json"))
+    parser.add_argument("--how", default="", help="how the seeds were trained, for the results (e.g. '2 parallel processes, 1 thread each')")
     opts = parser.parse_args(argv)
     import torch
 
     if opts.threads:
         torch.set_num_threads(opts.threads)
     steps = shipped_steps(opts.steps)
+    knobs = load_recipe([]).trainer
     runs = RESULTS / "real_model_runs"
     runs.mkdir(parents=True, exist_ok=True)
     if not opts.report_only:
@@ -165,6 +213,8 @@ def main(argv=None) -> int:
         "model": "builtin:smollm2-135m-instruct (SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32)",
         "recipe": str(RECIPE.relative_to(ROOT)),
         "steps": steps,
+        "completions_per_step": knobs["per_device_train_batch_size"],
+        "cap": knobs["max_completion_length"],
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible, torch {torch.__version__}, "
                    f"{torch.get_num_threads()} torch threads, cuda={torch.cuda.is_available()}",
         "measured": ("held-out greedy pass@1 by grpokit.evaluate (the recipe's accuracy reward > 0) on the recipe's "
@@ -172,6 +222,7 @@ def main(argv=None) -> int:
                      "the end of the 2N-step run (or its latest checkpoint when stopped early: see steps / finished); "
                      "rewards per step from trainer_state.json (mean over the step's completions); seconds per step = "
                      "train_runtime (or the sum of step_time) / steps"),
+        "when": f"Measured {time.strftime('%Y-%m-%d')}" + (f"; {opts.how}" if opts.how else "") + ".",
         "seeds": [],
     }
     base = eval_run(None, runs / "base-eval.json")  # greedy: the same for every seed
@@ -190,6 +241,8 @@ def main(argv=None) -> int:
         plot(results, out.with_suffix(".png"))
         print(f"seed {seed}: pass@1 {results['base']['pass@1']:.3f} -> {shipped['pass@1']:.3f} ({shipped['rise']:+.3f}) at "
               f"step {steps}, {doubled['pass@1']:.3f} ({doubled['rise']:+.3f}) at step {doubled['step']}", flush=True)
+    if out.resolve() == (RESULTS / "real_model.json").resolve():  # the results bench/README.md quotes
+        write_readme_section(markdown(results))
     rises = [min(r["rise"], r["rise_2x"]) for r in results["seeds"]]
     print(f"held-out pass@1 {results['base']['pass@1']:.3f}; smallest rise per seed (N or 2N steps) "
           + ", ".join(f"{r:+.3f}" for r in rises) + f"; wrote {out} and {out.with_suffix('.png')}")

@@ -94,3 +94,24 @@ def test_the_readme_stays_a_page_a_newcomer_finishes():
     """The README gives the two commands, what a recipe is, the sections, the exit codes and links out; the
     details live on the pages it links, so it stays under 250 lines."""
     assert len(README.splitlines()) < 250
+
+
+def test_bench_readme_quotes_the_real_model_results_as_the_bench_wrote_them(tmp_path):
+    """bench/README.md's real-model figures are the ones in bench/results/real_model.json: the section between the
+    bench's markers is what `bench/real_model.py` writes from that file, so the page cannot drift from the results."""
+    import json
+
+    from helpers import load_bench
+
+    bench = load_bench("real_model")
+    results = json.loads((ROOT / "bench" / "results" / "real_model.json").read_text())
+    page = (ROOT / "bench" / "README.md").read_text()
+    assert bench.BEGIN + "\n" + bench.markdown(results) + "\n" + bench.END in page
+    # The writer keeps the rest of the page and refuses a page without its markers.
+    copy = tmp_path / "README.md"
+    copy.write_text("# head\n" + bench.BEGIN + "\nold\n" + bench.END + "\ntail\n")
+    bench.write_readme_section("new", copy)
+    assert copy.read_text() == "# head\n" + bench.BEGIN + "\nnew\n" + bench.END + "\ntail\n"
+    copy.write_text("no markers\n")
+    with pytest.raises(SystemExit, match="markers"):
+        bench.write_readme_section("new", copy)

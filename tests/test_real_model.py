@@ -58,6 +58,25 @@ def test_chat_template_formats_the_prompt_the_trainer_sends(smollm2_dir):
     assert prep.tokenizer.eos_token == "<|im_end|>"
 
 
+def test_the_recipes_stop_rule_leaves_an_answer_that_stops_unpunished_and_costs_one_that_runs_to_the_cap(smollm2_dir):
+    """The arithmetic recipe's stop rule is DAPO's overlong penalty: every held-out answer written as the dataset
+    writes it ("11 + 17 = 28") plus the end token fits under the penalty's free length, and a completion cut at
+    the cap loses a full point, what a right sum earns."""
+    import rewards as registry
+    from grpokit import build
+
+    r = recipe()
+    prep = build.prepare(r)
+    entry = next(e for e in r.rewards if e["name"] == "overlong_penalty")
+    penalty = registry.build("overlong_penalty", **entry["args"])
+    cap = r.trainer["max_completion_length"]
+    rows = [json.loads(line) for line in Path(r.dataset["eval_path"]).read_text().splitlines()]
+    answers = [row["answer"].split("\n")[0] for row in rows]  # "11 + 17 = 28"
+    ids = [prep.tokenizer(a, add_special_tokens=False).input_ids + [prep.tokenizer.eos_token_id] for a in answers]
+    assert penalty(completions=answers, completion_ids=ids) == [0.0] * len(answers)
+    assert entry["weight"] * penalty(completions=["x"], completion_ids=[[0] * cap])[0] == -1.0
+
+
 def test_weights_load_trainable_and_match_the_planners_count(smollm2_dir):
     from grpokit.models import load_model
     from grpokit.planning.architecture import load_model_config, param_counts

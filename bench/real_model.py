@@ -216,7 +216,7 @@ def main(argv=None) -> int:
         "completions_per_step": knobs["per_device_train_batch_size"],
         "cap": knobs["max_completion_length"],
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible, torch {torch.__version__}, "
-                   f"{torch.get_num_threads()} torch threads, cuda={torch.cuda.is_available()}",
+                   f"cuda={torch.cuda.is_available()}",  # the training processes' threads: --threads, said in `when`
         "measured": ("held-out greedy pass@1 by grpokit.evaluate (the recipe's accuracy reward > 0) on the recipe's "
                      "dataset.eval_path, before training, at the checkpoint of step N (the recipe as shipped) and at "
                      "the end of the 2N-step run (or its latest checkpoint when stopped early: see steps / finished); "

@@ -326,6 +326,8 @@ def main(argv=None) -> int:
     jobs = [Job(a, s) for s in opts.seeds for a in opts.algorithms]  # seed-major: every algorithm has a seed early
     failures = [] if opts.report_only else run_all(jobs, runs, out, opts.set, opts.parallel)
     command = "python labs/algorithms.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if opts.report_only and (out / "lab.json").is_file():  # the page names the command that trained the runs
+        command = json.loads((out / "lab.json").read_text()).get("command", command)
     all_jobs = [Job(a, s) for a in ALGORITHMS for s in sorted({*opts.seeds, *SEEDS})]
     lab = write_report(all_jobs, runs, out, command.strip())
     for v in lab["verdicts"]:

@@ -128,21 +128,34 @@ def spread(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-def verdict(claim: Claim, figures: dict[str, list[float]]) -> dict:
+MIN_SEEDS = 3  # seeds a side before a verdict: one or two seeds give no spread to judge a difference by
+# The page's states, most telling first: the overall verdict of a claim is the first of these that any comparison has.
+STATES = ("no data", "never reached", "too few seeds", "not shown", "leans", "held")
+
+
+def verdict(claim: Claim, figures: dict[str, list[float | None]]) -> dict:
     """Whether the claim held here: `held` when every seed of the favoured algorithm beats every seed of each other,
-    `leans` when only the means do, `not shown` otherwise (or `no data`); with the difference of means and the
-    seed spread (sample standard deviation) of each side."""
+    `leans` when only the means do, `not shown` otherwise; `too few seeds` under MIN_SEEDS a side, `never reached`
+    when a side's runs have no figure (a threshold no seed reached), `no data` without runs. With the difference of
+    means and the seed spread (sample standard deviation) of each side."""
     mine = [v for v in figures.get(claim.claimed, []) if v is not None]
     sign = 1 if claim.higher else -1
     rows, states = [], []
     for other in claim.against:
         theirs = [v for v in figures.get(other, []) if v is not None]
-        if not mine or not theirs:
+        if not figures.get(claim.claimed) or not figures.get(other):
             rows.append({"against": other, "state": "no data"})
             states.append("no data")
             continue
+        if not mine or not theirs:
+            rows.append({"against": other, "state": "never reached",
+                         "without": [a for a, kept in ((claim.claimed, mine), (other, theirs)) if not kept]})
+            states.append("never reached")
+            continue
         diff = sum(mine) / len(mine) - sum(theirs) / len(theirs)
-        if sign * min(mine, key=lambda v: sign * v) > sign * max(theirs, key=lambda v: sign * v):
+        if min(len(mine), len(theirs)) < MIN_SEEDS:
+            state = "too few seeds"
+        elif sign * min(mine, key=lambda v: sign * v) > sign * max(theirs, key=lambda v: sign * v):
             state = "held"
         elif sign * diff > 0:
             state = "leans"
@@ -151,7 +164,7 @@ def verdict(claim: Claim, figures: dict[str, list[float]]) -> dict:
         rows.append({"against": other, "state": state, "difference": diff, "seeds": (len(mine), len(theirs)),
                      "spread": (spread(mine), spread(theirs))})
         states.append(state)
-    overall = next(s for s in ("no data", "not shown", "leans", "held") if s in states)
+    overall = next(s for s in STATES if s in states)
     return {"claim": claim.key, "state": overall, "comparisons": rows}
 
 
@@ -161,11 +174,16 @@ def sentence(claim: Claim, result: dict) -> str:
         if row["state"] == "no data":
             parts.append(f"against {row['against']}: no runs yet")
             continue
+        if row["state"] == "never reached":
+            parts.append(f"against {row['against']}: no seed of {' or '.join(row['without'])} reached it within its run")
+            continue
         (n1, n2), (s1, s2) = row["seeds"], row["spread"]
+        state = f"a verdict needs at least {MIN_SEEDS} seeds a side" if row["state"] == "too few seeds" else row["state"]
         parts.append(f"{claim.claimed} minus {row['against']}: {row['difference']:+.3g} "
-                     f"(seed spread ±{s1:.2g} / ±{s2:.2g}, {n1} and {n2} seeds): {row['state']}")
+                     f"(seed spread ±{s1:.2g} / ±{s2:.2g}, {n1} and {n2} seeds): {state}")
     word = {"held": "Held here", "leans": "Leans the claimed way, within the seed spread",
-            "not shown": "Not shown at this scale", "no data": "Not measured yet"}[result["state"]]
+            "not shown": "Not shown at this scale", "never reached": "Not shown at this scale",
+            "too few seeds": "Not judged yet: too few seeds", "no data": "Not measured yet"}[result["state"]]
     return f"**{word}.** {claim.figure}: " + "; ".join(parts) + "."
 
 

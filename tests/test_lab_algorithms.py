@@ -102,6 +102,9 @@ CLAIM = next(c for c in claims.CLAIMS if c.key == "length_growth")  # grpo highe
     ({"grpo": [5, 6, 7], "dr_grpo": [1, 2, 6], "dapo": [0, 1, 2]}, "leans"),  # the means only
     ({"grpo": [1, 2, 3], "dr_grpo": [5, 6, 7], "dapo": [0, 1, 2]}, "not shown"),
     ({"grpo": [5, 6, 7], "dapo": [0, 1, 2]}, "no data"),
+    ({"grpo": [7], "dr_grpo": [1], "dapo": [0]}, "too few seeds"),  # one seed a side has no spread to judge by
+    ({"grpo": [5, 6, 7], "dr_grpo": [1, 2], "dapo": [0, 1, 2]}, "too few seeds"),
+    ({"grpo": [5, 6, 7], "dr_grpo": [None, None, None], "dapo": [0, 1, 2]}, "never reached"),
 ])
 def test_a_verdict_says_held_only_when_the_seeds_do_not_overlap(figures, state):
     assert claims.verdict(CLAIM, figures)["state"] == state
@@ -113,6 +116,15 @@ def test_a_lower_is_better_claim_and_its_sentence_give_the_difference_and_the_sp
     assert result["state"] == "held"
     text = claims.sentence(kl, result)
     assert text.startswith("**Held here.**") and "grpo_kl minus grpo: -0.18" in text and "±0.01 / ±0.1" in text
+
+
+def test_a_verdict_from_too_few_seeds_or_a_figure_never_reached_says_so_and_not_held():
+    steps = next(c for c in claims.CLAIMS if c.key == "steps_to_threshold")  # dapo fewer steps than grpo
+    one = claims.sentence(steps, claims.verdict(steps, {"dapo": [12], "grpo": [20]}))
+    assert one.startswith("**Not judged yet: too few seeds.**") and "1 and 1 seeds" in one and "at least 3" in one
+    never = claims.sentence(steps, claims.verdict(steps, {"dapo": [None, None, None], "grpo": [None, None, None]}))
+    assert never.startswith("**Not shown at this scale.**") and "no seed of dapo or grpo reached it" in never
+    assert "no runs yet" not in never
 
 
 def fake_run(runs: Path, job: lab.Job, lengths: list[float], accuracy: list[float]) -> None:

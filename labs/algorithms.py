@@ -19,7 +19,9 @@ zero-spread groups, KL (runs with beta > 0), training accuracy; steps to an accu
 
 Writes `<out>/lab.json` (every figure and how it was measured), `<out>/table.md`, one PNG per claim and
 `<out>/README.md`, the lab's page: per claim, whether it held here, by how much, and how sure (the spread
-over seeds). `<out>` is bench/results/lab by default; the runs go to `<out>/runs` (not committed).
+over seeds). `<out>` is bench/results/lab by default; the runs go to `<out>/runs` and the measures to `<out>/measures`,
+neither committed: a fresh checkout has neither, so it trains and measures every run again, and the measures always
+belong to the runs beside them (lab.json holds every figure the page shows).
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from labs.claims import window_mean  # noqa: E402
+
 RECIPE = ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"
 RESULTS = ROOT / "bench" / "results"
 TARGET_RISE = 0.25  # the bar: held-out pass@1 up by >= 25 points on every seed, at N and at 2N steps
@@ -46,13 +48,12 @@ def load_recipe(overrides: list[str]):
     return validate(load(str(RECIPE), overrides))
 
 
-def shipped_steps(steps: int | None) -> int:
+def shipped_steps(trainer: dict, steps: int | None) -> int:
     """N: the recipe's max_steps (or --steps); refuses a schedule under which step N of 2N differs from an N-step run."""
-    recipe = load_recipe([])
-    if recipe.trainer.get("lr_scheduler_type", "linear") not in STEADY_SCHEDULES:
-        raise SystemExit(f"{RECIPE}: lr_scheduler_type {recipe.trainer.get('lr_scheduler_type')!r} depends on max_steps, "
+    if trainer.get("lr_scheduler_type", "linear") not in STEADY_SCHEDULES:
+        raise SystemExit(f"{RECIPE}: lr_scheduler_type {trainer.get('lr_scheduler_type')!r} depends on max_steps, "
                          f"so a checkpoint of a longer run is not the shipped run; use one of {STEADY_SCHEDULES}")
-    return steps or recipe.trainer["max_steps"]
+    return steps or trainer["max_steps"]
 
 
 def train_seed(seed: int, steps: int, run_dir: Path) -> None:
@@ -89,11 +90,6 @@ def timing(state: dict) -> dict:
             "seconds_training": round(seconds, 1), "seconds_per_step": round(seconds / max(1, n_steps), 1)}
 
 
-def tail_mean(values: list, n: int = 5) -> float | None:
-    kept = [v for v in values if v is not None][-n:]
-    return sum(kept) / len(kept) if kept else None
-
-
 README = ROOT / "bench" / "README.md"
 BEGIN, END = "<!-- real_model.py writes this section from results/real_model.json -->", "<!-- end of real_model.py's section -->"
 
@@ -108,7 +104,7 @@ def markdown(results: dict) -> str:
              f"| seed | pass@1 at step {n} | rise | pass@1 at step {2 * n} | rise | truncated, last 5 steps | s/step |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     for run in results["seeds"]:
-        cut = tail_mean(run.get("truncated", []))
+        cut = window_mean(run.get("truncated", []), last=True)  # the lab's 5-step window
         lines.append(f"| {run['seed']} | {run['after']['pass@1']:.3f} | {run['rise'] * 100:+.1f} | {run['after_2x']['pass@1']:.3f} "
                      f"| {run['rise_2x'] * 100:+.1f} | {'-' if cut is None else f'{cut:.2f}'} | {run['seconds_per_step']:.1f} |")
     rises = [min(r["rise"], r["rise_2x"]) for r in results["seeds"]]
@@ -199,8 +195,8 @@ def main(argv=None) -> int:
 
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    steps = shipped_steps(opts.steps)
     knobs = load_recipe([]).trainer
+    steps = shipped_steps(knobs, opts.steps)
     runs = RESULTS / "real_model_runs"
     runs.mkdir(parents=True, exist_ok=True)
     if not opts.report_only:

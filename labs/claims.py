@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-WINDOW = 5  # steps averaged at the start and at the end of a run (one step's 16 completions are noisy)
+WINDOW = 5  # logged points averaged at the start and at the end of a run (one point's completions are noisy);
+# a generation's figures (length, accuracy, zero-spread share) come once per generation, every 2nd step in the lab
 THRESHOLD = 0.75  # training accuracy (WINDOW-step mean) that counts as "reached"; fixed before any run
 ACCURACY = "rewards/accuracy/mean"
 # With dynamic sampling the trained batch holds only groups with a spread, so its accuracy is biased toward
@@ -34,10 +35,16 @@ def window_mean(values: list[float | None], last: bool) -> float | None:
 
 
 def steps_to(values: list[float | None], threshold: float = THRESHOLD) -> int | None:
-    """The first step whose WINDOW-step trailing mean reaches `threshold`; None if none does."""
-    for i in range(len(values)):
-        part = [v for v in values[max(0, i - WINDOW + 1) : i + 1] if v is not None]
-        if len(part) == min(WINDOW, i + 1) and sum(part) / len(part) >= threshold:
+    """The first step whose trailing mean over the last WINDOW logged points (fewer at the start) reaches
+    `threshold`; None if none does. Steps without a logged point (a generation's figures come once per
+    generation) neither count in the window nor end it."""
+    logged: list[float] = []
+    for i, value in enumerate(values):
+        if value is None:
+            continue
+        logged.append(value)
+        part = logged[-WINDOW:]
+        if sum(part) / len(part) >= threshold:
             return i + 1
     return None
 
@@ -100,7 +107,7 @@ CLAIMS = (
     Claim("length_growth", "Length under per-sequence vs per-token losses",
           "per-sequence averaging (loss_type: grpo) lets completion length drift upward; the token-level losses of "
           "Dr. GRPO and DAPO remove that bias", "length", "mean completion length (tokens)", "grpo",
-          ("dr_grpo", "dapo"), True, f"growth of the mean completion length, last {WINDOW} steps minus first {WINDOW}",
+          ("dr_grpo", "dapo"), True, f"growth of the mean completion length, last {WINDOW} generations minus first {WINDOW}",
           "DAPO also adds the overlong penalty, which pushes length down on its own; Dr. GRPO also drops the std"),
     Claim("entropy_kept", "Entropy with and without clip-higher",
           "clip-higher (epsilon_high 0.28 > epsilon 0.2) keeps the policy's entropy from collapsing", "entropy",
@@ -111,7 +118,7 @@ CLAIMS = (
     Claim("steps_to_threshold", "Steps to a training accuracy with and without dynamic sampling",
           "dynamic sampling (drop all-right / all-wrong groups, refill) reaches a reward in fewer steps", "accuracy",
           "training accuracy of the step's generated completions", "dapo", ("grpo",), False,
-          f"first step whose {WINDOW}-step mean training accuracy reaches {THRESHOLD}",
+          f"first step at which the mean training accuracy of the last {WINDOW} generations reaches {THRESHOLD}",
           "dynamic sampling generates more per step (up to 2 rounds), so fewer steps is not less compute; the DAPO "
           "recipe also differs in its loss and clip"),
     Claim("kl_to_reference", "Distance from the base model with and without a KL term",

@@ -91,6 +91,10 @@ def test_steps_to_threshold_uses_the_trailing_window():
     assert claims.steps_to([0.0] * 3 + [1.0] * 10, threshold=1.0) == 3 + claims.WINDOW  # the first step whose last WINDOW all reach it
     assert claims.steps_to([1.0, 1.0]) == 1  # fewer steps than a window: the mean of what there is
     assert claims.steps_to([0.5] * 20) is None
+    # Accuracy comes once per generation (every 2nd step in the lab): the window is over logged points, and the
+    # step returned is the step of the point that completes it.
+    assert claims.steps_to([0.0, None] * 3 + [1.0, None] * 10, threshold=1.0) == 2 * (3 + claims.WINDOW) - 1
+    assert claims.steps_to([0.8, None] * 10) == 1
     assert claims.window_mean([1, 2, 3, 4, 5, 6, 7], last=False) == 3 and claims.window_mean([None, 2.0], last=True) == 2.0
 
 

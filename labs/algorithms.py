@@ -41,7 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from labs.claims import CLAIMS, THRESHOLD, WINDOW, plot_claim, sentence, summarize_run, table, verdict  # noqa: E402
+from labs.claims import (CLAIMS, THRESHOLD, WINDOW, curve_summary, plot_claim, sentence, summarize_run, table,  # noqa: E402
+                         verdict)
 
 RECIPES = ROOT / "recipes" / "smollm2-135m" / "lab"
 ALGORITHMS = {  # name -> recipe: the name is what the page, the table and --algorithms say
@@ -300,7 +301,7 @@ def page(command: str, rows: list[str], verdicts: list[dict], results: dict) -> 
              "what each number is: the lab's docstring and `lab.json`.", "", "## Every run", "", *rows, ""]
     for claim, result in zip(CLAIMS, verdicts):
         lines += [f"## {claim.title}", "", f"Claim: {claim.says}.", "", f"![{claim.key}](claim-{claim.key}.png)", "",
-                  result["sentence"], "", f"What else differs, or why it may not show here: {claim.caveat}.", ""]
+                  result["sentence"], "", curve_summary(claim, results), "", f"What else differs, or why it may not show here: {claim.caveat}.", ""]
     return "\n".join(lines)
 
 

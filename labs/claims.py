@@ -108,7 +108,9 @@ CLAIMS = (
           "per-sequence averaging (loss_type: grpo) lets completion length drift upward; the token-level losses of "
           "Dr. GRPO and DAPO remove that bias", "length", "mean completion length (tokens)", "grpo",
           ("dr_grpo", "dapo"), True, f"growth of the mean completion length, last {WINDOW} generations minus first {WINDOW}",
-          "DAPO also adds the overlong penalty, which pushes length down on its own; Dr. GRPO also drops the std"),
+          "DAPO also adds the overlong penalty, which pushes length down on its own; Dr. GRPO also drops the std; and "
+          "where every loss shortens the completions (a model learning to stop after its answer), there is no upward "
+          "drift for a token-level loss to remove"),
     Claim("entropy_kept", "Entropy with and without clip-higher",
           "clip-higher (epsilon_high 0.28 > epsilon 0.2) keeps the policy's entropy from collapsing", "entropy",
           "mean token entropy (nats)", "dapo", ("grpo",), True,
@@ -192,6 +194,22 @@ def sentence(claim: Claim, result: dict) -> str:
             "not shown": "Not shown at this scale", "never reached": "Not shown at this scale",
             "too few seeds": "Not judged yet: too few seeds", "no data": "Not measured yet"}[result["state"]]
     return f"**{word}.** {claim.figure}: " + "; ".join(parts) + "."
+
+
+def curve_summary(claim: Claim, results: dict[str, list[dict]]) -> str:
+    """What the drawn curves did, in numbers: per algorithm, the mean over seeds of the first WINDOW logged points
+    and of the last WINDOW, so the page says which way every curve went, not only the difference the claim reads."""
+    parts = []
+    for algorithm in (claim.claimed, *claim.against):
+        ends = [(window_mean(r["curves"][claim.curve], last=False), window_mean(r["curves"][claim.curve], last=True))
+                for r in results.get(algorithm, [])]
+        ends = [(start, end) for start, end in ends if start is not None and end is not None]
+        if not ends:
+            parts.append(f"{algorithm} not logged" if results.get(algorithm) else f"{algorithm} no runs")
+            continue
+        start, end = (sum(column) / len(ends) for column in zip(*ends))
+        parts.append(f"{algorithm} {start:.3g} → {end:.3g} ({len(ends)} seeds)")
+    return f"The curves, {claim.ylabel}, first {WINDOW} logged points → last {WINDOW} (mean over seeds): " + "; ".join(parts) + "."
 
 
 def plot_claim(claim: Claim, results: dict[str, list[dict]], path: Path) -> None:

@@ -154,5 +154,8 @@ def test_the_report_draws_every_claim_and_says_which_held(tmp_path):
     page = (tmp_path / "README.md").read_text()
     assert page.count("**Held here.**") == 2 and "**Not measured yet.**" in page
     assert "| grpo | 3 |" in page and "| grpo_kl |" not in page
+    # Every claim says which way each curve went: grpo's lengths 10..32 (every step logged), dr_grpo's flat.
+    assert "grpo 14 → 28 (3 seeds); dr_grpo 10 → 10 (3 seeds); dapo 9.8 → 9.1 (3 seeds)." in page
+    assert "grpo_kl no runs; grpo not logged." in page  # the KL curve: no grpo_kl run, grpo logs no KL
     for claim in claims.CLAIMS:
         assert (tmp_path / f"claim-{claim.key}.png").read_bytes()[:4] == b"\x89PNG"

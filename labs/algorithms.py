@@ -279,7 +279,8 @@ def write_report(jobs: list[Job], runs: Path, out: Path, command: str) -> dict:
     verdicts = []
     for claim in CLAIMS:
         figures = {a: [r[claim.key] for r in rows] for a, rows in results.items()}
-        result = verdict(claim, figures)
+        longest = max((r["steps"] for rows in results.values() for r in rows), default=0)
+        result = verdict(claim, figures, censor=longest + 1 if claim.censored else None)
         verdicts.append({**result, "sentence": sentence(claim, result)})
         plot_claim(claim, results, out / f"claim-{claim.key}.png")
     lab = {"command": command, "recipes": {a: str(p.relative_to(ROOT)) for a, p in ALGORITHMS.items()},

@@ -101,6 +101,7 @@ class Claim:
     higher: bool  # the claim holds when `claimed`'s figure is higher (else lower) than the others'
     figure: str  # how the compared figure is read, for the page
     caveat: str  # what else differs between the recipes compared, or why the effect may not show here
+    censored: bool = False  # the figure is a first step: a run without one never reached it (see verdict's censor)
 
 
 CLAIMS = (
@@ -122,7 +123,7 @@ CLAIMS = (
           "training accuracy of the step's generated completions", "dapo", ("grpo",), False,
           f"first step at which the mean training accuracy of the last {WINDOW} generations reaches {THRESHOLD}",
           "dynamic sampling generates more per step (up to 2 rounds), so fewer steps is not less compute; the DAPO "
-          "recipe also differs in its loss and clip"),
+          "recipe also differs in its loss and clip", censored=True),
     Claim("kl_to_reference", "Distance from the base model with and without a KL term",
           "a KL term (beta 0.04) holds the policy near the reference", "kl", "KL to the base model", "grpo_kl",
           ("grpo",), False, "KL[pi_theta || pi_ref] after training (k3, the trained policy's greedy held-out completions)",
@@ -142,23 +143,30 @@ MIN_SEEDS = 3  # seeds a side before a verdict: one or two seeds give no spread 
 STATES = ("no data", "never reached", "too few seeds", "not shown", "leans", "held")
 
 
-def verdict(claim: Claim, figures: dict[str, list[float | None]]) -> dict:
+def verdict(claim: Claim, figures: dict[str, list[float | None]], censor: float | None = None) -> dict:
     """Whether the claim held here: `held` when every seed of the favoured algorithm beats every seed of each other,
     `leans` when only the means do, `not shown` otherwise; `too few seeds` under MIN_SEEDS a side, `never reached`
     when a side's runs have no figure (a threshold no seed reached), `no data` without runs. With the difference of
-    means and the seed spread (sample standard deviation) of each side."""
-    mine = [v for v in figures.get(claim.claimed, []) if v is not None]
+    means and the seed spread (sample standard deviation) of each side.
+
+    `censor` is for a claim whose figure is a first step (`Claim.censored`): a seed without one never reached it
+    within its run and counts as step `censor`, past every run, so a side that reached it beats one that never did,
+    and two seeds that never did tie. Only when no seed of either side reached it is the comparison `never reached`."""
     sign = 1 if claim.higher else -1
     rows, states = [], []
     for other in claim.against:
-        theirs = [v for v in figures.get(other, []) if v is not None]
-        if not figures.get(claim.claimed) or not figures.get(other):
+        given = {claim.claimed: figures.get(claim.claimed, []), other: figures.get(other, [])}
+        if not all(given.values()):
             rows.append({"against": other, "state": "no data"})
             states.append("no data")
             continue
+        reached = {a: sum(v is not None for v in values) for a, values in given.items()}
+        if censor is not None and any(reached.values()):
+            mine, theirs = ([censor if v is None else v for v in values] for values in given.values())
+        else:
+            mine, theirs = ([v for v in values if v is not None] for values in given.values())
         if not mine or not theirs:
-            rows.append({"against": other, "state": "never reached",
-                         "without": [a for a, kept in ((claim.claimed, mine), (other, theirs)) if not kept]})
+            rows.append({"against": other, "state": "never reached", "without": [a for a, n in reached.items() if not n]})
             states.append("never reached")
             continue
         diff = sum(mine) / len(mine) - sum(theirs) / len(theirs)
@@ -170,8 +178,11 @@ def verdict(claim: Claim, figures: dict[str, list[float | None]]) -> dict:
             state = "leans"
         else:
             state = "not shown"
-        rows.append({"against": other, "state": state, "difference": diff, "seeds": (len(mine), len(theirs)),
-                     "spread": (spread(mine), spread(theirs))})
+        row = {"against": other, "state": state, "difference": diff, "seeds": (len(mine), len(theirs)),
+               "spread": (spread(mine), spread(theirs))}
+        if censor is not None:
+            row.update(censor=censor, reached=(reached[claim.claimed], reached[other]))
+        rows.append(row)
         states.append(state)
     overall = next(s for s in STATES if s in states)
     return {"claim": claim.key, "state": overall, "comparisons": rows}
@@ -188,8 +199,12 @@ def sentence(claim: Claim, result: dict) -> str:
             continue
         (n1, n2), (s1, s2) = row["seeds"], row["spread"]
         state = f"a verdict needs at least {MIN_SEEDS} seeds a side" if row["state"] == "too few seeds" else row["state"]
+        reached = ""
+        if "censor" in row:
+            reached = (f"; {claim.claimed} reached it in {row['reached'][0]} of {n1} seeds, {row['against']} in "
+                       f"{row['reached'][1]} of {n2}; a seed that never reached it counts as step {row['censor']:g}")
         parts.append(f"{claim.claimed} minus {row['against']}: {row['difference']:+.3g} "
-                     f"(seed spread ±{s1:.2g} / ±{s2:.2g}, {n1} and {n2} seeds): {state}")
+                     f"(seed spread ±{s1:.2g} / ±{s2:.2g}, {n1} and {n2} seeds{reached}): {state}")
     word = {"held": "Held here", "leans": "Leans the claimed way, within the seed spread",
             "not shown": "Not shown at this scale", "never reached": "Not shown at this scale",
             "too few seeds": "Not judged yet: too few seeds", "no data": "Not measured yet"}[result["state"]]

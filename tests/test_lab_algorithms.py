@@ -131,6 +131,23 @@ def test_a_verdict_from_too_few_seeds_or_a_figure_never_reached_says_so_and_not_
     assert "no runs yet" not in never
 
 
+def test_a_threshold_some_seeds_never_reached_counts_them_one_step_past_their_run():
+    steps = next(c for c in claims.CLAIMS if c.key == "steps_to_threshold")  # dapo fewer steps than grpo
+    # Every dapo seed reached it, no grpo seed did within 30 steps: the claim holds, it is not "not shown".
+    held = claims.verdict(steps, {"dapo": [12, 20, 25], "grpo": [None, None, None]}, censor=31)
+    assert held["state"] == "held"
+    text = claims.sentence(steps, held)
+    assert text.startswith("**Held here.**") and "dapo reached it in 3 of 3 seeds, grpo in 0 of 3" in text
+    assert "a seed that never reached it counts as step 31" in text
+    # One dapo seed reached it: better in the mean, yet its other seeds tie grpo's at the censor.
+    leans = claims.verdict(steps, {"dapo": [25, None, None], "grpo": [None, None, None]}, censor=31)
+    assert leans["state"] == "leans" and leans["comparisons"][0]["difference"] == pytest.approx(-2.0)
+    # The other way round: grpo reached it, dapo never did.
+    assert claims.verdict(steps, {"dapo": [None] * 3, "grpo": [10, 12, 14]}, censor=31)["state"] == "not shown"
+    # Nobody reached it: still said as such, with or without a censor.
+    assert claims.verdict(steps, {"dapo": [None] * 3, "grpo": [None] * 3}, censor=31)["state"] == "never reached"
+
+
 def fake_run(runs: Path, job: lab.Job, lengths: list[float], accuracy: list[float]) -> None:
     run = job.run_dir(runs)
     run.mkdir(parents=True)

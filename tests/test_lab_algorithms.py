@@ -120,6 +120,8 @@ def test_a_lower_is_better_claim_and_its_sentence_give_the_difference_and_the_sp
     assert result["state"] == "held"
     text = claims.sentence(kl, result)
     assert text.startswith("**Held here.**") and "grpo_kl minus grpo: -0.18" in text and "±0.01 / ±0.1" in text
+    # Equal seeds have no spread, not a float's rounding of one (0.1 three times is not "± 1.7e-17").
+    assert claims.spread([0.1, 0.1, 0.1]) == 0.0 and claims.spread([1.0, 3.0]) == pytest.approx(2 ** 0.5)
 
 
 def test_a_verdict_from_too_few_seeds_or_a_figure_never_reached_says_so_and_not_held():

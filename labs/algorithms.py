@@ -41,8 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from labs.claims import (CLAIMS, THRESHOLD, WINDOW, curve_summary, plot_claim, sentence, summarize_run, table,  # noqa: E402
-                         verdict)
+from labs.claims import (  # noqa: E402
+    CLAIMS, THRESHOLD, WINDOW, curve_summary, plot_claim, sentence, summarize_run, table, verdict)
 
 RECIPES = ROOT / "recipes" / "smollm2-135m" / "lab"
 ALGORITHMS = {  # name -> recipe: the name is what the page, the table and --algorithms say
@@ -277,9 +277,9 @@ def write_report(jobs: list[Job], runs: Path, out: Path, command: str) -> dict:
     base_path = out / "measures" / "base-eval.json"
     base = json.loads(base_path.read_text()) if base_path.is_file() else None
     verdicts = []
+    longest = max((r["steps"] for rows in results.values() for r in rows), default=0)
     for claim in CLAIMS:
         figures = {a: [r[claim.key] for r in rows] for a, rows in results.items()}
-        longest = max((r["steps"] for rows in results.values() for r in rows), default=0)
         result = verdict(claim, figures, censor=longest + 1 if claim.censored else None)
         verdicts.append({**result, "sentence": sentence(claim, result)})
         plot_claim(claim, results, out / f"claim-{claim.key}.png")
@@ -302,7 +302,8 @@ def page(command: str, rows: list[str], verdicts: list[dict], results: dict) -> 
              "what each number is: the lab's docstring and `lab.json`.", "", "## Every run", "", *rows, ""]
     for claim, result in zip(CLAIMS, verdicts):
         lines += [f"## {claim.title}", "", f"Claim: {claim.says}.", "", f"![{claim.key}](claim-{claim.key}.png)", "",
-                  result["sentence"], "", curve_summary(claim, results), "", f"What else differs, or why it may not show here: {claim.caveat}.", ""]
+                  result["sentence"], "", curve_summary(claim, results), "",
+                  f"What else differs, or why it may not show here: {claim.caveat}.", ""]
     return "\n".join(lines)
 
 

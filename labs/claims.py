@@ -13,7 +13,7 @@ from pathlib import Path
 
 WINDOW = 5  # logged points averaged at the start and at the end of a run (one point's completions are noisy);
 # a generation's figures (length, accuracy, zero-spread share) come once per generation, every 2nd step in the lab
-THRESHOLD = 0.75  # training accuracy (WINDOW-step mean) that counts as "reached"; fixed before any run
+THRESHOLD = 0.75  # training accuracy (the last WINDOW generations' mean) that counts as "reached"; set before any run
 ACCURACY = "rewards/accuracy/mean"
 # With dynamic sampling the trained batch holds only groups with a spread, so its accuracy is biased toward
 # 1/2; the accuracy of everything the policy generated in a step is logged apart (grpokit/dynamic_sampling.py).

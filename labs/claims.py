@@ -77,13 +77,18 @@ def _mean(values) -> float | None:
     return sum(kept) / len(kept) if kept else None
 
 
+def ends(values) -> tuple[float | None, float | None]:
+    """The mean of the first WINDOW logged points and of the last WINDOW."""
+    return window_mean(values, last=False), window_mean(values, last=True)
+
+
 def _delta(values) -> float | None:
-    start, end = window_mean(values, last=False), window_mean(values, last=True)
+    start, end = ends(values)
     return None if start is None or end is None else end - start
 
 
 def _ratio(values) -> float | None:
-    start, end = window_mean(values, last=False), window_mean(values, last=True)
+    start, end = ends(values)
     return None if not start or end is None else end / start
 
 
@@ -218,14 +223,13 @@ def curve_summary(claim: Claim, results: dict[str, list[dict]]) -> str:
     and of the last WINDOW, so the page says which way every curve went, not only the difference the claim reads."""
     parts = []
     for algorithm in (claim.claimed, *claim.against):
-        ends = [(window_mean(r["curves"][claim.curve], last=False), window_mean(r["curves"][claim.curve], last=True))
-                for r in results.get(algorithm, [])]
-        ends = [(start, end) for start, end in ends if start is not None and end is not None]
-        if not ends:
+        pairs = [ends(r["curves"][claim.curve]) for r in results.get(algorithm, [])]
+        pairs = [(start, end) for start, end in pairs if start is not None and end is not None]
+        if not pairs:
             parts.append(f"{algorithm} not logged" if results.get(algorithm) else f"{algorithm} no runs")
             continue
-        start, end = (sum(column) / len(ends) for column in zip(*ends))
-        parts.append(f"{algorithm} {start:.3g} → {end:.3g} ({len(ends)} seeds)")
+        start, end = (sum(column) / len(pairs) for column in zip(*pairs))
+        parts.append(f"{algorithm} {start:.3g} → {end:.3g} ({len(pairs)} seeds)")
     return f"The curves, {claim.ylabel}, first {WINDOW} logged points → last {WINDOW} (mean over seeds): " + "; ".join(parts) + "."
 
 

@@ -197,7 +197,7 @@ def versions() -> dict:
 
 
 def write(results: dict, out: Path, stem: str) -> None:
-    from grpokit import ownership
+    from grpokit.files import ownership
     ownership.write_text(out / f"{stem}.json", json.dumps(results, indent=1, default=str) + "\n", key="--out")
     lines = [f"# Generation engines on {results['versions'].get('gpu', 'CPU (dry run)')}, capped at {results['cap_gib']:g} GiB "
              f"({results['date']}, {results['recipe']})", "", results["note"], "",

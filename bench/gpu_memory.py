@@ -166,7 +166,7 @@ def versions() -> dict:
 def write(results: dict, out: Path, stem: str):
     out.mkdir(parents=True, exist_ok=True)
     results["summary_line"] = summary_line(results)
-    from grpokit import ownership
+    from grpokit.files import ownership
     ownership.write_text(out / f"{stem}.json", json.dumps(results, indent=1, default=str) + "\n", key="--out")
     rows = [r for r in results["cases"] if "comparison" in r]
     lines = [f"# GRPO steps on {results['versions'].get('gpu', 'CPU (dry run)')} vs grpokit's plan ({results['date']})", "",
@@ -189,7 +189,7 @@ def pack_deps(target: Path):
     """Copy what the device image lacks (trl, datasets, dill, bitsandbytes for CUDA 13.0) into `target`."""
     import importlib.util
 
-    from grpokit import ownership
+    from grpokit.files import ownership
 
     if ownership.holds_run(target.resolve()):
         raise SystemExit(f"--pack-deps: {target} is (or holds) a training run's folder; choose a folder of its own")

@@ -406,7 +406,7 @@ def write(out: Path, records: list[dict], steps: int) -> None:
                      "grpokit.planning.memory.plan(device='cpu') for the same settings",
               "summary": summary(records), "records": records}
     out.parent.mkdir(parents=True, exist_ok=True)
-    from grpokit import ownership
+    from grpokit.files import ownership
     ownership.replace_text(out, json.dumps(result, indent=1) + "\n")  # the committed results file: a new file in its place
 
 

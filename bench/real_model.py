@@ -119,7 +119,7 @@ def markdown(results: dict) -> str:
 
 def write_readme_section(text: str, readme: Path = README) -> None:
     """Put `text` between the section's markers in bench/README.md (the markers must be there once each)."""
-    from grpokit import ownership
+    from grpokit.files import ownership
 
     page = readme.read_text()
     if page.count(BEGIN) != 1 or page.count(END) != 1:
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     }
     base = eval_run(None, runs / "base-eval.json")  # greedy: the same for every seed
     results["base"] = {"pass@1": base["greedy"]["pass@1"], "passed": base["greedy"]["passed"], "prompts": base["prompts"]}
-    from grpokit import ownership
+    from grpokit.files import ownership
 
     for seed in opts.seeds:
         run_dir = runs / f"seed-{seed}"

@@ -180,7 +180,7 @@ def list_rewards() -> int:
 def plot(run_dir: Path, compare: list[Path] = ()) -> int:
     """Curves and report.md for an existing run directory (its recipe.yaml supplies the explain summary); with
     `compare`, other runs beside it in plots/compare.png and a table (written into `run_dir` only)."""
-    from grpokit import ownership
+    from grpokit.files import ownership
     from grpokit.config import load, validate
     from grpokit.config.trainer_args import grpo_args
     from grpokit.reporting.compare import COMPARE_FILE, load_runs
@@ -283,7 +283,7 @@ def run(req: Request) -> int:
         if CHECKPOINT.fullmatch(run_dir.name):  # a checkpoint's figures are a row of its run's report
             run_dir = run_dir.parent
         if not req.eval_out and (run_dir / "report.md").is_file():  # a finished run: its report gains before/after
-            from grpokit import ownership
+            from grpokit.files import ownership
 
             if ownership.replaceable(run_dir / "report.md"):
                 plot(run_dir)

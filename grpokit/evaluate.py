@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grpokit import ownership
+from grpokit.files import ownership
 from grpokit.config import Recipe
 from grpokit.dist import say
 from grpokit.errors import Problem, RecipeError

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpokit import ownership
+from grpokit.files import ownership
 from grpokit.errors import Problem, RecipeError
 from grpokit.rundir import RECIPE_FILE
 

@@ -1,17 +1,17 @@
 """The run directory (`trainer.output_dir`): its checkpoints, which one to resume, and guarding a previous run.
 
-A leaf: imports only grpokit's other leaves (errors, dist, ownership).
+A leaf: imports only grpokit's other leaves (errors, dist, files).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-import grpokit.ownership as ownership
+import grpokit.files as files
 from grpokit.dist import is_main_process, num_processes_from_env, say
 from grpokit.errors import Problem, RecipeError
+from grpokit.files import ownership
 
 STATE_FILE = "trainer_state.json"  # what the trainer saves in output_dir and in every checkpoint-N/
 RECIPE_FILE = "recipe.yaml"  # the resolved recipe a run saves beside its results
@@ -46,6 +46,7 @@ class RunLock:
         self.output_dir, self.recipe_path, self.fd, self.created = Path(output_dir), recipe_path, None, False
         self.recorder: ownership.Recorder | None = None
         self.began = False  # the run has started writing: what appears now is recorded as its own
+        self.beating = None  # the heartbeat's stop event (`_heartbeat`)
 
     def begin(self) -> None:
         """Every check has passed and the run starts writing (only then does the lock's exit record anything)."""
@@ -116,7 +117,28 @@ class RunLock:
         self.fd = fd
         _held.add(key)
         self.recorder = ownership.Recorder(self.output_dir)
+        self._heartbeat()
         return self
+
+    def _heartbeat(self) -> None:
+        """While the run lives, move the lock file's modification time every `ownership.HEARTBEAT_S`: after a kill it
+        tells when the run died, so a save the kill cut short vouches for nothing put in the folder after that
+        (see `ownership._window`). Through the open descriptor: the lock file is never opened again."""
+        import os
+        import threading
+
+        stop, fd = threading.Event(), self.fd
+        self.beating = stop
+
+        def beat():
+            while not stop.is_set():
+                try:
+                    os.utime(fd)
+                except OSError:
+                    return
+                stop.wait(ownership.HEARTBEAT_S)
+
+        threading.Thread(target=beat, name="grpokit-heartbeat", daemon=True).start()
 
     @staticmethod
     def _not_a_lock(fd: int) -> str | None:
@@ -138,10 +160,10 @@ class RunLock:
         import os
 
         _held.discard(str(self.output_dir.resolve()))
+        self.beating.set()
         if self.created and not ownership.entries(self.output_dir):
             try:  # the run failed before writing anything: leave no folder behind
-                for name in (ownership.MANIFEST, LOCK_FILE):
-                    (self.output_dir / name).unlink(missing_ok=True)
+                files.remove_bookkeeping(self.output_dir, (ownership.MANIFEST, LOCK_FILE))
                 self.output_dir.rmdir()
             except OSError:
                 pass  # another run is starting in it: the folder is its now
@@ -149,7 +171,7 @@ class RunLock:
             if self.began:
                 self.record()
             if self.made_lock and not ownership.listed(self.output_dir):
-                (self.output_dir / LOCK_FILE).unlink(missing_ok=True)  # a refused folder keeps no trace of the attempt
+                files.remove_bookkeeping(self.output_dir, (LOCK_FILE,))  # a refused folder keeps no trace of the attempt
         os.close(self.fd)  # releases the lock
         self.fd = None
 
@@ -223,13 +245,10 @@ def read_state(path: Path) -> tuple[dict | None, str | None]:
     A state counts only when it parses as a JSON object with an integer `global_step`: a 0-byte file (the disk
     filled as it was opened) or one cut mid-write is damaged, never a checkpoint to resume.
     """
-    try:
-        state = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None, "missing"
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        return None, f"damaged ({type(err).__name__}: {err})"
-    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+    state, why = files.try_json(path, dict)
+    if state is None:
+        return None, why if why == "missing" else f"damaged: it {why}"
+    if not isinstance(state.get("global_step"), int):
         return None, "damaged (not a trainer state: no integer global_step)"
     return state, None
 
@@ -321,15 +340,10 @@ def complete_final_save(checkpoint: Path, output_dir: Path) -> None:
     Each file is copied beside its target and renamed over it, so a second kill leaves whole files; the
     trainer state, which marks the run finished, goes last.
     """
-    import os
-    import shutil
-
-    files = [p for p in sorted(Path(checkpoint).iterdir()) if p.is_file() and not p.name.startswith(_RESUME_ONLY)
+    saved = [p for p in sorted(Path(checkpoint).iterdir()) if p.is_file() and not p.name.startswith(_RESUME_ONLY)
              and p.name not in (ownership.MANIFEST, LOCK_FILE)]  # another folder's bookkeeping is not the run's
-    for src in sorted(files, key=lambda p: p.name == STATE_FILE):
-        partial = Path(output_dir) / f".{src.name}.partial"
-        shutil.copyfile(src, partial)
-        os.replace(partial, Path(output_dir) / src.name)
+    for src in sorted(saved, key=lambda p: p.name == STATE_FILE):
+        files.copy_file(src, Path(output_dir) / src.name, key="--resume")
 
 
 def writable_problems(output_dir: Path, recipe_path: str) -> list[Problem]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpokit import ownership, rundir
+from grpokit import rundir
+from grpokit.files import ownership
 from grpokit.config import Recipe, dump
 from grpokit.dist import say
 

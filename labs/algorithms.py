@@ -231,7 +231,7 @@ def kl_to_reference(recipe, run_dir: Path, log=lambda m: None) -> dict:
 
 def measure_kl(run_dir: Path, algorithm: str, out: Path, overrides: list[str]) -> Path:
     """Write the run's measures file: its held-out eval (already there) and its KL to the base model."""
-    from grpokit import ownership
+    from grpokit.files import ownership
     from grpokit.config import load, validate
 
     recipe = validate(load(str(ALGORITHMS[algorithm]), [f"trainer.output_dir={run_dir}", *overrides]))
@@ -271,7 +271,7 @@ def collect(jobs: list[Job], runs: Path, out: Path) -> dict[str, list[dict]]:
 
 
 def write_report(jobs: list[Job], runs: Path, out: Path, command: str) -> dict:
-    from grpokit import ownership
+    from grpokit.files import ownership
 
     results = collect(jobs, runs, out)
     base_path = out / "measures" / "base-eval.json"

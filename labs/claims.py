@@ -284,7 +284,7 @@ def _plot_curve(ax, claim: Claim, runs: list[dict], algorithm: str, color: str) 
 def _save(fig, path: Path) -> None:
     import io
 
-    from grpokit import ownership
+    from grpokit.files import ownership
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)

@@ -57,12 +57,12 @@ def with_trainer(folder: Path, **trainer) -> dict:
 
 def fake_run(folder: Path, names=("checkpoint-1", "trainer_state.json", "recipe.yaml", "adapter_model.safetensors"),
              checkpoint_files=("trainer_state.json",), text: str = "{}") -> Path:
-    """A folder as a finished grpokit run leaves it: its entries, and the manifest (grpokit.ownership) that lists them.
+    """A folder as a finished grpokit run leaves it: its entries, and the manifest (grpokit.files.ownership) that lists them.
 
     A `checkpoint-N` name is a folder holding `checkpoint_files`; a trainer_state.json there holds a step, every other
     file `text`.
     """
-    from grpokit import ownership
+    from grpokit.files import ownership
 
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
@@ -87,7 +87,7 @@ def age_claims(run: Path, by_ns: int) -> None:
     """Time passes: every claim's start in the run's manifest (and a pending save's) moves `by_ns` into the past."""
     import json
 
-    from grpokit import ownership
+    from grpokit.files import ownership
 
     path = run / ownership.MANIFEST
     manifest = json.loads(path.read_text())

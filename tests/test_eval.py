@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grpokit import cli, evaluate, ownership
+from grpokit import cli, evaluate
+from grpokit.files import ownership
 from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE, guard_output_dir, remove_previous
 from tests.helpers import ROOT, SMOKE_DATA, with_trainer, write_recipe
 

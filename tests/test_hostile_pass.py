@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from helpers import fake_run, with_trainer, write_recipe
 
-from grpokit import ownership
+from grpokit.files import ownership
 from grpokit.cli import main
 from grpokit.errors import RecipeError
 from grpokit.rundir import LOCK_FILE, RunLock

@@ -13,7 +13,7 @@ import helpers
 import pytest
 from helpers import age_claims, overwrite
 
-from grpokit import ownership
+from grpokit.files import ownership
 from grpokit.errors import RecipeError
 
 

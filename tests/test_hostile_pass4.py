@@ -12,7 +12,7 @@ import pytest
 import helpers
 from helpers import load_bench
 
-from grpokit import ownership
+from grpokit.files import ownership
 from grpokit.rundir import RunLock
 
 

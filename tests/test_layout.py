@@ -16,8 +16,10 @@ PACKAGES = ("grpokit", "rewards", "labs")
 LEAVES = {
     "grpokit.errors": set(),
     "grpokit.dist": set(),
-    "grpokit.ownership": {"grpokit.errors"},
-    "grpokit.rundir": {"grpokit.errors", "grpokit.dist", "grpokit.ownership"},
+    "grpokit.files": {"grpokit.errors", "grpokit.files.ownership", "grpokit.files.reading"},
+    "grpokit.files.ownership": {"grpokit.errors", "grpokit.files.reading"},
+    "grpokit.files.reading": {"grpokit.errors"},
+    "grpokit.rundir": {"grpokit.errors", "grpokit.dist", "grpokit.files", "grpokit.files.ownership"},
     "grpokit.trl_compat": set(),
     "grpokit.progress": set(),
     "grpokit.lifecycle": set(),

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, launch, with_trainer, write_recipe
 
-from grpokit import ownership, rundir
+from grpokit import rundir
+from grpokit.files import ownership
 from grpokit.errors import RecipeError
 
 

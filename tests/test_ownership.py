@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import SMOKE_DATA, fake_run, with_trainer, write_recipe
 
-from grpokit import ownership
+from grpokit.files import ownership
 from grpokit.cli import main
 from grpokit.errors import RecipeError
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, with_trainer, write_recipe
 
-from grpokit import ownership, training
+from grpokit import training
+from grpokit.files import ownership
 from grpokit.rundir import latest_checkpoint
 from grpokit.cli import main
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpokit import ownership
+from grpokit.files import ownership
 
 CARD_FILE = "README.md"
 

@@ -23,7 +23,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpokit import ownership
+from grpokit.files import ownership
 from grpokit.rundir import STATE_FILE, latest_checkpoint
 
 

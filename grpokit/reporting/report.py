@@ -19,7 +19,7 @@ import re
 import weakref
 from pathlib import Path
 
-from grpokit import ownership
+from grpokit.files import ownership
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.verdict import diagnosis, heldout
 

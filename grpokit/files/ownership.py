@@ -13,7 +13,8 @@ Some folders are never written into at all: the filesystem root, the home direct
 folder or one above it -- their files are the user's by definition. grpokit's own bookkeeping files are
 never written through a symbolic link.
 
-A leaf: imports only grpokit.errors.
+A leaf: imports only grpokit.errors and grpokit.files.reading. Other modules reach it through `grpokit.files`,
+the door every write passes.
 
 >>> import tempfile; d = Path(tempfile.mkdtemp())
 >>> _ = (d / "notes.txt").write_text("mine")
@@ -24,6 +25,7 @@ A leaf: imports only grpokit.errors.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -33,17 +35,22 @@ import time
 from pathlib import Path
 
 from grpokit.errors import Problem, RecipeError
+from grpokit.files.reading import try_bytes, try_json
 
 MANIFEST = ".grpokit-files"
 LOCK_FILE = ".grpokit.lock"  # a run's lock (rundir.RunLock): like the manifest, bookkeeping, never the user's
 _OWN = (MANIFEST, LOCK_FILE)  # a folder's own bookkeeping: never listed among its entries
 _TMP = ".grpokit-tmp-"  # a file being written, renamed into place at once (a kill may leave one: never removed)
 SHOWN = 8  # entries named in a refusal before "and N more"
-WRITING = None  # a folder's contents while grpokit is still writing it (a checkpoint being saved): all of it is grpokit's
+WRITING = None  # a claimed folder's contents, in memory between `claim_writing` and storing the claim: not yet known
 PENDING = "pending"  # an entry vouched for by a pending save (`start_pending`) rather than recorded
 # A save claimed before it was written (a checkpoint), or one under way when a kill came (the final save), vouches for
-# what was written from its start for this long at most: enough for a large checkpoint on a slow disk.
+# what was written from its start until the run's last sign of life: the lock file's modification time, which the
+# live run moves every HEARTBEAT_S (rundir.RunLock), plus HEARTBEAT_S of slack; and never past SAVE_WINDOW_NS.
+# Written is the change time (ctime), which a move, a link or `touch -d` sets to now and nobody can set back.
 SAVE_WINDOW_NS = 3600 * 10**9
+HEARTBEAT_S = 1.0
+CONTENT_LIMIT = 64 * 2**20  # files recorded with their SHA-256 (results, reports): larger ones are never hashed
 
 
 def _plain(name) -> bool:
@@ -67,26 +74,56 @@ def _same(recorded: dict, now: dict | None) -> bool:
     return now is not None and all(recorded.get(k) == v for k, v in now.items())
 
 
-def _within(path: Path, since) -> bool:
-    """True when `path` was last written during the save that started at `since` (see SAVE_WINDOW_NS)."""
+def _window(folder: Path, since) -> tuple[int, int] | None:
+    """(start, end) of the time a claim made at `since` in `folder` vouches for (see SAVE_WINDOW_NS); None when it
+    vouches for nothing (no start recorded, or no heartbeat to end it: the lock file is gone or not a file)."""
+    if not isinstance(since, int) or isinstance(since, bool):
+        return None
     try:
-        mtime = os.lstat(path).st_mtime_ns
+        st = os.lstat(Path(folder) / LOCK_FILE)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return since, min(st.st_mtime_ns + int(HEARTBEAT_S * 1e9), since + SAVE_WINDOW_NS)
+
+
+def _within(path: Path, window) -> bool:
+    """True when `path` was last changed inside `window` (`_window`): written by the save, not put there after it."""
+    try:
+        ctime = os.lstat(path).st_ctime_ns
     except OSError:
         return False
-    return isinstance(since, int) and since <= mtime <= since + SAVE_WINDOW_NS
+    return window is not None and window[0] <= ctime <= window[1]
+
+
+def _written_in(path: Path, window) -> dict[str, dict]:
+    """What lies inside the folder `path` that was written inside `window`, as `contents` lists it: the part of a
+    claimed checkpoint a killed save vouches for. What came later (a file moved in, with any mtime) is not in it."""
+    return {rel: ident for rel, ident in contents(path).items() if _within(path / rel.rstrip("/"), window)}
+
+
+def _sha256(path: Path, size) -> str | None:
+    """The SHA-256 of a regular file of at most CONTENT_LIMIT bytes (read without following a link: None for one)."""
+    if os.path.islink(path) or not isinstance(size, int) or size > CONTENT_LIMIT:
+        return None
+    data, _ = try_bytes(path, CONTENT_LIMIT)
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def _same_content(path: Path, rec: dict) -> bool:
+    """True when the file at `path` holds exactly what grpokit recorded writing there (its SHA-256): a results file
+    committed to git and cloned has a new inode and new times, and is still the file grpokit wrote."""
+    now = identity(path)
+    return (isinstance(rec.get("sha256"), str) and now is not None and "size" in now and now["size"] == rec.get("size")
+            and _sha256(path, now["size"]) == rec["sha256"])
 
 
 def _load(folder: Path) -> dict:
     """The folder's manifest as grpokit wrote it; {} when there is none, or the file there is not one (read only
-    when it is a regular file: a FIFO of that name must not hang the reader)."""
-    path = Path(folder) / MANIFEST
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return {}
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    return data if isinstance(data, dict) and data.get("written_by") == "grpokit" else {}
+    when it is a regular file: a FIFO of that name must not hang the reader; bounded in size and depth)."""
+    data, _ = try_json(Path(folder) / MANIFEST, dict, limit=64 * 2**20)
+    return data if data is not None and data.get("written_by") == "grpokit" else {}
 
 
 def _manifest_is_theirs(folder: Path) -> bool:
@@ -99,7 +136,9 @@ def _read(folder: Path) -> dict[str, dict]:
     """The entries of `folder` grpokit recorded and that are still as it left them: name -> {"ino", ..., "inside"}.
 
     A checkpoint claimed before it was written (`claim_writing`), and what a save left when a kill cut it short
-    (`start_pending`), count as grpokit's when written within SAVE_WINDOW_NS of the claim or the save's start.
+    (`start_pending`), count as grpokit's as far as they were written within the save's window (`_window`): what
+    lies in a claimed checkpoint, or appeared beside a pending save, and was changed after it is the user's.
+    A file recorded with its SHA-256 (`claim_file(..., content=True)`) is grpokit's while its content is unchanged.
     """
     folder = Path(folder)
     data = _load(folder)
@@ -110,16 +149,22 @@ def _read(folder: Path) -> dict[str, dict]:
             continue
         now = identity(folder / name)
         if "ino" not in rec:  # claimed before it was written: vouched for within the save's window only, and kept
-            if now is None or _within(folder / name, rec.get("since")):  # as a claim, never turned into a record
-                mine[name] = {**(now or {}), "inside": WRITING, "claimed": rec.get("since")}
-        elif _same(rec, now):
+            window = _window(folder, rec.get("since"))  # as a claim, never turned into a record
+            if now is None or now.keys() == {"ino"} or _within(folder / name, window):
+                mine[name] = {**(now or {}), "inside": _written_in(folder / name, window), "claimed": rec.get("since")}
+        elif _same(rec, now) or _same_content(folder / name, rec):
             inside = rec.get("inside", {})
-            mine[name] = {**now, "inside": WRITING if inside is WRITING else
-                          {f: i for f, i in inside.items() if isinstance(i, dict)} if isinstance(inside, dict) else {}}
-    since = data.get("pending")
-    for name in entries(folder) if isinstance(since, int) else ():
-        if name not in mine and _within(folder / name, since) and not holds_run(folder / name):
-            mine[name] = {**identity(folder / name), "inside": WRITING, "claimed": PENDING}
+            kept = {"sha256": rec["sha256"]} if "sha256" in rec else {}
+            mine[name] = {**now, **kept, "inside": {f: i for f, i in inside.items() if isinstance(i, dict)}
+                          if isinstance(inside, dict) else {}}
+    window = _window(folder, data.get("pending"))
+    for name in entries(folder) if window is not None else ():
+        path = folder / name
+        if name in mine or not _within(path, window) or holds_run(path):
+            continue
+        inside = contents(path)
+        if _written_in(path, window) == inside:  # a folder the save made, nothing put in it since
+            mine[name] = {**identity(path), "inside": inside, "claimed": PENDING}
     return mine
 
 
@@ -136,6 +181,12 @@ def _write_new(folder: Path, data: str | bytes) -> str:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
     os.chmod(partial, 0o644)
     return partial
+
+
+def new_file_beside(path: Path) -> str:
+    """An empty file of a fresh name beside `path` (created exclusively, never through a link), to be filled and then
+    renamed over `path`."""
+    return _write_new(Path(path).parent, b"")
 
 
 _KEEP = object()
@@ -187,12 +238,15 @@ def _unknown(now: dict[str, dict], known: dict[str, dict]) -> list[str]:
                   and not (rel.endswith("/") and rel in known))
 
 
-def _entry(folder: Path, name: str) -> dict:
-    """An entry as grpokit records it now: its identity and, for a folder, everything inside."""
+def _entry(folder: Path, name: str, content: bool = False) -> dict:
+    """An entry as grpokit records it now: its identity and, for a folder, everything inside; with `content`, a
+    file's SHA-256 too (`_same_content`)."""
     path = Path(folder) / name
     rec = dict(identity(path) or {})
     if path.is_dir() and not path.is_symlink():
         rec["inside"] = contents(path)
+    elif content and _sha256(path, rec.get("size")) is not None:
+        rec["sha256"] = _sha256(path, rec.get("size"))
     return rec
 
 
@@ -203,12 +257,12 @@ def replace_text(path: Path, text: str | bytes) -> None:
     os.replace(_write_new(path.parent, text), path)
 
 
-def claim(folder: Path, names) -> None:
-    """Record `names`, entries of `folder`, as written by grpokit, as they are now."""
+def claim(folder: Path, names, content: bool = False) -> None:
+    """Record `names`, entries of `folder`, as written by grpokit, as they are now (`content`: with their SHA-256)."""
     mine = _read(folder)
     for name in {n for n in names if _plain(n) and n not in _OWN}:
         if (Path(folder) / name).exists() or (Path(folder) / name).is_symlink():
-            mine[name] = _entry(folder, name)
+            mine[name] = _entry(folder, name, content)
     _store(folder, mine)
 
 
@@ -225,7 +279,7 @@ def start_pending(folder: Path) -> None:
     _store(folder, _read(folder), pending=time.time_ns())
 
 
-def claim_file(path: Path) -> None:
+def claim_file(path: Path, content: bool = False) -> None:
     """Record a file (or a folder, with what it holds) grpokit just wrote: inside the recorded folder that holds it,
     else as an entry of its own folder.
 
@@ -249,7 +303,7 @@ def claim_file(path: Path) -> None:
             rec.update(identity(holder) or {})
             _store(holder.parent, mine)
             return
-    claim(path.parent, [path.name])
+    claim(path.parent, [path.name], content)
 
 
 def entries(folder: Path) -> list[str]:
@@ -426,7 +480,7 @@ def _through_link(path: Path, root: Path | None) -> bool:
     return any(p.is_symlink() for p in path.parents if p != stop and stop in p.parents)
 
 
-def write_text(path: Path, text: str, key: str = "", recipe_path: str | None = None) -> None:
+def write_text(path: Path, text: str | bytes, key: str = "", recipe_path: str | None = None) -> None:
     """Write a file grpokit owns: refused when `path` exists and grpokit did not write it; recorded after.
 
     The text goes to a fresh temporary file (never through a link) renamed over the target, so a kill leaves
@@ -436,4 +490,4 @@ def write_text(path: Path, text: str, key: str = "", recipe_path: str | None = N
     refuse_unless_replaceable([path], key=key, recipe_path=recipe_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     replace_text(path, text)
-    claim_file(path)
+    claim_file(path, content=True)

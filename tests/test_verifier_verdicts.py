@@ -1,0 +1,252 @@
+"""code_tests' verdicts are Python's, and the graded code never takes part in deciding them.
+
+The setup and every statement of a test run on a trusted side that never runs the graded code; each use of a
+name the code defines crosses to the code's sandbox as plain data and comes back as plain data
+(rewards/_judge.py, rewards/_candidate.py, rewards/_values.py).
+"""
+
+import pytest
+
+from rewards._sandbox import Limits, run
+
+FAST = Limits(time_s=1.0, memory_mb=256, processes=16, file_mb=4, output_kb=16)
+
+
+def python_verdicts(code: str, tests: list, setup: str = "") -> list:
+    """Each test's verdict as Python gives it: setup, code and test run together in one namespace."""
+    verdicts = []
+    for test in tests:
+        namespace = {"__name__": "__main__"}
+        try:
+            exec(setup, namespace)
+            exec(code, namespace)
+            exec(test, namespace)
+            verdicts.append(True)
+        except Exception:  # noqa: BLE001 - a failing test, whatever it raised
+            verdicts.append(False)
+    return verdicts
+
+
+# --- The expected side is out of the code's reach, whatever the setup defines. ---------------------------------
+
+# (setup, test, a right answer): each wrong answer below returns what the setup holds instead of computing it.
+SETUP_VALUES = [
+    ("EXPECTED = 4", "assert f(2) == EXPECTED", "def f(x):\n    return x * 2"),
+    ("REF = [1, 2, 3]", "assert f(3) == REF", "def f(n):\n    return list(range(1, n + 1))"),
+    ("import builtins\nbuiltins.EXPECTED = 4", "assert f(2) == EXPECTED", "def f(x):\n    return x * 2"),
+    ("exec('EXPECTED = 4')", "assert f(2) == EXPECTED", "def f(x):\n    return x * 2"),
+    ("def expected():\n    return 4", "assert f(2) == expected()", "def f(x):\n    return x * 2"),
+]
+READS_THE_SETUP = {
+    "by name": "def f(*a):\n    return EXPECTED\n",
+    "by name, list": "def f(*a):\n    return REF\n",
+    "a setup function": "def f(*a):\n    return expected()\n",
+    "from the builtins": "import builtins\ndef f(*a):\n    return getattr(builtins, 'EXPECTED', None) or globals().get('REF')\n",
+    # every list and int a container reachable through the garbage collector holds, and every string constant
+    # of every code object: the setup's and the tests' values and source, wherever the process keeps them
+    "gc and code objects": """import gc, sys
+def f(*a):
+    found = []
+    for o in gc.get_objects():
+        try:
+            if isinstance(o, dict):
+                for k, v in list(o.items()):
+                    if k in ('EXPECTED', 'REF'):
+                        return v
+                    if isinstance(v, str) and ('EXPECTED' in v or 'REF' in v):
+                        found.append(v)
+            if type(o).__name__ == 'code':
+                found += [c for c in o.co_consts if isinstance(c, str) and ('EXPECTED' in c or 'REF' in c)]
+        except Exception:
+            pass
+    for text in found:
+        for line in text.splitlines():
+            if '=' in line:
+                try:
+                    return eval(line.split('=', 1)[1])
+                except Exception:
+                    pass
+    return None
+""",
+}
+
+
+@pytest.mark.parametrize("setup, test, right", SETUP_VALUES, ids=[s.splitlines()[-1] for s, _, _ in SETUP_VALUES])
+def test_no_route_from_the_code_reaches_a_value_the_setup_defines(setup, test, right):
+    assert run(right, [test], setup, FAST).passed == [True]
+    for name, wrong in READS_THE_SETUP.items():
+        assert run(wrong, [test], setup, FAST).passed == [False], name
+
+
+def test_the_code_keeps_the_setups_imports_and_classes():
+    # What the code needs of the setup -- its imports, its classes -- it has; only its values stay out of reach.
+    setup = "import math\nfrom collections import namedtuple\nP = namedtuple('P', 'x y')\nclass Box:\n    def __init__(self, v):\n        self.v = v"
+    code = "def f(x):\n    return math.floor(x)\ndef g():\n    return P(1, 2)\ndef h(v):\n    return Box(v).v * 2"
+    tests = ["assert f(2.5) == 2", "assert g() == P(1, 2) and g().y == 2", "assert h(3) == 6"]
+    assert run(code, tests, setup, FAST).passed == [True, True, True]
+
+
+# --- What a test observes of a value is what Python shows. ---------------------------------------------------------
+
+KINDS_CODE = """
+import math
+from collections import Counter, OrderedDict, defaultdict, namedtuple, deque
+from fractions import Fraction
+from decimal import Decimal
+Point = namedtuple('Point', 'x y')
+class I(int):
+    pass
+class S(str):
+    pass
+def count(s): return Counter(s)
+def ordered(): return OrderedDict([('b', 1), ('a', 2)])
+def grouped():
+    d = defaultdict(list)
+    d['k'].append(1)
+    return d
+def point(): return Point(1, 2)
+def small(): return I(3)
+def word(): return S('ab')
+def nan(): return float('nan')
+def inf(): return float('-inf')
+def cx(): return complex(1, -2)
+def raw(): return b'\\x00a'
+def items(): return {1, 2}, frozenset({3}), [None, (1.5, 'x')]
+def queue(): return deque([1, 2])
+def half(): return Fraction(1, 2)
+def dec(): return Decimal('1.10')
+def span(): return range(1, 4)
+def nothing(): return None
+"""
+KINDS = [
+    "assert type(count('aab')) == dict", "assert type(count('aab')) == Counter", "assert count('aab') == {'a': 2, 'b': 1}",
+    "assert count('aab').most_common(1) == [('a', 2)]", "assert repr(count('ab')) == \"Counter({'a': 1, 'b': 1})\"",
+    "assert isinstance(ordered(), OrderedDict) and list(ordered()) == ['b', 'a']", "assert str(ordered()) == \"OrderedDict([('b', 1), ('a', 2)])\"",
+    "assert grouped() == {'k': [1]} and type(grouped()).__name__ == 'defaultdict'", "assert grouped()['new'] == []",
+    "assert str(point()) == 'Point(x=1, y=2)'", "assert point() == (1, 2) and point().x == 1 and type(point()).__name__ == 'Point'",
+    "assert point()._asdict() == {'x': 1, 'y': 2}", "assert type(point()) == tuple",
+    "assert small() == 3 and isinstance(small(), int)", "assert type(small()) == int", "assert type(small()).__name__ == 'I'",
+    "assert word() == 'ab' and word().upper() == 'AB'", "assert type(word()) is str",
+    "assert nan() != nan()", "assert math.isnan(nan())", "assert [nan()] == [nan()]", "assert inf() < -1e308",
+    "assert cx() == 1 - 2j", "assert raw() == b'\\x00a' and type(raw()) is bytes", "assert items() == ({2, 1}, frozenset({3}), [None, (1.5, 'x')])",
+    "assert type(items()[1]) is frozenset", "assert queue() == deque([1, 2]) and queue().popleft() == 1", "assert queue() == [1, 2]",
+    "assert half() == 0.5 and str(half()) == '1/2'", "assert str(dec()) == '1.10' and dec() == Decimal('1.1')",
+    "assert span() == range(1, 4) and list(span()) == [1, 2, 3]", "assert nothing() is None", "assert str(nothing()) == 'None'",
+]
+
+
+def test_what_a_test_observes_of_a_value_matches_python():
+    expected = python_verdicts(KINDS_CODE, KINDS)
+    assert expected.count(False) >= 3  # the table holds failing cases too
+    got = run(KINDS_CODE, KINDS, limits=FAST).passed
+    assert got == expected, [test for test, g, e in zip(KINDS, got, expected) if g != e]
+
+
+def test_an_exception_the_code_raises_is_caught_as_python_catches_it():
+    code = ("class Bad(ValueError):\n    pass\n"
+            "def f(x):\n    if x < 0:\n        raise Bad('negative')\n    return x\n"
+            "def g(x):\n    raise KeyError(x)\n")
+    tests = ["try:\n    f(-1)\nexcept ValueError as e:\n    assert str(e) == 'negative'\nelse:\n    assert False",
+             "try:\n    g(1)\nexcept LookupError:\n    pass",
+             "try:\n    g(1)\nexcept ValueError:\n    pass",
+             "assert f(2) == 2"]
+    assert run(code, tests, limits=FAST).passed == python_verdicts(code, tests) == [True, True, False, True]
+
+
+def test_an_argument_the_code_changes_in_place_is_changed_for_the_test():
+    code = "def f(xs):\n    xs.sort()\ndef g(d):\n    d['k'] = 1\ndef h(xs, ys):\n    ys.append(len(xs))"
+    tests = ["xs = [3, 1]\nf(xs)\nassert xs == [1, 3]", "d = {}\nassert g(d) is None and d == {'k': 1}",
+             "a, b = [1, 2], []\nh(a, b)\nh(a, b)\nassert b == [2, 2]", "xs = [2, 1]\nf(xs)\nassert xs == [2, 1]"]
+    assert run(code, tests, limits=FAST).passed == python_verdicts(code, tests) == [True, True, True, False]
+
+
+# --- No statement's verdict is computed where the code runs. -------------------------------------------------------
+
+SETUP_CHECK = "def check(v):\n    return v == 3"
+FORMS = [  # each passes for a right f (f(x) = x + 1) and fails for a wrong one
+    "x = f(1)\nassert x == 2",
+    "assert [f(i) for i in range(3)] == [1, 2, 3]",
+    "assert all(f(i) == i + 1 for i in range(3))",
+    "assert check(f(2))",
+    "for i in range(3):\n    y = f(i)\n    assert y - i == 1",
+    "def twice(v):\n    return f(f(v))\nassert twice(0) == 2",
+]
+RIGHT = "def f(x):\n    return x + 1\n"
+WRONG = "def f(x):\n    return 0\n"
+FORGERIES = {
+    # finds the reporter (and anything holding the nonce) through the garbage collector or the stack, reports passes
+    "gc walk": """import gc, os
+for o in gc.get_objects():
+    try:
+        if callable(o) and getattr(o, '__name__', '') in ('report', 'reporter', '_report'):
+            for i in range(8):
+                o('pass', i)
+    except BaseException:
+        pass
+""",
+    "frame walk": """import sys
+def f(x):
+    fr = sys._getframe()
+    while fr is not None:
+        for v in list(fr.f_locals.values()):
+            if callable(v) and getattr(v, '__name__', '') in ('report', 'reporter'):
+                for i in range(8):
+                    v('pass', i)
+        fr = fr.f_back
+    return 0
+""",
+    # rebinds the setup's helper and the builtins the test uses
+    "rebinding": """import builtins
+check = lambda v: True
+builtins.all = lambda *a: True
+builtins.AssertionError = type('Nope', (Exception,), {})
+""",
+    # a value that equals, hashes and prints as anything
+    "lying value": """class Any:
+    __eq__ = lambda s, o: True
+    __ne__ = lambda s, o: False
+    __hash__ = lambda s: 3
+    __str__ = __repr__ = lambda s: '2'
+    __bool__ = lambda s: True
+    def __sub__(s, o): return 1
+    def __rsub__(s, o): return 1
+    def __iter__(s): return iter([1, 2, 3])
+def f(x):
+    return Any()
+""",
+    # replaces modules the harness might look up at run time
+    "sys.modules": """import sys
+for name in list(sys.modules):
+    if name not in ('sys', 'builtins'):
+        sys.modules[name] = None
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_a_wrong_answer_forges_no_test_whatever_it_runs(name):
+    assert run(RIGHT, FORMS, SETUP_CHECK, FAST).passed == [True] * len(FORMS)
+    out = run(WRONG + FORGERIES[name], FORMS, SETUP_CHECK, FAST)
+    assert out.passed == [False] * len(FORMS), (out.passed, out.notes, out.output[-600:])
+
+
+def test_an_instance_of_a_class_the_code_defines_is_used_through_its_methods_only():
+    # Its methods run in the code's sandbox and their results cross as plain data; comparing, hashing or printing
+    # the instance itself would run the code's own methods on the trusted side, so such a test fails, saying why.
+    code = ("class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, v):\n        self.items.append(v)\n"
+            "    def pop(self):\n        return self.items.pop()\n    def __eq__(self, other):\n        return True\n"
+            "def make():\n    return Stack()\n")
+    tests = ["s = Stack()\ns.push(1)\ns.push(2)\nassert s.pop() == 2 and s.items == [1]", "assert make() == 5"]
+    out = run(code, tests, limits=FAST)
+    assert out.passed == [True, False]
+    assert "Stack" in out.notes[0] and "defines" in out.notes[0], out.notes
+
+
+def test_an_instance_of_a_class_the_setup_defines_is_judged_with_the_setups_class():
+    setup = ("class Node:\n    def __init__(self, v, nxt=None):\n        self.v, self.nxt = v, nxt\n"
+             "    def __eq__(self, other):\n        return isinstance(other, Node) and (self.v, self.nxt) == (other.v, other.nxt)\n")
+    code = ("def rev(node):\n    out = None\n    while node:\n        out, node = Node(node.v, out), node.nxt\n    return out\n")
+    lying = "class Node:\n    def __init__(self, *a):\n        pass\n    __eq__ = lambda s, o: True\ndef rev(node):\n    return Node()\n"
+    tests = ["assert rev(Node(1, Node(2))) == Node(2, Node(1))", "assert isinstance(rev(Node(1)), Node)"]
+    assert run(code, tests, setup, FAST).passed == [True, True]
+    assert run(lying, tests, setup, FAST).passed == [False, False]

@@ -42,6 +42,9 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT)]
 
+from grpokit import files  # noqa: E402
+from labs.refusals import check_outputs, one_line_exit  # noqa: E402
+
 GIB = 2**30
 ENGINES = {  # name -> the GRPOConfig knobs that pick it
     "hf": {"use_vllm": False},
@@ -196,9 +199,14 @@ def versions() -> dict:
     return v
 
 
+def outputs(out: Path, stem: str) -> list[Path]:
+    """The results files a run writes: `<stem>.json` and `<stem>.md` in `out`."""
+    return [out / f"{stem}.json", out / f"{stem}.md"]
+
+
 def write(results: dict, out: Path, stem: str) -> None:
-    from grpokit.files import ownership
-    ownership.write_text(out / f"{stem}.json", json.dumps(results, indent=1, default=str) + "\n", key="--out")
+    check_outputs(outputs(out, stem))  # both, before either is written
+    files.write_text(out / f"{stem}.json", json.dumps(results, indent=1, default=str) + "\n", key="--out")
     lines = [f"# Generation engines on {results['versions'].get('gpu', 'CPU (dry run)')}, capped at {results['cap_gib']:g} GiB "
              f"({results['date']}, {results['recipe']})", "", results["note"], "",
              "| engine | status | completion tok/s | step s | max allocated GiB | max reserved GiB | device used GiB | "
@@ -209,9 +217,10 @@ def write(results: dict, out: Path, stem: str) -> None:
         lines.append(f"| {r['engine']} | {r['status'][:60]} | {cell('completion_tokens_per_s', '{:.0f}')} | {cell('step_s')} | "
                      f"{cell('max_allocated_gib')} | {cell('max_reserved_gib')} | {cell('device_used_gib')} | "
                      f"{p['peak_gib']:.2f} ({p['phase']}) | {p['kv_capacity_tokens'] or '-'} |")
-    ownership.write_text(out / f"{stem}.md", "\n".join(lines) + "\n", key="--out")
+    files.write_text(out / f"{stem}.md", "\n".join(lines) + "\n", key="--out")
 
 
+@one_line_exit
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipe", default=str(ROOT / "recipes" / "qwen2.5-1.5b" / "dapo-vllm.yaml"))
@@ -240,8 +249,8 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown engine(s) {unknown}; choose from {', '.join(ENGINES)}")
     out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="gpu_generation-dry-")) if a.dry_run else BENCH / "results")
-    out.mkdir(parents=True, exist_ok=True)
     stem = f"gpu_generation-{date.today().isoformat()}" + ("-dry-run" if a.dry_run else "")
+    check_outputs(outputs(out, stem))  # before the model is built and any engine runs
     note = ("DRY RUN on CPU with a tiny shape: the path is exercised, nothing on a GPU is measured." if a.dry_run else
             f"Random weights of the recipe's architecture; {a.generations} generation batches per engine, the first warm-up.")
     from grpokit.config import load, validate
@@ -261,7 +270,7 @@ def main(argv=None) -> int:
                    "--generations", str(a.generations), "--cap-gib", str(a.cap_gib)] + (["--dry-run"] if a.dry_run else [])
             proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
             found = [line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-            record = json.loads(found[-1]) if found else {
+            record = files.parse_json(found[-1], dict) if found else {  # the child's RESULT line
                 "engine": engine, "status": f"failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}",
                 "plan": {"peak_gib": 0, "phase": "-", "kv_capacity_tokens": None}}
             print(f"{engine}: {record['status']} {json.dumps(record.get('measured', {}), default=str)[:300]}", flush=True)

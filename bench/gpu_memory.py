@@ -46,8 +46,10 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH.parent), str(BENCH)]  # run from anywhere: grpokit and the CPU harness are the repo's
 import plan_vs_measured as pvm  # noqa: E402
 
+from grpokit import files  # noqa: E402
 from grpokit.config.sections import LORA_DEFAULTS  # noqa: E402
 from grpokit.planning import memory  # noqa: E402
+from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 GIB = memory.GIB
 LORA = {k: v for k, v in LORA_DEFAULTS.items() if k != "task_type"}  # a recipe's `lora:` with grpokit's defaults
@@ -163,11 +165,15 @@ def versions() -> dict:
     return v
 
 
+def outputs(out: Path, stem: str) -> list[Path]:
+    """The results files a run writes: `<stem>.json` and `<stem>.md` in `out`."""
+    return [out / f"{stem}.json", out / f"{stem}.md"]
+
+
 def write(results: dict, out: Path, stem: str):
-    out.mkdir(parents=True, exist_ok=True)
+    check_outputs(outputs(out, stem))  # both, before either is written
     results["summary_line"] = summary_line(results)
-    from grpokit.files import ownership
-    ownership.write_text(out / f"{stem}.json", json.dumps(results, indent=1, default=str) + "\n", key="--out")
+    files.write_text(out / f"{stem}.json", json.dumps(results, indent=1, default=str) + "\n", key="--out")
     rows = [r for r in results["cases"] if "comparison" in r]
     lines = [f"# GRPO steps on {results['versions'].get('gpu', 'CPU (dry run)')} vs grpokit's plan ({results['date']})", "",
              results["note"], "", results["summary_line"], "", *pvm.table(rows), "",
@@ -182,23 +188,25 @@ def write(results: dict, out: Path, stem: str):
         lines.append(f"| {r['setting']['name']} | {r['status']} | {a['generation']['allocated'] / GIB:.2f} / "
                      f"{a['training']['allocated'] / GIB:.2f} | {(a['generation']['reserved'] + ctx) / GIB:.2f} / "
                      f"{(a['training']['reserved'] + ctx) / GIB:.2f} | {r.get('plan_total_gib', 0):.2f} |")
-    ownership.write_text(out / f"{stem}.md", "\n".join(lines) + "\n", key="--out")
+    files.write_text(out / f"{stem}.md", "\n".join(lines) + "\n", key="--out")
 
 
 def pack_deps(target: Path):
     """Copy what the device image lacks (trl, datasets, dill, bitsandbytes for CUDA 13.0) into `target`."""
     import importlib.util
 
-    from grpokit.files import ownership
-
+    ownership = files.ownership
+    if target.is_symlink():
+        raise files.problem(target, "is reached through a symbolic link; grpokit never writes through one", "--pack-deps",
+                            "give the folder's real path")
     if ownership.holds_run(target.resolve()):
-        raise SystemExit(f"--pack-deps: {target} is (or holds) a training run's folder; choose a folder of its own")
+        raise files.problem(target, "is (or holds) a training run's folder", "--pack-deps", "choose a folder of its own")
     others = ownership.foreign(target)  # a folder of one's own only: a package copied there earlier is replaced
     if others:
-        raise SystemExit(f"--pack-deps: {target} holds {ownership.describe(others)}, which this script did not write; "
-                         "choose a new folder")
+        raise files.problem(target, f"holds {ownership.describe(others)}, which this script did not write", "--pack-deps",
+                            "choose a new folder")
+    files.remove(target, ownership.entries(target), "--pack-deps")
     target.mkdir(parents=True, exist_ok=True)
-    ownership.remove(target, ownership.entries(target), "--pack-deps")
     recorder = ownership.Recorder(target)
     for name in ("trl", "datasets", "dill", "bitsandbytes"):
         src = Path(importlib.util.find_spec(name).origin).parent
@@ -213,6 +221,7 @@ def pack_deps(target: Path):
     print(f"packed into {target}: {size / 2**20:.0f} MiB; add multiprocess for Python 3.12 (see the docstring)")
 
 
+@one_line_exit
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", default=",".join(c.name for c in CASES), help="comma-separated, from: "
@@ -243,6 +252,7 @@ def main(argv=None) -> int:
     note = ("DRY RUN on CPU with the CPU harness's tiny config: the path is exercised, no GPU measured." if a.dry_run else
             f"Random weights under a {a.cap_gib:g} GiB cap (set_per_process_memory_fraction); completions forced to "
             "max_completion_length; plan = grpokit.planning.memory.plan(device='cuda') for the same settings.")
+    check_outputs(outputs(out, stem))  # before the first case, not after it
     results = {"date": date.today().isoformat(), "versions": versions(), "cap_gib": a.cap_gib, "steps": a.steps,
                "device": device, "note": note, "cases": []}
     t0 = time.time()

@@ -44,6 +44,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from anywhere: grpokit is the repo's
+
+from grpokit import files  # noqa: E402
+from labs.refusals import check_outputs, one_line_exit  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results" / "plan_vs_measured_cpu.json"
 TOLERANCE = 0.10  # the plan's promise: every phase within +-10 % of the measured peak
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
@@ -146,7 +150,7 @@ def model_config(setting: Setting) -> dict:
     if setting.model == "tiny":
         return dict(TINY_CONFIG)
     if setting.model == SMOLLM2:
-        return json.loads((smollm2_dir() / "config.json").read_text())
+        return files.read_json(smollm2_dir() / "config.json", dict)
     config, _ = load_model_config(setting.model)
     return {**config, "num_hidden_layers": setting.layers or config["num_hidden_layers"]}
 
@@ -359,6 +363,53 @@ def run(settings: list[Setting], steps: int = 1, log=print) -> list[dict]:
     return records
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _peaks(value, keys=("bytes",)) -> bool:
+    """A dict of peaks: each a dict with positive byte counts at `keys` (and, for a measured one, its parts)."""
+    return isinstance(value, dict) and all(
+        isinstance(v, dict) and all(_number(v.get(k)) and v[k] > 0 for k in keys)
+        and isinstance(v.get("parts", {}), dict) for v in value.values())
+
+
+def why_not_record(record, every: dict, compared: bool) -> str | None:
+    """Why `record` is not one this script wrote (None when it is): a known setting, its measured phases and moments,
+    and with `compared` the comparison kept beside them."""
+    if not (isinstance(record, dict) and isinstance(record.get("setting"), dict)):
+        return "is not an object with a 'setting'"
+    name = record["setting"].get("name")
+    if name not in every:
+        return f"names no setting of this script ({name!r}); settings: {', '.join(every)}"
+    measured = record.get("measured")
+    if not (isinstance(measured, dict) and _peaks(measured.get("moments"))
+            and _peaks(measured.get("phases")) and {"generation", "training"} <= set(measured["phases"])
+            and all(isinstance(ph.get("parts"), dict) for ph in measured["phases"].values())):
+        return f"{name}: has no measured phases (generation and training) and moments with their bytes and parts"
+    if compared:
+        comparison = record.get("comparison")
+        if not (isinstance(comparison, dict) and isinstance(record.get("describe"), str)
+                and _peaks(comparison.get("phases"), ("planned", "measured"))
+                and _peaks(comparison.get("moments"), ("planned", "measured"))
+                and all(isinstance(ph.get("components"), dict) for ph in comparison["phases"].values())):
+            return f"{name}: has no comparison of plan and measurement (run --replan to plan it again)"
+    return None
+
+
+def read_records(out: Path, every: dict, compared: bool) -> list[dict]:
+    """The records of a results file this script wrote at `out`, or one line naming it and what is wrong."""
+    records = files.read_json(out, dict, key="--out").get("records")
+    if not isinstance(records, list):
+        raise files.problem(out, "has no 'records' list: it is not a results file of bench/plan_vs_measured.py", "--out")
+    for i, record in enumerate(records):
+        why = why_not_record(record, every, compared)
+        if why:
+            raise files.problem(out, f"records[{i}] {why}", "--out")
+    return records
+
+
+@one_line_exit
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--settings", help="comma-separated names (default: all); see --list")
@@ -379,13 +430,15 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = Path(a.out)
+    records = []  # before any measuring: a file at --out is this script's results, and grpokit's
+    if a.replan or os.path.lexists(out):
+        records = read_records(out, every, compared=not a.replan)
+        check_outputs([out])
     if a.replan:  # the stored measurements, planned again (after a planner change: no run needed)
-        records = json.loads(out.read_text())["records"]
         for r in records:
             r["comparison"] = compare(every[r["setting"]["name"]], r["measured"])
     else:  # a run of some settings replaces theirs in the file and keeps the others' measurements
         order = {x.name: i for i, x in enumerate(SETTINGS)}
-        records = json.loads(out.read_text())["records"] if out.is_file() else []
         for s in (every[n] for n in names):
             records = [r for r in records if r["setting"]["name"] != s.name] + run([s], a.steps)
             records.sort(key=lambda r: order.get(r["setting"]["name"], len(order)))
@@ -395,7 +448,8 @@ def main(argv=None) -> int:
         print("\n".join(components(r)))
     print("\n".join(table(records)))
     s = summary(records)
-    print(f"{s['settings']} settings, worst phase error {s['worst_abs_error']:.1%} (tolerance {TOLERANCE:.0%}); wrote {out}")
+    worst = "none" if s["worst_abs_error"] is None else f"{s['worst_abs_error']:.1%}"
+    print(f"{s['settings']} settings, worst phase error {worst} (tolerance {TOLERANCE:.0%}); wrote {out}")
     return 0 if s["within_tolerance"] else 1
 
 
@@ -405,9 +459,7 @@ def write(out: Path, records: list[dict], steps: int) -> None:
                      "a real GRPOTrainer optimizer step (after the optimizer states exist); plan = "
                      "grpokit.planning.memory.plan(device='cpu') for the same settings",
               "summary": summary(records), "records": records}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    from grpokit.files import ownership
-    ownership.replace_text(out, json.dumps(result, indent=1) + "\n")  # the committed results file: a new file in its place
+    files.write_text(out, json.dumps(result, indent=1) + "\n", key="--out")  # grpokit's own results only, never a link
 
 
 if __name__ == "__main__":

@@ -34,7 +34,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from grpokit import files  # noqa: E402
+from grpokit.errors import Problem, RecipeError  # noqa: E402
 from labs.claims import window_mean  # noqa: E402
+from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"
 RESULTS = ROOT / "bench" / "results"
@@ -51,8 +54,9 @@ def load_recipe(overrides: list[str]):
 def shipped_steps(trainer: dict, steps: int | None) -> int:
     """N: the recipe's max_steps (or --steps); refuses a schedule under which step N of 2N differs from an N-step run."""
     if trainer.get("lr_scheduler_type", "linear") not in STEADY_SCHEDULES:
-        raise SystemExit(f"{RECIPE}: lr_scheduler_type {trainer.get('lr_scheduler_type')!r} depends on max_steps, "
-                         f"so a checkpoint of a longer run is not the shipped run; use one of {STEADY_SCHEDULES}")
+        raise RecipeError([Problem("trainer.lr_scheduler_type", "depends on max_steps, so a checkpoint of a longer run "
+                                   "is not the shipped run", trainer.get("lr_scheduler_type"),
+                                   allowed=", ".join(STEADY_SCHEDULES), file=str(RECIPE))])
     return steps or trainer["max_steps"]
 
 
@@ -73,8 +77,18 @@ def trained_state(run_dir: Path) -> tuple[Path, dict]:
     where = run_dir if (run_dir / "adapter_config.json").is_file() and (run_dir / "trainer_state.json").is_file() else None
     where = where or (Path(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None)
     if where is None:
-        raise SystemExit(f"{run_dir}: no finished run and no checkpoint to score")
-    return where, json.loads((where / "trainer_state.json").read_text())
+        raise files.problem(run_dir, "holds no finished run and no checkpoint to score", "--report-only",
+                            "train the seed first (drop --report-only)")
+    return where, read_state(where / "trainer_state.json")
+
+
+def read_state(path: Path) -> dict:
+    """A trainer_state.json with its log_history list and global_step, or one line naming it."""
+    state = files.read_json(path, dict)
+    if not (isinstance(state.get("log_history"), list) and all(isinstance(h, dict) for h in state["log_history"])
+            and isinstance(state.get("global_step"), int)):
+        raise files.problem(path, "is not a trainer state (a log_history list of objects and a global_step)")
+    return state
 
 
 def timing(state: dict) -> dict:
@@ -117,22 +131,24 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme_section(text: str, readme: Path = README) -> None:
-    """Put `text` between the section's markers in bench/README.md (the markers must be there once each)."""
-    from grpokit.files import ownership
-
-    page = readme.read_text()
+def check_readme(readme: Path = README) -> None:
+    """The section's markers are in `readme` once each (checked before any work, and again when writing)."""
+    page = files.read_text(readme)
     if page.count(BEGIN) != 1 or page.count(END) != 1:
-        raise SystemExit(f"{readme}: expected the markers {BEGIN!r} and {END!r} once each; not writing the section")
-    head, rest = page.split(BEGIN)
-    ownership.replace_text(readme, head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
+        raise files.problem(readme, f"must hold the markers {BEGIN!r} and {END!r} once each; the section was not written")
+
+
+def write_readme_section(text: str, readme: Path = README) -> None:
+    """Put `text` between the section's markers in bench/README.md, a page people write: the rest stays as it is."""
+    check_readme(readme)
+    files.replace_section(readme, BEGIN, END, text)
 
 
 def eval_run(run_dir: Path | None, out: Path) -> dict:
     from grpokit import evaluate
 
     if out.is_file():  # scored already (e.g. by `launch.py --eval` run in parallel): greedy, so the same figures
-        saved = json.loads(out.read_text())
+        saved = files.read_json(out, dict)
         recipe = load_recipe([])
         if (saved.get("model") == recipe.model["name_or_path"] and saved.get("heldout") == recipe.dataset["eval_path"]
                 and saved.get("run_dir") == (str(run_dir) if run_dir else None)):
@@ -176,10 +192,13 @@ def plot(results: dict, path: Path) -> None:
     ax2.legend()
     fig.suptitle(f"{results['model']}: {RECIPE.relative_to(ROOT)}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        files.save_figure(fig, path, key="--out", dpi=110)
+    finally:
+        plt.close(fig)
 
 
+@one_line_exit
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -191,6 +210,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(RESULTS / "real_model.json"))
     parser.add_argument("--how", default="", help="how the seeds were trained, for the results (e.g. '2 parallel processes, 1 thread each')")
     opts = parser.parse_args(argv)
+    out = Path(opts.out)
+    if not opts.train_only:  # before any training or scoring: the results files are new or grpokit's
+        check_outputs([out, out.with_suffix(".png")])
+        if out.resolve() == (RESULTS / "real_model.json").resolve():
+            check_readme()
     import torch
 
     if opts.threads:
@@ -204,7 +228,6 @@ def main(argv=None) -> int:
             train_seed(seed, steps, runs / f"seed-{seed}")
     if opts.train_only:
         return 0
-    out = Path(opts.out)
     results = {
         "model": "builtin:smollm2-135m-instruct (SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32)",
         "recipe": str(RECIPE.relative_to(ROOT)),
@@ -223,8 +246,6 @@ def main(argv=None) -> int:
     }
     base = eval_run(None, runs / "base-eval.json")  # greedy: the same for every seed
     results["base"] = {"pass@1": base["greedy"]["pass@1"], "passed": base["greedy"]["passed"], "prompts": base["prompts"]}
-    from grpokit.files import ownership
-
     for seed in opts.seeds:
         run_dir = runs / f"seed-{seed}"
         shipped = score(run_dir / f"checkpoint-{steps}", results["base"]["pass@1"])
@@ -233,7 +254,8 @@ def main(argv=None) -> int:
         results["seeds"].append({"seed": seed, **timing(state), "after": shipped, "after_2x": doubled,
                                  "rise": shipped["rise"], "rise_2x": doubled["rise"],
                                  "reached_target": min(shipped["rise"], doubled["rise"]) >= TARGET_RISE})
-        ownership.replace_text(out, json.dumps(results, indent=2) + "\n")  # after each seed: a killed bench keeps what it measured
+        # after each seed: a killed bench keeps what it measured
+        files.write_text(out, json.dumps(results, indent=2) + "\n", key="--out")
         plot(results, out.with_suffix(".png"))
         print(f"seed {seed}: pass@1 {results['base']['pass@1']:.3f} -> {shipped['pass@1']:.3f} ({shipped['rise']:+.3f}) at "
               f"step {steps}, {doubled['pass@1']:.3f} ({doubled['rise']:+.3f}) at step {doubled['step']}", flush=True)
@@ -248,9 +270,9 @@ def main(argv=None) -> int:
 def score(adapter: Path, base: float) -> dict:
     """Held-out greedy pass@1 of one adapter (a checkpoint or a finished run), with its step and rise over the base."""
     if not (adapter / "trainer_state.json").is_file():
-        raise SystemExit(f"{adapter}: not there (was the run trained with this N?); nothing to score")
+        raise files.problem(adapter, "holds no trainer state to score", "--steps", "was the run trained with this N?")
     after = eval_run(adapter, adapter / "eval.json")
-    step = json.loads((adapter / "trainer_state.json").read_text())["global_step"]
+    step = read_state(adapter / "trainer_state.json")["global_step"]
     return {"scored": str(adapter.relative_to(ROOT)), "step": step, "pass@1": after["greedy"]["pass@1"],
             "passed": after["greedy"]["passed"], "rise": round(after["greedy"]["pass@1"] - base, 4),
             "examples": after["examples"][:2]}

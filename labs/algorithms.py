@@ -41,8 +41,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from grpokit import files  # noqa: E402
+from grpokit.errors import RecipeError  # noqa: E402
 from labs.claims import (  # noqa: E402
     CLAIMS, THRESHOLD, WINDOW, curve_summary, plot_claim, sentence, summarize_run, table, verdict)
+from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 RECIPES = ROOT / "recipes" / "smollm2-135m" / "lab"
 ALGORITHMS = {  # name -> recipe: the name is what the page, the table and --algorithms say
@@ -54,6 +57,8 @@ ALGORITHMS = {  # name -> recipe: the name is what the page, the table and --alg
 OUT = ROOT / "bench" / "results" / "lab"
 SEEDS = (0, 1, 2)
 STEP = re.compile(r"step (\d+)/(\d+)")
+REMEASURE = "remove it, and the lab measures the run again"
+_LOGS = threading.Lock()  # the runs' logs of one algorithm share a folder's manifest: one thread updates it at a time
 
 
 @dataclass(frozen=True)
@@ -103,11 +108,17 @@ def child_env(threads: int) -> dict:
 
 
 def run_logged(argv: list[str], log: Path, threads: int) -> None:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a") as out:
-        out.write(f"\n$ {' '.join(argv)}\n")
-        out.flush()
-        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=child_env(threads), cwd=ROOT)
+    """Run `argv`, its output appended to `log`, a log grpokit keeps (a file of the user's there is refused)."""
+    with _LOGS:
+        out = files.open_log(log, key="--out")
+    try:
+        with out:
+            out.write(f"\n$ {' '.join(argv)}\n")
+            out.flush()
+            proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=child_env(threads), cwd=ROOT)
+    finally:
+        with _LOGS:  # recorded as it is now, grown: the next step of the run appends to it again
+            files.ownership.claim_file(log)
     if proc.returncode != 0:
         raise RuntimeError(f"exit {proc.returncode}: {' '.join(argv[1:4])} ...; see {log}")
 
@@ -146,7 +157,8 @@ def progress_line(jobs: list[Job], runs: Path, out: Path, running: set[Job], sta
     parts = []
     for job in sorted(running, key=lambda j: j.name):
         log = job.log(runs)
-        tail = log.read_text(errors="replace")[-4000:] if log.is_file() else ""
+        data, _ = files.try_bytes(log)  # never waits on a FIFO there
+        tail = (data or b"")[-4000:].decode(errors="replace")
         steps = STEP.findall(tail)
         parts.append(f"{job.name} " + (f"step {steps[-1][0]}/{steps[-1][1]}" if steps else "starting"))
     return f"lab [{time.time() - started:6.0f} s] {done}/{len(jobs)} runs measured" + ("; " + ", ".join(parts) if parts else "")
@@ -168,6 +180,9 @@ def run_all(jobs: list[Job], runs: Path, out: Path, overrides: list[str], parall
         except RuntimeError as err:
             with lock:
                 failures.append(f"{job.name}: {err}")
+        except RecipeError as err:  # refused (a log of the user's at the run's name): this run only, the others go on
+            with lock:
+                failures.append(f"{job.name}: " + "; ".join(p.format() for p in err.problems))
         finally:
             with lock:
                 running.discard(job)
@@ -231,18 +246,57 @@ def kl_to_reference(recipe, run_dir: Path, log=lambda m: None) -> dict:
 
 def measure_kl(run_dir: Path, algorithm: str, out: Path, overrides: list[str]) -> Path:
     """Write the run's measures file: its held-out eval (already there) and its KL to the base model."""
-    from grpokit.files import ownership
     from grpokit.config import load, validate
 
     recipe = validate(load(str(ALGORITHMS[algorithm]), [f"trainer.output_dir={run_dir}", *overrides]))
     seed = int(run_dir.name.split("-")[-1])
     path = Job(algorithm, seed).measures(out)
-    heldout = json.loads(path.with_name(path.stem + "-eval.json").read_text())
+    check_outputs([path])
+    heldout = read_eval(path.with_name(path.stem + "-eval.json"))
     figures = {"algorithm": algorithm, "seed": seed, "pass@1": heldout["greedy"]["pass@1"],
                "passed": heldout["greedy"]["passed"], "prompts": heldout["prompts"],
                "examples": heldout["examples"][:2], "kl_to_reference": kl_to_reference(recipe, run_dir)}
-    ownership.write_text(path, json.dumps(figures, indent=2) + "\n")
+    files.write_text(path, json.dumps(figures, indent=2) + "\n", key="--out")
     return path
+
+
+# -- reading back ----------------------------------------------------------------------------------------------
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def read_eval(path: Path) -> dict:
+    """A held-out eval `launch.py --eval` wrote (greedy pass@1, passed, prompts, examples), or one line naming it."""
+    heldout = files.read_json(path, dict, key="--out", fix=REMEASURE)
+    greedy = heldout.get("greedy")
+    if not (isinstance(greedy, dict) and _number(greedy.get("pass@1")) and _number(greedy.get("passed"))
+            and _number(heldout.get("prompts")) and isinstance(heldout.get("examples", []), list)):
+        raise files.problem(path, "is not a held-out eval of launch.py --eval (greedy pass@1 and passed, prompts)",
+                            "--out", REMEASURE)
+    return heldout
+
+
+def read_measures(path: Path) -> dict:
+    """A run's measures file (`measure_kl`), or one line naming it."""
+    measures = files.read_json(path, dict, key="--out", fix=REMEASURE)
+    kl = measures.get("kl_to_reference")
+    if not (_number(measures.get("pass@1")) and isinstance(kl, dict) and _number(kl.get("kl_k3"))):
+        raise files.problem(path, "is not a measures file of labs/algorithms.py (pass@1, kl_to_reference.kl_k3)",
+                            "--out", REMEASURE)
+    return measures
+
+
+def read_command(path: Path) -> str | None:
+    """The training command a lab.json records (None: there is none), or one line naming a damaged one."""
+    if not os.path.lexists(path):
+        return None
+    command = files.read_json(path, dict, key="--out").get("command")
+    if not isinstance(command, str):
+        raise files.problem(path, "has no 'command' string, which the page quotes", "--out",
+                            "run the lab (not --report-only) to write it again, or move it")
+    return command
 
 
 # -- writing ---------------------------------------------------------------------------------------------------
@@ -264,18 +318,22 @@ def collect(jobs: list[Job], runs: Path, out: Path) -> dict[str, list[dict]]:
             steps = history(run_dir)
         except (ValueError, FileNotFoundError):
             continue
-        measures = json.loads(job.measures(out).read_text()) if job.measures(out).is_file() else None
+        measures = read_measures(job.measures(out)) if os.path.lexists(job.measures(out)) else None
         found.setdefault(job.algorithm, []).append({"seed": job.seed, "finished": finished(job, runs),
                                                     **summarize_run(steps, measures)})
     return found
 
 
-def write_report(jobs: list[Job], runs: Path, out: Path, command: str) -> dict:
-    from grpokit.files import ownership
+def report_files(out: Path) -> list[Path]:
+    """What `write_report` writes: the page, the table, lab.json and one PNG per claim."""
+    return [out / "lab.json", out / "table.md", out / "README.md", *(out / f"claim-{c.key}.png" for c in CLAIMS)]
 
+
+def write_report(jobs: list[Job], runs: Path, out: Path, command: str) -> dict:
+    check_outputs(report_files(out))  # before anything is drawn: a refusal leaves every file as it was
     results = collect(jobs, runs, out)
     base_path = out / "measures" / "base-eval.json"
-    base = json.loads(base_path.read_text()) if base_path.is_file() else None
+    base = read_eval(base_path) if os.path.lexists(base_path) else None
     verdicts = []
     longest = max((r["steps"] for rows in results.values() for r in rows), default=0)
     for claim in CLAIMS:
@@ -287,10 +345,10 @@ def write_report(jobs: list[Job], runs: Path, out: Path, command: str) -> dict:
            "measured": __doc__.split("Measured per run, after training")[1].split("Writes")[0].strip(),
            "window": WINDOW, "threshold": THRESHOLD, "base": base and base["greedy"], "runs": results,
            "verdicts": verdicts}
-    ownership.replace_text(out / "lab.json", json.dumps(lab, indent=1) + "\n")
+    files.write_text(out / "lab.json", json.dumps(lab, indent=1) + "\n", key="--out")
     rows = table(results, base)
-    ownership.replace_text(out / "table.md", "\n".join(rows) + "\n")
-    ownership.replace_text(out / "README.md", page(command, rows, verdicts, results))
+    files.write_text(out / "table.md", "\n".join(rows) + "\n", key="--out")
+    files.write_text(out / "README.md", page(command, rows, verdicts, results), key="--out")
     return lab
 
 
@@ -310,6 +368,7 @@ def page(command: str, rows: list[str], verdicts: list[dict], results: dict) -> 
 # -- command line ----------------------------------------------------------------------------------------------
 
 
+@one_line_exit
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS), default=list(ALGORITHMS))
@@ -329,10 +388,11 @@ def main(argv=None) -> int:
         return 0
     runs = out / "runs"
     jobs = [Job(a, s) for s in opts.seeds for a in opts.algorithms]  # seed-major: every algorithm has a seed early
-    failures = [] if opts.report_only else run_all(jobs, runs, out, opts.set, opts.parallel)
     command = "python labs/algorithms.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    if opts.report_only and (out / "lab.json").is_file():  # the page names the command that trained the runs
-        command = json.loads((out / "lab.json").read_text()).get("command", command)
+    if opts.report_only:  # the page names the command that trained the runs
+        command = read_command(out / "lab.json") or command
+    check_outputs(report_files(out))  # before hours of training, not after
+    failures = [] if opts.report_only else run_all(jobs, runs, out, opts.set, opts.parallel)
     all_jobs = [Job(a, s) for a in ALGORITHMS for s in sorted({*opts.seeds, *SEEDS})]
     lab = write_report(all_jobs, runs, out, command.strip())
     for v in lab["verdicts"]:

@@ -282,13 +282,9 @@ def _plot_curve(ax, claim: Claim, runs: list[dict], algorithm: str, color: str) 
 
 
 def _save(fig, path: Path) -> None:
-    import io
+    from grpokit import files
 
-    from grpokit.files import ownership
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    ownership.replace_text(path, buffer.getvalue())
+    files.save_figure(fig, path, key="--out", dpi=110)
 
 
 def _cell(values: list, digits: int = 3) -> str:

@@ -19,11 +19,16 @@ print the same table. `tests/test_lab.py` checks the chapter's claims from these
 from __future__ import annotations
 
 import argparse
-import csv
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere: grpokit is the repo's
+
+from grpokit import files  # noqa: E402
+from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 P_THETA = (0.4, 0.3, 0.2, 0.1)  # p = pi_theta: the policy we sample from
 P_REF = (0.1, 0.2, 0.3, 0.4)  # q = pi_ref: the reference model
@@ -161,10 +166,8 @@ def format_table(rows: list[dict]) -> str:
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    """The table as CSV, one row per (n, estimator), through grpokit's file door (never over a file of the user's)."""
+    files.write_csv(path, list(COLUMNS), ([r[c] for c in COLUMNS] for r in rows), key="--out")
     return path
 
 
@@ -193,7 +196,7 @@ def plot_table(rows: list[dict], path: Path) -> Path:
         ax.legend(title="estimator")
         ax.grid(True, which="both", alpha=0.3)
     fig.suptitle(f"KL estimators for KL(p||q) = {rows[0]['exact_kl']:.4f}, p={list(P_THETA)}, q={list(P_REF)}")
-    fig.savefig(path, dpi=100)
+    files.save_figure(fig, path, key="--out", dpi=100)
     return path
 
 
@@ -215,12 +218,16 @@ def _format_advantages(demo: dict[str, np.ndarray]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> dict[str, Path]:
-    """Print the advantage demo and the KL table; write kl_estimators.csv and kl_estimators.png."""
+@one_line_exit
+def main(argv: list[str] | None = None) -> int:
+    """Print the advantage demo and the KL table; write kl_estimators.csv and kl_estimators.png (0), or refuse to
+    replace a file there grpokit did not write, writing neither (2)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("artifacts/lab"), help="output folder (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the KL sampling (default: %(default)s)")
     args = parser.parse_args(argv)
+    paths = {"csv": args.out / "kl_estimators.csv", "png": args.out / "kl_estimators.png"}
+    check_outputs(paths.values())
 
     print("== Group-relative advantages (eq. 8.1) ==")
     print(_format_advantages(advantage_demo()))
@@ -233,16 +240,13 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     print(f"exact KL(p||q) = {exact_kl():.4f}; {expectations}")
     print(format_table(rows))
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "csv": write_csv(rows, args.out / "kl_estimators.csv"),
-        "png": plot_table(rows, args.out / "kl_estimators.png"),
-    }
+    write_csv(rows, paths["csv"])
+    plot_table(rows, paths["png"])
     print()
     for path in paths.values():
         print(f"wrote {path}")
-    return paths
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -52,12 +52,13 @@ def render_jsonl(rows: list[dict]) -> str:
 
 def write(folder: Path = ASSET_DIR) -> list[Path]:
     """Write both splits as JSON lines; returns the paths."""
-    folder.mkdir(parents=True, exist_ok=True)
+    from grpokit import files
+
     train, heldout = splits()
     paths = []
     for split, rows in (("train", train), ("heldout", heldout)):
         path = folder / FILES[split]
-        path.write_text(render_jsonl(rows))
+        files.write_text(path, render_jsonl(rows))
         paths.append(path)
     return paths
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grpokit import files
 from grpokit.files import ownership
 from grpokit.config import Recipe
 from grpokit.dist import say
@@ -59,7 +60,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     start = time.time()
     recipe_path = str(recipe.path)
     path = Path(out) if out else default_out(recipe, run_dir)
-    trained = _check_inputs(recipe, run_dir, samples, path)
+    trained = _check_inputs(recipe, run_dir, samples, path, chosen=bool(out))
     ownership.refuse_unless_replaceable([path], key="--eval-out" if out else str(path), recipe_path=recipe_path)  # before the work
     args = grpo_args(recipe)
     model_path, _ = model_source(recipe)
@@ -95,7 +96,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
                              "rewards": sampled["rewards"]}
     result["examples"] = greedy["examples"]
     result["seconds"] = round(time.time() - start, 1)
-    ownership.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", recipe_path=recipe_path)
+    files.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", recipe_path=recipe_path)
     log(f"wrote {path}")
     return result
 
@@ -132,16 +133,21 @@ def _seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _check_inputs(recipe: Recipe, run_dir: str | None, samples: int, out: Path) -> str | None:
+def _check_inputs(recipe: Recipe, run_dir: str | None, samples: int, out: Path, chosen: bool) -> str | None:
     """The run's kind ("adapter", "full", or None for the base model), after checking every input and output that can
-    be checked without a model: a mistake found after the whole evaluation would throw its work away."""
+    be checked without a model: a mistake found after the whole evaluation would throw its work away. The figures'
+    own folder (`out` not `chosen` by --eval-out) is held to a run folder's rule: never `/`, the home directory or
+    the recipe's folder."""
     from grpokit.merge import adapter_config_problem, output_path_problem
+    from grpokit.rundir import forbidden_problems
 
     recipe_path = str(recipe.path)
     if not 0 <= samples <= MAX_SAMPLES:
         raise RecipeError([Problem("--eval-samples", "must be 0 (greedy only) or a number of samples per prompt",
                                    samples, f"0 to {MAX_SAMPLES}", file=recipe_path)])
-    problems = []
+    problems = [] if chosen else forbidden_problems(out.parent, recipe.path, recipe_path)
+    if not chosen and run_dir:
+        problems = [Problem("--eval", p.message, run_dir, file=recipe_path) for p in problems]
     problem = output_path_problem(out, "file")
     if problem:
         problems.append(Problem("--eval-out", problem, str(out), file=recipe_path))

@@ -21,11 +21,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpokit import files
 from grpokit.tiny import cache_root
 
 # Bump when the conversion changes (dtype, files written), so stale caches are rebuilt, never reused.
@@ -261,22 +261,18 @@ def ensure_converted(path: str | Path, target: Path | None = None, log=print) ->
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(target)
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     log(f"converting {path.name} to a Hugging Face model once (dequantized to float32), cached in {target}")
     try:
         model, tokenizer = _load_dequantized(path)
     except (ValueError, KeyError, TypeError) as err:  # metadata transformers' converter cannot map
         raise GGUFError(f"transformers cannot build a model from it: {type(err).__name__}: {' '.join(str(err).split())[:300]}") from None
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "done.json").write_text(json.dumps({"source": str(path), "version": CONVERT_VERSION,
-                                               "architecture": model.config.model_type}))
-    try:
-        tmp.rename(target)
-    except OSError:  # another process finished first: its conversion of the same file is identical
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    def build(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        files.write_text(tmp / "done.json", json.dumps({"source": str(path), "version": CONVERT_VERSION,
+                                                        "architecture": model.config.model_type}))
+
+    return files.build_folder(target, build)  # several processes racing: the first one's (identical) folder is kept
 
 
 def ensure_builtin(name: str, root: Path | None = None, log=print) -> Path:
@@ -322,7 +318,7 @@ def _remove_stale_tmp(target: Path) -> None:
     for tmp in target.parent.glob(f"{target.name}.tmp-*"):
         pid = tmp.name.rpartition("-")[2]
         if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(tmp, ignore_errors=True)
+            files.remove_build(tmp)
 
 
 def _alive(pid: int) -> bool:

@@ -15,9 +15,9 @@ base checkpoint's dtype: merging into 4-bit weights would round the adapter away
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from grpokit import files
 from grpokit.files import ownership
 from grpokit.errors import Problem, RecipeError
 from grpokit.rundir import RECIPE_FILE
@@ -34,13 +34,11 @@ def adapter_config_problem(run_dir: Path) -> str | None:
     weights load: PEFT parses it only after the base model is built (a JSONDecodeError traceback)."""
     path = run_dir / ADAPTER_CONFIG
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
-        return f"cannot read {path}: {err}"
-    except json.JSONDecodeError as err:
-        return f"{path} is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); the adapter was not saved whole"
-    if not isinstance(config, dict):
-        return f"{path} holds {type(config).__name__}, not a JSON object of PEFT settings"
+        files.parse_json(files.read_bytes(path), dict)
+    except RecipeError as err:
+        return f"cannot read {path}: {err.problems[0].message}"
+    except files.Unreadable as err:
+        return f"{path} {err}{'; the adapter was not saved whole' if str(err).startswith('is not valid JSON') else ''}"
     return None
 
 
@@ -87,7 +85,7 @@ def base_model(run_dir: Path) -> tuple[str, dict]:
     model = model if isinstance(model, dict) else {}
     name = model.get("name_or_path")
     if not name:
-        config = json.loads((run_dir / ADAPTER_CONFIG).read_text())
+        config = files.read_json(run_dir / ADAPTER_CONFIG, dict, key="--merge")
         name = config.get("base_model_name_or_path")
         model = {}
     if not name:

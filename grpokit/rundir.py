@@ -81,7 +81,7 @@ class RunLock:
         try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             # never through a link: a planted .grpokit.lock pointing elsewhere would have its target overwritten
-            fd = os.open(self.output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = files.open_lock(self.output_dir / LOCK_FILE)
         except OSError as err:
             if (self.output_dir / LOCK_FILE).is_symlink():
                 raise self._problem(f"its {LOCK_FILE} is a symbolic link, not a lock grpokit made; remove the link, or "
@@ -193,6 +193,10 @@ def guard_output_dir(output_dir: Path, resume: str | None, overwrite: bool, reci
     forbidden = forbidden_problems(output_dir, recipe, recipe_path)
     if forbidden:
         raise RecipeError(forbidden)
+    if ownership.manifest_is_theirs(output_dir):
+        raise RecipeError([Problem("trainer.output_dir", f"holds a {ownership.MANIFEST} that is not a manifest grpokit "
+                                   "wrote (grpokit keeps its record of what it wrote under that name); it is left as it "
+                                   "is: move it, or choose another trainer.output_dir=...", str(output_dir), file=recipe_path)])
     previous = [n for n in ownership.entries(output_dir) if n != BASE_EVAL_FILE]
     if not is_main_process() or not previous:
         return []
@@ -240,16 +244,18 @@ def warn(message: str) -> None:
 
 
 def read_state(path: Path) -> tuple[dict | None, str | None]:
-    """(the parsed trainer_state.json at `path`, None) or (None, why it cannot be used).
+    """(the parsed trainer_state.json at `path`, None) or (None, why it cannot be used: "is missing", "is damaged
+    (...)", or what else lies there: "is a FIFO, not a regular file").
 
     A state counts only when it parses as a JSON object with an integer `global_step`: a 0-byte file (the disk
     filled as it was opened) or one cut mid-write is damaged, never a checkpoint to resume.
     """
     state, why = files.try_json(path, dict)
     if state is None:
-        return None, why if why == "missing" else f"damaged: it {why}"
+        return None, ("is missing" if why == "missing" else why if why.startswith(("is a ", "is larger", "cannot"))
+                      else f"is damaged (it {why})")
     if not isinstance(state.get("global_step"), int):
-        return None, "damaged (not a trainer state: no integer global_step)"
+        return None, "is damaged (not a trainer state: no integer global_step)"
     return state, None
 
 
@@ -274,7 +280,7 @@ def latest_checkpoint(output_dir: Path, quiet: bool = False) -> str | None:
         if state is not None:
             return str(folder)
         if not quiet:
-            warn(f"skipping {folder}: its {STATE_FILE} is {why}; an earlier checkpoint is used")
+            warn(f"skipping {folder}: its {STATE_FILE} {why}; an earlier checkpoint is used")
     return None
 
 
@@ -291,10 +297,10 @@ def resolve_resume(resume: str | None, output_dir: Path, recipe_path: str) -> st
             raise RecipeError([Problem("--resume", "no checkpoint to resume in trainer.output_dir", str(output_dir), file=recipe_path)])
         return found
     state, why = read_state(Path(resume) / STATE_FILE)
-    if state is None and why == "missing":
+    if state is None and why == "is missing":
         raise RecipeError([Problem("--resume-from", f"is not a checkpoint directory (no {STATE_FILE})", resume, file=recipe_path)])
     if state is None:
-        raise RecipeError([Problem("--resume-from", f"is not a complete checkpoint (its {STATE_FILE} is {why}); "
+        raise RecipeError([Problem("--resume-from", f"is not a complete checkpoint (its {STATE_FILE} {why}); "
                                    "resume from an earlier one", resume, file=recipe_path)])
     return resume
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpokit import rundir
-from grpokit.files import ownership
+from grpokit import files, rundir
 from grpokit.config import Recipe, dump
 from grpokit.dist import say
 
@@ -47,7 +46,7 @@ def write_recipe_file(recipe: Recipe, output_dir: Path) -> Path:
         if key.endswith("_steps") and isinstance(value, float) and value.is_integer():
             data["trainer"][key] = int(value)
     path = output_dir / rundir.RECIPE_FILE
-    ownership.replace_text(path, f"# resolved from {recipe.path} (overrides applied); paths are relative to this folder. Rerun: "
+    files.write_text(path, f"# resolved from {recipe.path} (overrides applied); paths are relative to this folder. Rerun: "
                     f"python launch.py --recipe {path}\n" + dump(data))
     return path
 

@@ -113,16 +113,14 @@ def ensure_tiny_model(root: Path | None = None) -> Path:
     target = (root or cache_root()) / f"{TINY_NAME}-v{TINY_VERSION}"
     if (target / "done.json").exists():
         return target
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    from grpokit import files
+
     tokenizer = build_tokenizer()
     model = build_model(len(tokenizer), tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "done.json").write_text(json.dumps({"version": TINY_VERSION}))
-    try:
-        tmp.rename(target)
-    except OSError:  # another process finished first: theirs is identical, keep it
-        import shutil
 
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    def build(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        files.write_text(tmp / "done.json", json.dumps({"version": TINY_VERSION}))
+
+    return files.build_folder(target, build)  # several processes racing: the first one's (identical) folder is kept

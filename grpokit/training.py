@@ -151,6 +151,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
             trainer.save_state()  # trainer_state.json last: present and readable only once the final save is whole
         except Exception as err:  # noqa: BLE001
             raise SaveFailed("the final model", output_dir, err) from err
+        lock.record()  # the final save is whole: its files are the run's by record, no longer by the pending window
         if is_main_process():
             write_model_card(recipe, output_dir, trainer.state.global_step)
             finish_run(output_dir, recipe, prep.args, trainer)
@@ -190,8 +191,15 @@ def save_failure_help(err, output_dir: Path) -> str:
         lines.append(f"free space in {output_dir}: unknown ({usage_err.strerror or usage_err})")
     folder = Path(err.folder)
     if is_main_process() and folder != output_dir and folder.is_dir() and rundir.read_state(folder / rundir.STATE_FILE)[0] is None:
-        shutil.rmtree(folder, ignore_errors=True)
-        lines.append(f"removed the incomplete {folder}")
+        from grpokit import files
+        from grpokit.errors import RecipeError
+
+        try:
+            files.remove(output_dir, [folder.name], "trainer.output_dir")  # only what the run's claim vouches for
+            lines.append(f"kept the incomplete {folder}: grpokit did not write all of it" if folder.exists() else
+                         f"removed the incomplete {folder}")
+        except (RecipeError, OSError) as kept:
+            lines.append(f"kept the incomplete {folder}: {kept.problems[0].message if isinstance(kept, RecipeError) else kept}")
     return "\n".join(lines)
 
 

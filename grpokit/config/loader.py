@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from grpokit.errors import Problem, Problems, RecipeError
 CLI = "command line"
 
 
+_KIND = {list: "list", dict: "mapping", set: "set"}
+
+
 class _StrictLoader(yaml.SafeLoader):
     """`yaml.safe_load` that also refuses duplicate keys (PyYAML silently keeps the last one)."""
 
@@ -28,6 +32,10 @@ def _construct_mapping(loader, node, deep=False):
     seen = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if isinstance(key, (list, dict, set)) or not isinstance(key, Hashable):  # `? [a, b]`: a YAML complex key
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key must be a plain value (text or a number), not a {_KIND.get(type(key), type(key).__name__)}",
+                key_node.start_mark)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark

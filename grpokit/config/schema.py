@@ -126,6 +126,9 @@ def enum_choices(annotation) -> tuple | None:
     return None
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def check_bounds(value, bounds: Field, path: str, problems: Problems, file=None) -> None:
     """Choices, numeric ranges, and finiteness: NaN fails no comparison, so a range alone lets it through."""
     if value is None:
@@ -147,6 +150,11 @@ def check_bounds(value, bounds: Field, path: str, problems: Problems, file=None)
         )
         return
     if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:  # past it, torch raises or TRL wraps mid-run
+        problems.add(path, "is past what a 64-bit integer holds (TRL and torch keep it in one)", value,
+                     f"at least {INT64_MIN} and at most {INT64_MAX}" + (f", and {describe_range(bounds)}" if describe_range(bounds) else ""),
+                     file=file)
         return
     lo, hi, gt, lt = bounds.min, bounds.max, bounds.gt, bounds.lt
     if (lo is not None and value < lo) or (gt is not None and value <= gt) or (hi is not None and value > hi) or (

@@ -33,10 +33,11 @@ from grpokit.files.reading import (MAX_BYTES, MAX_DEPTH, Unreadable, is_regular,
                                    read_json, read_text, try_bytes, try_json)
 
 
-def write_bytes(path, data: bytes | str, key: str = "", recipe_path: str | None = None) -> None:
+def write_bytes(path, data: bytes | str, key: str = "", recipe_path: str | None = None, root=None) -> None:
     """Write a file grpokit owns (see the module's rules): refused, naming it, when `path` exists and grpokit did not
-    write it, or is reached through a link; the folder is created when missing; recorded after."""
-    ownership.write_text(Path(path), data, key=key, recipe_path=recipe_path)
+    write it (itself, or a folder of grpokit's above it up to `root` recorded it), or is reached through a link; the
+    folder is created when missing; recorded after."""
+    ownership.write_text(Path(path), data, key=key, recipe_path=recipe_path, root=root)
 
 
 write_text = write_bytes  # text is written as UTF-8; one function, two names for the reader's sake
@@ -53,11 +54,12 @@ def copy_file(src, dest, key: str = "") -> None:
     ownership.claim_file(dest)
 
 
-def save_figure(fig, path, key: str = "", dpi: int = 100, **kwargs) -> None:
-    """A matplotlib figure as a PNG grpokit owns: rendered in memory first, so nothing is written if drawing fails."""
+def save_figure(fig, path, key: str = "", dpi: int = 100, root=None, **kwargs) -> None:
+    """A matplotlib figure as a PNG grpokit owns (`write_bytes`' rules): rendered in memory first, so nothing is
+    written if drawing fails."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, **kwargs)
-    write_bytes(path, buffer.getvalue(), key=key)
+    write_bytes(path, buffer.getvalue(), key=key, root=root)
 
 
 def write_csv(path, header: list[str], rows, key: str = "") -> None:
@@ -96,6 +98,14 @@ def open_log(path, key: str = ""):
     handle = os.fdopen(fd, "a")
     ownership.claim_file(path)
     return handle
+
+
+def open_lock(path) -> int:
+    """The descriptor of a run's lock file (`ownership.LOCK_FILE`), created when missing, read-write, never through a
+    link (a planted link's target would be emptied): OSError otherwise. Only a run lock is opened this way."""
+    if Path(path).name != ownership.LOCK_FILE:
+        raise ValueError(f"{path} is not a run's lock file")
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
 
 
 def remove(folder, names, key: str, recipe_path: str | None = None) -> None:
@@ -146,6 +156,6 @@ def remove_bookkeeping(folder, names) -> None:
             pass
 
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "Unreadable", "build_folder", "copy_file", "is_regular", "open_log", "ownership", "parse_json",
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "Unreadable", "build_folder", "copy_file", "is_regular", "open_lock", "open_log", "ownership", "parse_json",
            "problem", "read_bytes", "read_json", "read_text", "remove", "remove_bookkeeping", "remove_build",
            "replace_section", "save_figure", "try_bytes", "try_json", "write_bytes", "write_csv", "write_text"]

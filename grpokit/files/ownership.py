@@ -46,7 +46,8 @@ WRITING = None  # a claimed folder's contents, in memory between `claim_writing`
 PENDING = "pending"  # an entry vouched for by a pending save (`start_pending`) rather than recorded
 # A save claimed before it was written (a checkpoint), or one under way when a kill came (the final save), vouches for
 # what was written from its start until the run's last sign of life: the lock file's modification time, which the
-# live run moves every HEARTBEAT_S (rundir.RunLock), plus HEARTBEAT_S of slack; and never past SAVE_WINDOW_NS.
+# live run moves every HEARTBEAT_S (rundir.RunLock), plus five beats of slack (a beat a stalled thread missed); and
+# never past SAVE_WINDOW_NS. The live run records what it saved as soon as a save is whole, so only a kill relies on it.
 # Written is the change time (ctime), which a move, a link or `touch -d` sets to now and nobody can set back.
 SAVE_WINDOW_NS = 3600 * 10**9
 HEARTBEAT_S = 1.0
@@ -85,7 +86,7 @@ def _window(folder: Path, since) -> tuple[int, int] | None:
         return None
     if not stat.S_ISREG(st.st_mode):
         return None
-    return since, min(st.st_mtime_ns + int(HEARTBEAT_S * 1e9), since + SAVE_WINDOW_NS)
+    return since, min(st.st_mtime_ns + int(5 * HEARTBEAT_S * 1e9), since + SAVE_WINDOW_NS)
 
 
 def _within(path: Path, window) -> bool:
@@ -126,7 +127,7 @@ def _load(folder: Path) -> dict:
     return data if data is not None and data.get("written_by") == "grpokit" else {}
 
 
-def _manifest_is_theirs(folder: Path) -> bool:
+def manifest_is_theirs(folder: Path) -> bool:
     """True when something that is not grpokit's manifest sits at the manifest's name: grpokit never replaces it."""
     path = Path(folder) / MANIFEST
     return (path.exists() or path.is_symlink()) and not _load(folder)
@@ -195,7 +196,7 @@ _KEEP = object()
 def _store(folder: Path, mine: dict[str, dict], pending=_KEEP) -> None:
     """Rewrite the manifest whole: a temporary file renamed over it, so a kill leaves the old one or the new one.
     `pending` (a save's start, `start_pending`) is kept as it is unless given; None clears it."""
-    if _manifest_is_theirs(folder):
+    if manifest_is_theirs(folder):
         raise RecipeError([Problem(str(Path(folder) / MANIFEST), "is not a manifest grpokit wrote, and grpokit keeps its "
                                    "record of what it wrote in a folder under that name: move the file, or choose "
                                    "another folder")])
@@ -480,14 +481,14 @@ def _through_link(path: Path, root: Path | None) -> bool:
     return any(p.is_symlink() for p in path.parents if p != stop and stop in p.parents)
 
 
-def write_text(path: Path, text: str | bytes, key: str = "", recipe_path: str | None = None) -> None:
+def write_text(path: Path, text: str | bytes, key: str = "", recipe_path: str | None = None, root: Path | None = None) -> None:
     """Write a file grpokit owns: refused when `path` exists and grpokit did not write it; recorded after.
 
     The text goes to a fresh temporary file (never through a link) renamed over the target, so a kill leaves
     the old file or the new one.
     """
     path = Path(path)
-    refuse_unless_replaceable([path], key=key, recipe_path=recipe_path)
+    refuse_unless_replaceable([path], root=root, key=key, recipe_path=recipe_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     replace_text(path, text)
     claim_file(path, content=True)

@@ -16,7 +16,7 @@ A leaf: imports only grpokit.errors.
 >>> import tempfile, os; d = tempfile.mkdtemp(); p = os.path.join(d, "s.json")
 >>> _ = open(p, "w").write("[" * 100 + "]" * 100)
 >>> try_json(p)[1]
-'nested deeper than 64 levels'
+'is nested deeper than 64 levels'
 """
 
 from __future__ import annotations
@@ -93,15 +93,17 @@ def parse_json(text: str | bytes, expect: type | None = dict, depth: int = MAX_D
     grpokit.files.reading.Unreadable: holds a JSON array, not a JSON object
     """
     try:
-        value = json.loads(text)
+        value = json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
     except RecursionError:
-        raise Unreadable(f"nested deeper than {depth} levels") from None
+        raise Unreadable(f"is nested deeper than {depth} levels") from None
     except UnicodeDecodeError as err:
         raise Unreadable(f"is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise Unreadable(f"is not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
     except ValueError as err:
-        raise Unreadable(f"is not JSON ({err})") from None
+        raise Unreadable(f"is not valid JSON ({err})") from None
     if _depth(value, depth) > depth:
-        raise Unreadable(f"nested deeper than {depth} levels")
+        raise Unreadable(f"is nested deeper than {depth} levels")
     if expect is not None and not isinstance(value, expect):
         got = next((name for kind, name in _TYPES.items() if isinstance(value, kind)), f"a JSON {type(value).__name__}")
         raise Unreadable(f"holds {got}, not {_TYPES.get(expect, expect.__name__)}")

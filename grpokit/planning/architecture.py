@@ -10,8 +10,9 @@ architecture built on the meta device.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from grpokit import files
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "assets" / "model_configs"
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -41,10 +42,10 @@ def load_model_config(name_or_path: str) -> tuple[dict, str]:
         name_or_path = builtin.hub_id
     shipped = CONFIG_DIR / name_or_path.replace("/", "__") / "config.json"
     if shipped.is_file():
-        return json.loads(shipped.read_text()), f"shipped config ({shipped.relative_to(CONFIG_DIR.parent.parent)})"
+        return files.read_json(shipped), f"shipped config ({shipped.relative_to(CONFIG_DIR.parent.parent)})"
     local = Path(name_or_path).expanduser() / "config.json"
     if local.is_file():
-        return json.loads(local.read_text()), f"local config ({local})"
+        return files.read_json(local, key="model.name_or_path"), f"local config ({local})"
     try:
         from huggingface_hub import try_to_load_from_cache
 
@@ -52,7 +53,7 @@ def load_model_config(name_or_path: str) -> tuple[dict, str]:
     except Exception:  # not a repo id (a path that does not exist, say): nothing cached under it
         cached = None
     if isinstance(cached, str) and Path(cached).is_file():
-        return json.loads(Path(cached).read_text()), f"Hugging Face cache ({cached})"
+        return files.read_json(cached, key="model.name_or_path"), f"Hugging Face cache ({cached})"
     raise ConfigNotFound(
         f"the config.json of {name_or_path!r} is not reachable offline: it is not shipped (shipped: "
         f"{', '.join(shipped_models())}), not a local directory, not in the Hugging Face cache; "

@@ -39,7 +39,6 @@ Assumptions, each checked against the TRL 1.16 / transformers 5 / PEFT / bitsand
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -344,8 +343,10 @@ def validation_note(results_dir: Path = RESULTS_DIR) -> str:
     non-dry run of bench/gpu_memory.py has left its results there.
     """
     cpu_file = results_dir / "plan_vs_measured_cpu.json"
+    from grpokit import files
+
     try:
-        summary = json.loads(cpu_file.read_text())["summary"]
+        summary = files.try_json(cpu_file)[0]["summary"]
         cpu = (f"checked against measured tensors on CPU within {summary['worst_abs_error']:.1%} over "
                f"{summary['settings']} settings (bench/plan_vs_measured.py)")
     except (OSError, ValueError, KeyError, TypeError):
@@ -353,5 +354,5 @@ def validation_note(results_dir: Path = RESULTS_DIR) -> str:
     gpu_runs = sorted(p for p in results_dir.glob("gpu_memory-*.json") if not p.stem.endswith("dry-run"))
     if not gpu_runs:
         return cpu + "; GPU allocator and kernels not yet measured (bench/gpu_memory.py)"
-    gpu = json.loads(gpu_runs[-1].read_text())
+    gpu = files.try_json(gpu_runs[-1])[0] or {}
     return cpu + f"; on a GPU: {gpu.get('summary_line', 'measured, see ' + gpu_runs[-1].name)}"

@@ -16,8 +16,9 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpokit import files
 from grpokit.errors import Problem, RecipeError
-from grpokit.reporting.plots import PLOTS_DIR, load_log_history, save_png, series
+from grpokit.reporting.plots import PLOTS_DIR, load_log_history, series
 from grpokit.reporting.verdict import heldout, heldout_fall, window, windows, zero_spread
 
 COMPARE_FILE = "compare.png"  # <RUN>/plots/compare.png
@@ -111,7 +112,7 @@ def plot_compare(run_dir: Path, runs: list[Run]) -> Path:
     out = Path(run_dir) / PLOTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     path = out / COMPARE_FILE
-    save_png(figure(runs), path)
+    files.save_figure(figure(runs), path, key="--compare", root=run_dir)
     return path
 
 

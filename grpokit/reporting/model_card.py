@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpokit.files import ownership
+from grpokit import files
 
 CARD_FILE = "README.md"
 
@@ -71,5 +71,5 @@ def write_model_card(recipe, output_dir: Path, global_step: int) -> Path:
     import trl
 
     path = Path(output_dir) / CARD_FILE
-    ownership.replace_text(path, model_card(recipe, Path(output_dir), global_step, trl.__version__))
+    files.write_text(path, model_card(recipe, Path(output_dir), global_step, trl.__version__), root=Path(output_dir))
     return path

@@ -16,14 +16,12 @@ training process never changes or needs pyplot's global backend.
 
 from __future__ import annotations
 
-import io
-import json
 import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpokit.files import ownership
+from grpokit import files
 from grpokit.rundir import STATE_FILE, latest_checkpoint
 
 
@@ -93,12 +91,16 @@ def find_trainer_state(run_dir: str | Path) -> Path:
 def load_log_history(run_dir: str | Path) -> tuple[Path, dict]:
     """(path of trainer_state.json, its parsed content); ValueError when it is missing or unreadable."""
     path = find_trainer_state(run_dir)
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"cannot read {path}: {e}; is the run still writing it?") from e
-    if not isinstance(state.get("log_history"), list):
+    state, why = files.try_json(path, dict)
+    if state is None:
+        raise ValueError(f"cannot read {path}: it {why}; is the run still writing it?")
+    history = state.get("log_history")
+    if not isinstance(history, list):
         raise ValueError(f"{path} has no 'log_history' list; is it a transformers trainer_state.json?")
+    others = sum(not isinstance(entry, dict) for entry in history)
+    if others:
+        raise ValueError(f"{path}: its log_history holds {others} entr{'y' if others == 1 else 'ies'} that "
+                         f"{'is' if others == 1 else 'are'} not JSON objects; is it a transformers trainer_state.json?")
     return path, state
 
 
@@ -221,16 +223,9 @@ def plot_run(run_dir: str | Path, out_dir: str | Path | None = None, args=None) 
     out = Path(out_dir) if out_dir is not None else run_dir / PLOTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     path = out / PLOT_FILE
-    save_png(fig, path)
+    files.save_figure(fig, path, key="--plot", root=Path(run_dir))
     return [path]
 
-
-def save_png(fig, path: Path) -> None:
-    """A figure as a PNG at `path`, written as a new file taking the old one's place (never into a file a hard link
-    shares, never through a link)."""
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=100)
-    ownership.replace_text(path, png.getvalue())
 
 
 def figure(history: list[dict], title: str, args=None):

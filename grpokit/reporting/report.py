@@ -19,7 +19,7 @@ import re
 import weakref
 from pathlib import Path
 
-from grpokit.files import ownership
+from grpokit import files
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.verdict import diagnosis, heldout
 
@@ -349,5 +349,5 @@ def write_report(
     lines += eval_section(run_dir)
 
     path = run_dir / REPORT_FILE
-    ownership.replace_text(path, "\n".join(lines) + "\n")
+    files.write_text(path, "\n".join(lines) + "\n", key="--plot", root=run_dir)
     return path

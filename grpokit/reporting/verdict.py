@@ -16,11 +16,11 @@ run directory, and `eval.json` in any `checkpoint-N/` that `--eval RUN/checkpoin
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 
+from grpokit import files
 from grpokit.reporting.plots import reward_names, series
 from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE
 
@@ -156,7 +156,7 @@ def heldout(run_dir: str | Path) -> tuple[list[dict], list[str]]:
             continue
         rel = path.relative_to(run_dir).as_posix()
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data, _ = files.try_json(path, dict)
             greedy = data["greedy"]
             rows.append({"label": label, "step": step, "file": rel, "pass@1": float(greedy["pass@1"]),
                          "passed": greedy.get("passed"), "prompts": data.get("prompts"), "heldout": data.get("heldout"),

@@ -103,7 +103,6 @@ At most RESULTS_BYTES are read from it per candidate: past that the job is kille
 
 from __future__ import annotations
 
-import functools
 import marshal
 import os
 import pwd
@@ -118,14 +117,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rewards._evaluate import MISSING
-from rewards._judge import judge, plan
-from rewards._values import BadValue, Budget, decode
+from rewards._candidate import setup_for_code
 
 CHILD = str(Path(__file__).resolve().with_name("_sandbox_child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it
 RESULTS_BYTES = 1 << 20  # read from one candidate's results pipe at most; past it the job is killed
-VALUE_ITEMS = 1 << 18    # items of all one candidate's values together: decoding them takes ~0.1-0.3 s at most
 STOP_TIMEOUT_S = 5.0  # for a stopped job's processes to be gone (milliseconds, unless the box is swamped)
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
 
@@ -150,7 +146,7 @@ class Limits:
 
     def wall_s(self, n_tests: int) -> float:
         """The whole candidate's wall (and CPU) budget: setup, code and every test, plus a little slack."""
-        return self.time_s * (n_tests + 2) + 0.5
+        return (self.time_s + 0.25) * (n_tests + 3) + 0.5
 
 
 @dataclass
@@ -187,59 +183,39 @@ def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits())
     >>> run("def add(a, b): return a + b", ["assert add(1, 2) == 3", "assert add(1, 1) == 3"]).passed
     [True, False]
     """
-    job, checks, owners = build_job(code, tests, setup, limits)
+    job, secret = build_job(code, tests, setup, limits)
     outcome = Outcome(passed=[False] * len(tests))
-    steps = _launch(job, len(owners), limits, outcome)
-    _decide(checks, owners, steps, outcome)
+    reports = _launch(job, secret, len(tests), limits, outcome)
+    for i in range(len(tests)):
+        outcome.passed[i] = reports.steps.get(i) is True
+        if i in reports.notes:
+            outcome.notes.append(f"<test {i}>: {reports.notes[i]}")
     return outcome
 
 
-@functools.lru_cache(maxsize=1024)
-def survey(setup: str, limits: Limits = Limits()) -> tuple[frozenset, dict] | None:
-    """(every name the setup binds, {name: encoded value} for those holding plain values), found by running
-    the setup alone -- no candidate's code -- in a sandbox of its own; cached per setup for the process.
-    None where that run sent no list (the setup hung, or bound too much to send): rewards/_judge.py then
-    falls back to what it can see.
-
-    >>> names, values = survey("from math import *\\nK = [1, 2]")
-    >>> "pi" in names and "sqrt" in names, values["K"], "sqrt" in values
-    (True, b'l2:i1;i2;', False)
-    """
-    uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
-    job = {"code": "", "steps": [], "setup": setup, "survey": True, "uid": uid, "gid": gid,
-           "wall_s": limits.wall_s(0), **asdict(limits)}
-    steps = _launch(job, 1, limits, Outcome(passed=[]))
-    try:
-        found = decode(steps[0])
-    except (KeyError, BadValue):  # no value sent (a `fail`, or nothing): not surveyed
-        return None
-    if not (isinstance(found, dict) and all(isinstance(n, str) and (v is None or isinstance(v, bytes))
-                                            for n, v in found.items())):
-        return None
-    return frozenset(found), {name: payload for name, payload in found.items() if payload is not None}
-
-
-def _launch(job: dict, n_steps: int, limits: Limits, outcome: Outcome) -> dict:
-    """Run one job in a fresh sandbox; fills `outcome`'s isolation, ending and output, returns the reports
-    of its steps (step -> True / False / a value's bytes)."""
-    nonce = secrets.token_hex(16)
-    job["nonce"] = nonce
+def _launch(job: dict, secret: dict, n_tests: int, limits: Limits, outcome: Outcome) -> "_Reports":
+    """Run one job in a fresh sandbox; fills `outcome`'s isolation, ending and output, returns its reports."""
+    secret = {**secret, "nonce": secrets.token_hex(16)}
     results_r, results_w = os.pipe()
     output_r, output_w = os.pipe()
-    # The job goes in on an unlinked file, not a pipe: no writer to block, nothing left on disk.
-    with tempfile.TemporaryFile() as stdin:
+    # The job goes in on unlinked files, not pipes: no writer to block, nothing left on disk. Its secret part (the
+    # setup, the tests, the nonce) on a descriptor of its own, which only the judge reads, once the code runner
+    # has started and closed it.
+    with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as hidden:
         stdin.write(marshal.dumps(job))
         stdin.seek(0)
+        hidden.write(marshal.dumps(secret))
+        hidden.seek(0)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", CHILD, str(results_w)],
-                stdin=stdin, stdout=output_w, stderr=output_w, pass_fds=(results_w,),
+                [sys.executable, "-I", "-S", CHILD, str(results_w), str(hidden.fileno())],
+                stdin=stdin, stdout=output_w, stderr=output_w, pass_fds=(results_w, hidden.fileno()),
                 env=ENV, cwd="/", start_new_session=True,  # its own process group, killed whole at the end
             )
         finally:
             os.close(results_w)
             os.close(output_w)
-    reports = _Reports(nonce, n_steps)
+    reports = _Reports(secret["nonce"], n_tests)
     try:
         _collect(proc, results_r, output_r, reports, limits, outcome)
     finally:
@@ -249,59 +225,21 @@ def _launch(job: dict, n_steps: int, limits: Limits, outcome: Outcome) -> dict:
     if not outcome.isolation:
         raise SandboxError(f"the code sandbox did not start ({outcome.ended}, exit code {proc.returncode}); "
                            f"its output: {outcome.output.decode(errors='replace')[-2000:]!r}")
-    return reports.steps
+    return reports
 
 
-def build_job(code: str, tests: list[str], setup: str, limits: Limits) -> tuple[dict, tuple, list]:
-    """What the sandbox is sent (no nonce yet), the tests' Checks, and for each step its (test, probe)
-    (probe None: an opaque test's verdict). A value check's step holds only its probe's source.
+def build_job(code: str, tests: list[str], setup: str, limits: Limits) -> tuple[dict, dict]:
+    """What every process of the sandbox is sent (the code, the setup's imports and classes, the limits), and what
+    only the judge reads (the setup, the tests).
 
-    >>> job, _, owners = build_job("", ["assert add(20, 22) == 42"], "", Limits())
-    >>> job["steps"], owners
-    ([('eval', 'add(20, 22)', '<test 0>', False)], [(0, 0)])
+    >>> job, secret = build_job("def f(): return 1", ["assert f() == 1"], "import math\\nK = 1", Limits())
+    >>> job["setup_code"], secret
+    (['import math'], {'setup': 'import math\\nK = 1', 'tests': ['assert f() == 1']})
     """
-    setup = setup or ""
-    surveyed = survey(setup, limits) if setup.strip() else (frozenset(), {})
-    names, values = surveyed or (None, {})
-    checks = plan(tuple(tests), setup, names, frozenset(values))
-    steps, owners = [], []
-    # The setup's values a value check reads, sent by the candidate's own sandbox right after the setup
-    # ran and before its code does: the values the code saw, which it cannot change afterwards.
-    for name in sorted({name for check in checks for name in check.constants}):
-        steps.append(("const", name, "<setup>", False))
-        owners.append((None, name))
-    for i, check in enumerate(checks):
-        if check.expr is None:
-            steps.append(("exec", check.source, f"<test {i}>", False))
-            owners.append((i, None))
-        for k, (source, iterable) in enumerate(check.probes):
-            steps.append(("eval", source, f"<test {i}>", iterable))
-            owners.append((i, k))
     uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
-    job = {"code": code, "steps": steps, "setup": setup or "", "uid": uid, "gid": gid,
+    job = {"code": code, "setup_code": setup_for_code(setup or ""), "uid": uid, "gid": gid,
            "wall_s": limits.wall_s(len(tests)), **asdict(limits)}
-    return job, checks, owners
-
-
-def _decide(checks: tuple, owners: list, steps: dict, outcome: Outcome) -> None:
-    """Each test's verdict: an opaque test's as the sandbox reported it, a value check's decided here."""
-    payloads = [[None] * len(check.probes) for check in checks]
-    constants, budget = {}, Budget(VALUE_ITEMS)
-    for j, (i, k) in enumerate(owners):
-        if i is None:
-            try:
-                constants[k] = decode(steps[j], budget)
-            except (KeyError, TypeError, BadValue):  # not sent, or not a plain value in this run: tests using it fail
-                constants[k] = MISSING
-        elif k is None:
-            outcome.passed[i] = steps.get(j) is True
-        elif isinstance(steps.get(j), bytes):
-            payloads[i][k] = steps[j]
-    for i, check in enumerate(checks):
-        if check.expr is not None:
-            outcome.passed[i], why = judge(check, payloads[i], budget, constants)
-            if why:
-                outcome.notes.append(f"<test {i}>: {why}")
+    return job, {"setup": setup or "", "tests": list(tests)}
 
 
 def _end(proc: subprocess.Popen, stop: bool) -> None:
@@ -365,14 +303,13 @@ def _collect(proc, results_r: int, output_r: int, reports: "_Reports", limits: L
 
 
 class _Reports:
-    """Parses the results pipe: `<nonce> <kind> <value>` lines, a `value` line's payload after it. Lines
-    without the nonce are skipped (only something that forged them wrote them); the first report of a
-    step counts."""
+    """Parses the results pipe: `<nonce> <kind> <value>` lines, a failing test's note after its line. Lines
+    without the nonce are skipped (only something that forged them wrote them); the first report of a test counts."""
 
     def __init__(self, nonce: str, n_steps: int):
         self.prefix, self.n_steps = nonce.encode() + b" ", n_steps
-        self.buffer, self.payload_for = bytearray(), None  # (step, size) whose bytes come next
-        self.isolation, self.loaded, self.steps = frozenset(), False, {}
+        self.buffer, self.payload_for = bytearray(), None  # (test, size) whose note comes next
+        self.isolation, self.loaded, self.steps, self.notes = frozenset(), False, {}, {}
 
     def feed(self, chunk: bytes) -> None:
         self.buffer += chunk
@@ -382,7 +319,7 @@ class _Reports:
                 step, size = self.payload_for
                 if len(self.buffer) - pos < size:
                     break
-                self.steps.setdefault(step, bytes(self.buffer[pos:pos + size]))
+                self.notes.setdefault(step, bytes(self.buffer[pos:pos + size]).decode("utf-8", "replace"))
                 pos, self.payload_for = pos + size, None
                 continue
             end = self.buffer.find(b"\n", pos)
@@ -405,8 +342,8 @@ class _Reports:
             return
         elif kind in ("pass", "fail"):
             self.steps.setdefault(int(fields[0]), kind == "pass")
-        elif kind == "value" and len(fields) == 2 and fields[1].isdigit() and int(fields[1]) <= RESULTS_BYTES:
-            self.payload_for = (int(fields[0]), int(fields[1]))
+            if kind == "fail" and len(fields) == 2 and fields[1].isdigit() and int(fields[1]) <= RESULTS_BYTES:
+                self.payload_for = (int(fields[0]), int(fields[1]))
 
 
 def run_many(jobs: list[tuple[str, list[str], str]], limits: Limits = Limits(), workers: int = 4) -> list[Outcome]:
@@ -416,8 +353,6 @@ def run_many(jobs: list[tuple[str, list[str], str]], limits: Limits = Limits(), 
     if workers <= 1 or len(jobs) == 1:
         return [run(code, tests, setup, limits) for code, tests, setup in jobs]
     with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-        # Each distinct setup surveyed once, before its candidates (which would otherwise race to survey it).
-        list(pool.map(lambda setup: survey(setup, limits), {setup for _, _, setup in jobs if setup and setup.strip()}))
         return list(pool.map(lambda job: run(*job, limits=limits), jobs))
 
 

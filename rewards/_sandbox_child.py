@@ -404,186 +404,18 @@ def _kill_members(folder: int, name: str) -> None:
             os.close(fd)
 
 
-def _close_fds(keep: int) -> None:
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 16)
+def _close_fds(keep: tuple) -> None:
+    """Close every descriptor above stderr but those in `keep`."""
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
 
 
-# The harness's own references, taken before any graded code runs (which may rebind the builtins' and
-# os's): these names resolve to module globals, whatever `builtins.int = ...` or `os.write = ...` does.
-from builtins import (bool, bytearray, bytes, complex, dict, float, frozenset, int, isinstance,  # noqa: E402
-                      issubclass, len, list, memoryview, set, str, tuple, type)
-
-import builtins as _builtins  # noqa: E402
-
-_exec, _eval, _compile, _write = exec, eval, compile, os.write
-
-
-def _run_tests(job: dict, report) -> None:
-    """Execute the setup and the code, then each step in the code's namespace, reporting each before the
-    next starts: a probe's value (`value`, or `fail` when it raised or is not a plain value), an opaque
-    test's verdict (`pass` / `fail`)."""
-    signal.signal(signal.SIGALRM, _raise_timeout)
-    namespace = {"__name__": "__main__", "__builtins__": _builtins}
-    timed, execute, value = _step_runners(job, namespace)
-    builtins_before = dict(vars(_builtins))
-    loaded = timed(execute, job["setup"], "<setup>")[0]
-    if job.get("survey"):  # the setup alone, no code: what it bound, for the parent to classify tests with
-        _report_value(report, 0, timed(lambda *_: _survey(namespace, builtins_before), "", "<setup>"))
-        return
-    _report_constants(job["steps"], loaded, timed, value, report)
-    loaded = loaded and timed(execute, job["code"], "<completion>")[0]
-    report("load", "1" if loaded else "0")
-    _report_tests(job["steps"], loaded, timed, execute, value, report)
-
-
-def _step_runners(job: dict, namespace: dict) -> tuple:
-    """(timed, execute, value). `timed(run, source, label)`: (True, `run(source, label)`), or (False, None)
-    where it raised or ran out of its label's time. `execute` runs a step's statements in `namespace`;
-    `value(iterable)` evaluates a step's expression there and returns its value's encoding."""
-    left = {}  # seconds left to each label: the probes of one test share its time_s, as the test would
-
-    def timed(run, source: str, label: str):
-        try:
-            budget = left.get(label, job["time_s"])
-            if budget <= 0:
-                raise _Timeout()
-            signal.setitimer(signal.ITIMER_REAL, budget)
-            try:
-                return True, run(source, label)
-            finally:
-                left[label] = signal.setitimer(signal.ITIMER_REAL, 0)[0]
-        except BaseException as err:  # noqa: BLE001 - assert failing, code crashing, sys.exit, timeout: all "did not pass"
-            try:  # one line for whoever reads the output (the parent keeps its start)
-                print(f"{label}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
-            except BaseException:  # noqa: BLE001 - stderr closed or replaced by the code
-                pass
-            return False, None
-
-    def execute(source: str, label: str) -> None:
-        _exec(_compile(source, label, "exec"), namespace)
-
-    def value(iterable: bool):
-        return lambda source, label: _encode(_eval(_compile(source, label, "eval"), namespace), iterable)
-
-    return timed, execute, value
-
-
-def _report_constants(steps: list, loaded: bool, timed, value, report) -> None:
-    """The setup's values the parent takes as constants, sent before any of the code runs (the first
-    report of a step counts), so the code cannot choose them; each `fail` where the setup did not load."""
-    for j, (kind, source, label, iterable) in enumerate(steps):
-        if kind == "const":
-            _report_value(report, j, timed(value(False), source, label) if loaded else (False, None))
-
-
-def _report_tests(steps: list, loaded: bool, timed, execute, value, report) -> None:
-    """Every other step, in order: a probe's value, an opaque test's verdict; each `fail` where the setup
-    or the code did not load."""
-    for j, (kind, source, label, iterable) in enumerate(steps):
-        if kind == "const":
-            continue
-        if not loaded:
-            report("fail", j)
-        elif kind == "exec":
-            report("pass" if timed(execute, source, label)[0] else "fail", j)
-        else:
-            _report_value(report, j, timed(value(iterable), source, label))
-
-
-def _report_value(report, j: int, outcome: tuple) -> None:
-    """Step j's (ok, encoding) from `timed`: its value, or `fail`."""
-    ok, payload = outcome
-    if ok:
-        report("value", j, payload)
-    else:
-        report("fail", j)
-
-
-def _survey(namespace: dict, builtins_before: dict) -> bytes:
-    """{name: its value's encoding, or None where it is not a plain value (or too big)} for every name the
-    setup bound: in the namespace, or in the builtins (which every name lookup falls back to)."""
-    if namespace.get("__builtins__") is not _builtins:
-        raise ValueError("the setup replaced __builtins__")  # its names cannot be listed: the parent falls back
-    names = [name for name in namespace if name not in ("__builtins__", "__name__")]
-    names += [name for name, v in dict.items(vars(_builtins)) if builtins_before.get(name, _survey) is not v]
-    found, room = {}, _VALUE_BYTES // 2
-    for name in names:
-        try:
-            payload = _encode(namespace[name] if name in namespace else vars(_builtins)[name], False)
-        except Exception:  # noqa: BLE001 - not a plain value: the name stays the setup's, tests using it opaque
-            payload = None
-        if payload is not None and len(payload) > room // 4:
-            payload = None
-        room -= len(payload or b"") + len(name) + 16
-        found[name] = payload
-    return _encode(found, False)
-
-
-_VALUE_BYTES = 1 << 19  # one value's encoding; past it the probe fails (the parent reads 1 MiB per candidate)
-_VALUE_ITEMS = 1 << 16  # items in one value (rewards/_values.py refuses more)
-_VALUE_DEPTH = 64
-_SEQUENCES = ((list, b"l"), (tuple, b"t"), (set, b"S"), (frozenset, b"Z"))
-_PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, set, frozenset, dict)
-
-
-def _encode(value, iterable: bool) -> bytes:
-    """The value in rewards/_values.py's format, as its base types (a Counter as a dict, a namedtuple as a
-    tuple); `iterable`: any other iterable as the list of its items. ValueError for anything else."""
-    if iterable and not isinstance(value, _PLAIN):
-        items = []
-        for item in value:
-            items.append(item)
-            if len(items) > _VALUE_ITEMS:
-                raise ValueError("too many items")
-        value = items
-    out, budget = [], [_VALUE_ITEMS, _VALUE_BYTES]
-    _put(value, out, 0, budget)
-    if budget[1] < 0:
-        raise ValueError("value too big to send")
-    return b"".join(out)
-
-
-def _put(x, out: list, depth: int, budget: list) -> None:
-    """Append x's encoding to `out`; budget is [items left, bytes left]."""
-    budget[0] -= 1
-    if budget[0] < 0 or budget[1] < 0 or depth > _VALUE_DEPTH:
-        raise ValueError("value too big or too deep to send")
-    kind = type(x)
-    if x is None or x is True or x is False:
-        piece = b"N" if x is None else b"T" if x else b"F"
-    elif issubclass(kind, int):
-        piece = b"i%x;" % int.__index__(x)
-    elif issubclass(kind, float):
-        piece = b"f%s;" % float.hex(x).encode()
-    elif issubclass(kind, complex):
-        real, imag = complex.__getnewargs__(x)
-        piece = b"c%s;%s;" % (float.hex(real).encode(), float.hex(imag).encode())
-    elif issubclass(kind, (str, bytes, bytearray)):
-        raw = str.encode(x, "utf-8", "surrogatepass") if issubclass(kind, str) else bytes(memoryview(x))
-        piece = b"%c%d:%s" % (115 if issubclass(kind, str) else 98, len(raw), raw)
-    elif issubclass(kind, dict):
-        pairs = list(dict.items(x))
-        out.append(b"d%d:" % len(pairs))
-        for key, item in pairs:
-            _put(key, out, depth + 1, budget)
-            _put(item, out, depth + 1, budget)
-        return
-    else:
-        for base, tag in _SEQUENCES:
-            if issubclass(kind, base):
-                items = list(base.__iter__(x))
-                out.append(b"%s%d:" % (tag, len(items)))
-                for item in items:
-                    _put(item, out, depth + 1, budget)
-                return
-        raise ValueError(f"a {kind.__name__} is not a plain value")
-    out.append(piece)
-    budget[1] -= len(piece)
-
-
-def _supervise(job: dict, out: int, report, layers: list) -> int:
-    """Pid 1 of the namespace: prepare the filesystem, run the runner, kill it at the deadline."""
+def _supervise(job: dict, out: int, secret: int, layers: list) -> int:
+    """Pid 1 of the namespace: prepare the filesystem, start the code runner and then the judge, kill both at the
+    deadline (or the code runner once the judge is done)."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     layers += _cgroups_join(job["cgroups"])  # first: every process the job starts is in them
     uid, gid = (0, 0) if "userns" in layers else (job["uid"], job["gid"])  # our own ids, as the namespace maps them
@@ -597,24 +429,37 @@ def _supervise(job: dict, out: int, report, layers: list) -> int:
         # imported by now would import (`math` would not). The parent warns.
         layers.append("stdlib-unreadable")
     os.chdir("/tmp" if "tmpfs" in layers else "/")
-    runner = os.fork()
-    if runner == 0:
-        _runner_main(job, out, report, layers, uid, gid)  # never returns
-    os.close(out)
-    _wait_for(runner, job["wall_s"], layers)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the code runner (same uid, without root) must not read our descriptors
+    to_code, from_code = os.pipe(), os.pipe()
+    code_runner = os.fork()  # first, before anything secret is read: its memory never holds the tests or the nonce
+    if code_runner == 0:
+        _runner_main(job, (to_code[0], from_code[1]), layers, uid, gid, judge=False)  # never returns
+    judge_runner = os.fork()
+    if judge_runner == 0:
+        _runner_main(job, (out, secret, from_code[0], to_code[1]), layers, uid, gid, judge=True)
+    for fd in (out, secret, *to_code, *from_code):
+        os.close(fd)
+    _wait_for(judge_runner, code_runner, job["wall_s"], layers)
     return 0
 
 
-def _runner_main(job: dict, out: int, report, layers: list, uid: int, gid: int) -> None:
-    """The runner process: drop privileges, set the limits and the seccomp filter, report the layers, run
-    the tests; then `os._exit`, whatever happened (never return into the supervisor's code)."""
+def _runner_main(job: dict, fds: tuple, layers: list, uid: int, gid: int, judge: bool) -> None:
+    """A runner process: drop privileges, set the limits and the seccomp filter, then run its side (the judge:
+    the setup and the tests, reporting; the code runner: the code, answering the judge); then `os._exit`, whatever
+    happened (never return into the supervisor's code)."""
     try:
-        _close_fds(out)
+        _close_fds(fds)
         dropped = _drop_privileges(uid, gid, "userns" in layers)  # before the limits: see _own_process_count
         _limit(job)
         _seccomp()
-        report("iso", ",".join(layers + dropped + ["nomemfd"]))
-        _run_tests(job, report)
+        if judge:
+            _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the code runner (same uid) cannot ptrace or read this one
+            out, secret, from_code, to_code = fds
+            report = _reporter(out, secret, job)
+            report("iso", ",".join(layers + dropped + ["nomemfd"]))
+            _judge.judge(job, _values.Pipe(from_code, to_code), report)
+        else:
+            _candidate.serve(job, _values.Pipe(*fds))
     except BaseException:  # noqa: BLE001 - only the sandbox's own setup can get here
         import traceback
 
@@ -628,14 +473,39 @@ def _runner_main(job: dict, out: int, report, layers: list, uid: int, gid: int) 
         os._exit(0)
 
 
-def _wait_for(runner: int, wall_s: float, layers: list) -> None:
-    """Reap until the runner exits or `wall_s` has passed. Past the deadline the runner dies with this
-    process (pid 1 of its namespace) or, without a pid namespace, with its process group."""
+def _reporter(out: int, secret: int, job: dict):
+    """Read the job's secret part (the nonce, the setup, the tests) into `job`; return the report function: one
+    line `<nonce> <kind> <value>` per report, a payload's length ending the line and its bytes following."""
+    chunks = []
+    while True:
+        chunk = os.read(secret, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(secret)
+    job.update(marshal.loads(b"".join(chunks)))
+    nonce, write = job.pop("nonce"), os.write
+
+    def report(kind: str, value, payload: bytes = None) -> None:
+        line = f"{nonce} {kind} {value}\n" if payload is None else f"{nonce} {kind} {value} {len(payload)}\n"
+        data = memoryview(line.encode() + (payload or b""))
+        try:
+            while data:
+                data = data[write(out, data):]
+        except OSError:  # the parent is gone
+            pass
+
+    return report
+
+
+def _wait_for(judge: int, code: int, wall_s: float, layers: list) -> None:
+    """Reap until the judge exits or `wall_s` has passed; then the code runner is killed. Past the deadline the
+    runners die with this process (pid 1 of its namespace) or, without a pid namespace, with its process group."""
     signal.signal(signal.SIGALRM, _raise_timeout)
     signal.setitimer(signal.ITIMER_REAL, wall_s)
     try:
         try:
-            while os.waitpid(-1, 0)[0] != runner:  # pid 1 reaps every orphan of the namespace too
+            while os.waitpid(-1, 0)[0] != judge:  # pid 1 reaps every orphan of the namespace too
                 pass
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -643,9 +513,14 @@ def _wait_for(runner: int, wall_s: float, layers: list) -> None:
         pass
     except _Timeout:
         # As pid 1, returning is enough: the kernel kills the namespace. Without a pid namespace: the
-        # process group (the runner and whatever it forked without leaving the group; this one too).
+        # process group (the runners and whatever they forked without leaving the group; this one too).
         if "pid" not in layers:
             os.killpg(0, signal.SIGKILL)
+        return
+    try:
+        os.kill(code, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def main() -> None:
@@ -653,30 +528,20 @@ def main() -> None:
     devnull = os.open("/dev/null", os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    out, nonce = int(sys.argv[1]), job.pop("nonce")
-
-    def report(kind: str, value, payload: bytes = None) -> None:
-        """One line `<nonce> <kind> <value>`; with a payload, its length ends the line and its bytes follow."""
-        line = f"{nonce} {kind} {value}\n" if payload is None else f"{nonce} {kind} {value} {len(payload)}\n"
-        data = memoryview(line.encode() + (payload or b""))
-        try:
-            while data:
-                data = data[_write(out, data):]
-        except OSError:  # the code closed or replaced the descriptor: its later tests just go unreported
-            pass
-
+    out, secret = int(sys.argv[1]), int(sys.argv[2])
     job["cgroups"] = _cgroups(job)  # before the namespaces: this process's own groups, as the host sees them
     layers = _unshare(job["namespaces"])
     supervisor = os.fork()
     if supervisor == 0:
         try:
-            os._exit(_supervise(job, out, report, layers))
+            os._exit(_supervise(job, out, secret, layers))
         except BaseException:  # noqa: BLE001 - any failure here ends the job; the parent scores what it got
             import traceback
 
             traceback.print_exc()  # into the output the parent keeps the start of
             os._exit(70)
     os.close(out)
+    os.close(secret)
     # Asked to stop (SIGTERM from the parent): kill the supervisor and wait for it. A pid namespace's
     # pid 1 is reaped only after every process in the namespace is gone, so when this process exits
     # the whole job has, and the parent can rely on that.
@@ -689,5 +554,17 @@ def main() -> None:
     _cgroups_remove(job["cgroups"])
 
 
+def _load_sides():
+    """The two sides' modules, as modules of an empty `rewards` package (its __init__, the trainer's reward
+    registry, is not run): loaded here, before the new root hides their files."""
+    package = type(sys)("rewards")
+    package.__path__ = [os.path.dirname(os.path.abspath(__file__))]
+    sys.modules["rewards"] = package
+    from rewards import _candidate, _judge, _values
+
+    return _values, _judge, _candidate
+
+
 if __name__ == "__main__":
+    _values, _judge, _candidate = _load_sides()
     main()

@@ -431,13 +431,19 @@ def _supervise(job: dict, out: int, secret: int, layers: list) -> int:
     os.chdir("/tmp" if "tmpfs" in layers else "/")
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the code runner (same uid, without root) must not read our descriptors
     to_code, from_code = os.pipe(), os.pipe()
-    code_runner = os.fork()  # first, before anything secret is read: its memory never holds the tests or the nonce
-    if code_runner == 0:
-        _runner_main(job, (to_code[0], from_code[1]), layers, uid, gid, judge=False)  # never returns
-    judge_runner = os.fork()
+    apart = "pid" in layers  # the code runner gets a pid namespace of its own (below): the judge is not there to signal
+    layers += ["pid-apart"] if apart else []
+    judge_runner = os.fork()  # it reads the secret part of the job; this process never does, nor its next child
     if judge_runner == 0:
-        _runner_main(job, (out, secret, from_code[0], to_code[1]), layers, uid, gid, judge=True)
-    for fd in (out, secret, *to_code, *from_code):
+        _runner_main(job, (out, secret, from_code[0], to_code[1]), layers, uid, gid, judge=True)  # never returns
+    os.close(out)
+    os.close(secret)
+    if apart:
+        _must(_libc.unshare(CLONE_NEWPID) == 0, "a pid namespace for the code runner")
+    code_runner = os.fork()
+    if code_runner == 0:
+        _runner_main(job, (to_code[0], from_code[1]), layers, uid, gid, judge=False)
+    for fd in (*to_code, *from_code):
         os.close(fd)
     _wait_for(judge_runner, code_runner, job["wall_s"], layers)
     return 0
@@ -457,9 +463,13 @@ def _runner_main(job: dict, fds: tuple, layers: list, uid: int, gid: int, judge:
             out, secret, from_code, to_code = fds
             report = _reporter(out, secret, job)
             report("iso", ",".join(layers + dropped + ["nomemfd"]))
-            _judge.judge(job, _values.Pipe(from_code, to_code), report)
+            pipe = _values.Pipe(from_code, to_code)
+            pipe.send(b"go")  # the code runs only once the layers are reported: killing this process then fails tests, not the job
+            _judge.judge(job, pipe, report)
         else:
-            _candidate.serve(job, _values.Pipe(*fds))
+            pipe = _values.Pipe(*fds)
+            if pipe.receive() == b"go":
+                _candidate.serve(job, pipe)
     except BaseException:  # noqa: BLE001 - only the sandbox's own setup can get here
         import traceback
 

@@ -74,8 +74,9 @@ def test_samples_without_tests_are_none_and_completions_without_code_zero():
 
 def test_column_names_and_setup_code_come_from_the_args():
     reward = CodeTests(tests_column="test_list", setup_column="test_setup_code")
-    out = reward(completions=["def g():\n    return K + 1"], test_list=[["assert g() == 3"]], test_setup_code=["K = 2"])
-    assert out == [1.0]
+    out = reward(completions=["def g():\n    return K + 1"], test_list=[["assert g() == K + 1"]],
+                 test_setup_code=["K = 2\nclass Box:\n    pass"])
+    assert out == [0.0]  # the setup's values are the tests', never the code's (its imports and classes are)
     # MBPP sanitized keeps its setup as a list of import lines (`test_imports`).
     imports = CodeTests(tests_column="test_list", setup_column="test_imports")
     out = imports(completions=["def g():\n    return floor(2.5)"], test_list=[["assert g() == 2"]],
@@ -139,8 +140,8 @@ HOSTILE = {
 # a probe must fail on the layer it tests, not on an import or a typo (the ones not listed leave no line:
 # they end or are ended before one is printed).
 REASON = {
-    "infinite_loop": b"<completion>: _Timeout", "fork_bomb": b"<test 0>: AssertionError",
-    "fork_bomb_spinning": b"<completion>: _Timeout", "memory_bomb": b"<completion>: MemoryError",
+    "infinite_loop": b"<completion>: Timeout", "fork_bomb": b"<test 0>: AssertionError",
+    "fork_bomb_spinning": b"<completion>: Timeout", "memory_bomb": b"<completion>: MemoryError",
     "write_outside": b"<test 0>: AssertionError", "delete_files": b"<test 0>: AssertionError",
     "read_secrets": b"<test 0>: AssertionError", "socket": b"<test 0>: OSError: [Errno 101] Network is unreachable",
 }

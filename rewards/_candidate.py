@@ -16,6 +16,11 @@ in later requests. Each request is timed against the test it belongs to: a test'
 
 from __future__ import annotations
 
+# This file's own references, taken when it is loaded, before any graded code runs (which may rebind the builtins):
+# these names resolve to module globals, whatever `builtins.int = ...` does in the code's process.
+from builtins import (bytearray, bytes, callable, complex, dict, enumerate, float, frozenset, getattr,  # noqa: E402
+                      hasattr, id, int, isinstance, issubclass, iter, len, list, next, print, set, str,
+                      tuple, type)
 import ast
 import builtins
 import signal

@@ -37,7 +37,7 @@ import reprlib
 import signal
 import sys
 
-from rewards._values import BadValue, Decoder, Encoder, Handle, decode, encode, refill
+from rewards._values import BadValue, Decoder, Encoder, Handle, decode, refill
 
 # Standard library modules never imported here on the code's say-so: what they hand back would run code or reach
 # the process (a test using them imports them in its setup). Their objects stay the code's (CodeValues).

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from grpokit import files
 from grpokit.errors import Problem, Problems, RecipeError
 
 CLI = "command line"
@@ -156,15 +157,18 @@ def read_yaml(path: Path) -> Any:
     """Parse one YAML file; every failure becomes a `RecipeError` naming the file and line, never its content."""
     if not path.exists():
         raise RecipeError([Problem("", "recipe file does not exist", file=str(path))])
-    if not path.is_file():
+    if path.is_dir():
         raise RecipeError([Problem("", "recipe path is not a file", file=str(path))])
+    data, why = files.try_bytes(path, MAX_RECIPE_BYTES)  # a FIFO or device at the name: refused, never waited on
+    if data is None and why.startswith("is larger"):
+        raise RecipeError([Problem("", f"the file is {path.stat().st_size / 1e6:.1f} MB; a recipe is at most "
+                                   f"{MAX_RECIPE_BYTES / 1e6:g} MB (is this a recipe?)", file=str(path))])
+    if data is None:
+        raise RecipeError([Problem("", f"recipe path {why}" if why.startswith("is a") else f"cannot read the file: {why}",
+                                   file=str(path))])
     try:
-        size = path.stat().st_size
-        if size > MAX_RECIPE_BYTES:
-            raise RecipeError([Problem("", f"the file is {size / 1e6:.1f} MB; a recipe is at most {MAX_RECIPE_BYTES / 1e6:g} MB "
-                                       "(is this a recipe?)", file=str(path))])
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
         raise RecipeError([Problem("", f"cannot read the file: {err}", file=str(path))]) from None
     try:
         return parse_yaml(text)

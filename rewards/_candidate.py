@@ -21,7 +21,6 @@ from __future__ import annotations
 from builtins import (bytearray, bytes, callable, complex, dict, enumerate, float, frozenset, getattr,  # noqa: E402
                       hasattr, id, int, isinstance, issubclass, iter, len, list, next, print, set, str,
                       tuple, type)
-import ast
 import builtins
 import signal
 import sys
@@ -35,6 +34,8 @@ def setup_for_code(setup: str) -> list:
     """The setup's statements the graded code runs before its own: imports, class definitions and namedtuple
     classes (`P = namedtuple('P', 'x y')`, literal arguments only), each as its own source. Its values and
     functions stay on the trusted side, out of the code's reach (a function could return the expected value)."""
+    import ast  # here, not above: the sandbox loads this file and never calls this
+
     try:
         tree = ast.parse(setup)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -46,7 +47,9 @@ def setup_for_code(setup: str) -> list:
     return kept
 
 
-def _namedtuple_class(stmt: ast.stmt) -> bool:
+def _namedtuple_class(stmt) -> bool:
+    import ast
+
     if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)):
         return False
     func = stmt.value.func
@@ -143,7 +146,7 @@ class Server:
         try:
             seq, label, op, target, a, b = self.decoder.decode(request)
         except (BadValue, ValueError, TypeError) as err:  # an argument this side cannot rebuild (e.g. no such class)
-            return encode((-1, "raise", "TypeError", None, (f"cannot pass that to the code: {err}",)))
+            return encode((-1, "unsendable", f"an argument: {err}"))
         ok, result = self.timed(str(label), lambda: self.run(op, target, a, b))
         if ok:
             changed = [(k, arg) for k, arg in [*enumerate(a or ()), *(b or {}).items()] if self.mutable(arg)] \
@@ -151,7 +154,7 @@ class Server:
             try:
                 return self.encoder.encode((seq, "ok", result, changed))
             except BaseException as err:  # noqa: BLE001 - too big to send, or the code's own value misbehaving
-                ok, result = False, err
+                return encode((seq, "unsendable", f"{type(err).__name__}: {_text(err)}"))
         if isinstance(result, Timeout):
             return encode((seq, "timeout"))
         return encode((seq, "raise", *self.exception(result)))
@@ -194,6 +197,13 @@ class Server:
             except BaseException:  # noqa: BLE001
                 args = ()
         return builtin, setup, args
+
+
+def _text(err: BaseException) -> str:
+    try:
+        return str(err)[:200]
+    except BaseException:  # noqa: BLE001 - the code's own __str__
+        return ""
 
 
 def _describe(value) -> tuple:

@@ -39,16 +39,24 @@ import sys
 
 from rewards._values import BadValue, Decoder, Encoder, Handle, decode, refill
 
-# Standard library modules never imported here on the code's say-so: what they hand back would run code or reach
-# the process (a test using them imports them in its setup). Their objects stay the code's (CodeValues).
-_NOT_IMPORTED = {"antigravity", "this", "os", "posix", "subprocess", "pickle", "marshal", "shelve", "importlib", "runpy",
-                 "code", "codeop", "ctypes", "types", "sys", "gc", "inspect", "pdb", "multiprocessing", "socket",
-                 "signal", "threading", "_thread", "webbrowser", "builtins", "io", "pty", "tty", "resource", "mmap"}
+# Standard library modules whose objects this side imports itself where the code's global is one of them: modules
+# of values and pure functions, none of which runs code it is handed as text. Anything else the code binds stays the
+# code's (a CodeValue). The first group is also what a test means by those names, whatever the code binds to them
+# (`math.isclose` in a test is never the code's `math`).
+_MODULES = {"math", "cmath", "collections", "itertools", "functools", "operator", "string", "re", "fractions",
+            "decimal", "heapq", "statistics", "datetime", "bisect"}
+_LIBRARY = _MODULES | {"numbers", "array", "copy", "json", "textwrap", "unicodedata", "random", "time", "calendar",
+                       "enum", "dataclasses"}
 _MARGIN_S = 0.25  # a test's time here: the code's share (time_s) plus this, so that the code's timer fires first
 
 
 class Timeout(BaseException):
     """A test's time ran out (a BaseException: a test's `except Exception` does not eat it)."""
+
+
+class Broken(BaseException):
+    """The code's process sent no usable answer: it left, sent malformed bytes, or a value too big to send. A
+    BaseException, so a test's `except Exception` cannot take it for an exception the code raised."""
 
 
 def _raise_timeout(signum, frame):
@@ -136,8 +144,12 @@ class Link:
             raise BadValue("not a load report")
         return message[1] is True, message[2]
 
-    def bind(self, names: list, namespace: dict) -> None:
-        """The code's globals that the test may use: those neither the setup, the tests so far nor the builtins bound."""
+    def bind(self, names: list, namespace: dict, tests: list) -> None:
+        """The code's globals that the test may use: those neither the setup, the tests so far nor the builtins bound,
+        nor a module of `_MODULES` that a test names (this side's own import)."""
+        for module in _MODULES:
+            if module not in namespace and any(module in test for test in tests):
+                namespace[module] = __import__(module)
         for entry in names:
             if not (type(entry) is tuple and len(entry) == 3 and type(entry[0]) is str) or entry[0] in namespace \
                     or hasattr(builtins, entry[0]):
@@ -156,9 +168,9 @@ class Link:
         module, qualname = (payload, "") if how == "module" else payload if type(payload) is tuple else ("", "")
         if type(module) is not str or type(qualname) is not str:
             return None
-        top = module.split(".")[0]
-        if top not in sys.stdlib_module_names or top in _NOT_IMPORTED or top.startswith("_") and top != "_operator":
-            return None
+        parts = module.split(".") + (qualname.split(".") if qualname else [])
+        if module.split(".")[0] not in _LIBRARY or not all(p.isidentifier() and not p.startswith("_") for p in parts):
+            return None  # never `functools.__builtins__`, nor a module outside the list
         found = __import__(module, fromlist=["_"])
         for part in qualname.split(".") if qualname else ():
             found = getattr(found, part)
@@ -167,11 +179,18 @@ class Link:
     def ask(self, op: str, target: CodeValue, a=None, b=None):
         """The code's answer to one request, or the exception it raised, raised here."""
         self.seq += 1
-        self.pipe.send(self.encoder.encode((self.seq, self.label, op, target, a, b)))
-        while True:
-            answer = self.decoder.decode(self.pipe.receive())
-            if type(answer) is tuple and answer and answer[0] in (self.seq, -1):
-                break  # an earlier request's late answer (its test ran out of time) is skipped
+        try:
+            request = self.encoder.encode((self.seq, self.label, op, target, a, b))
+        except BadValue as err:  # what the test passes cannot cross (a function of the test's own, too big)
+            raise TypeError(f"cannot pass that to the code: {err}") from None
+        try:
+            self.pipe.send(request)
+            while True:
+                answer = self.decoder.decode(self.pipe.receive())
+                if type(answer) is tuple and answer and answer[0] in (self.seq, -1):
+                    break  # an earlier request's late answer (its test ran out of time) is skipped
+        except (BadValue, EOFError, OSError) as err:
+            raise Broken(f"{type(err).__name__}: {err}") from None
         kind = answer[1] if len(answer) > 1 else None
         if kind == "ok" and len(answer) == 4:
             result = self.changed(answer[2], answer[3], a, b)
@@ -183,7 +202,9 @@ class Link:
             raise Timeout()
         if kind == "raise" and len(answer) == 5:
             raise self.exception(*answer[2:])
-        raise BadValue("a malformed answer")
+        if kind == "unsendable" and len(answer) == 3:
+            raise Broken(f"the code's answer cannot be sent: {str(answer[2])[:100]}")
+        raise Broken("a malformed answer")
 
     def answer_of(self, kind: type, op: str, target: CodeValue, a=None):
         value = self.ask(op, target, a)
@@ -194,7 +215,7 @@ class Link:
     def changed(self, result, changes, args, kwargs):
         """Apply the code's changes to the test's own arguments; a result that is one of them is that object."""
         if type(changes) is not list:
-            raise BadValue("changes")
+            raise Broken("a malformed answer")
         for change in changes:
             if not (type(change) is tuple and len(change) == 2):
                 continue
@@ -244,7 +265,7 @@ def judge(job: dict, pipe, report) -> None:
     code_ok, names = loaded if got else (False, [])
     ok = ok and code_ok
     if ok:
-        link.bind(names, namespace)
+        link.bind(names, namespace, job["tests"])
     report("load", "1" if ok else "0")
     for i, test in enumerate(job["tests"]):
         if not ok:

@@ -31,7 +31,7 @@ for the three processes inside and why). What holds, and where:
     can be made       own (so its limits still apply) before any of the candidate's processes exists and
                       removed after the job: all its processes together, their page tables and its /tmp's
                       pages included, hold at most `memory_mb` + `file_mb` (no swap); past it the kernel's
-                      OOM killer ends one of them, inside the group only. At most `processes` + 1 tasks
+                      OOM killer ends one of them, inside the group only. At most `processes` + 2 tasks
                       (the supervisor). Where: root with a cgroup v1 memory (pids) hierarchy mounted, or
                       cgroup v2 where the trainer's group or an ancestor it may write enables memory
                       (pids) in `cgroup.subtree_control` (a delegated subtree; the groups go there)

@@ -260,7 +260,7 @@ def _own_process_count(uid: int, gid: int) -> list:
 def _cgroups(job: dict, proc: str = "/proc/self") -> list:
     """Make this candidate's cgroups, where this process may (root, or a delegated v2 subtree): the
     memory of all its processes together, its /tmp's pages included, at most `memory_mb + file_mb`
-    (no swap); at most `processes + 1` tasks (the supervisor's). Made here, before any namespace, under
+    (no swap); at most `processes + 2` tasks (the supervisor's and the judge's). Made here, before any namespace, under
     this process's own groups (so every limit on the trainer still applies); the supervisor joins them.
     Returns (descriptor of the folder holding it, name) per group made -- the supervisor's new root
     hides /sys from this process too, and the groups are removed through these; [] where none can be
@@ -268,7 +268,7 @@ def _cgroups(job: dict, proc: str = "/proc/self") -> list:
     if not job.get("cgroup", True):
         return []
     name, made = f"grpokit-{os.getpid()}-{os.urandom(4).hex()}", []
-    values = {"memory": (job["memory_mb"] + job["file_mb"]) << 20, "pids": job["processes"] + 1}
+    values = {"memory": (job["memory_mb"] + job["file_mb"]) << 20, "pids": job["processes"] + 2}
     try:
         for parent, version, controllers in _cgroup_places(proc):
             folder = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

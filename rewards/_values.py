@@ -242,6 +242,8 @@ def stand_in(name: str, base: type) -> type:
     """A subclass of `base` named `name`, with none of its own methods; one per (name, base) in this process."""
     key = (name, base)
     if key not in _STAND_INS:
+        if len(_STAND_INS) > 256:
+            raise BadValue("too many subclass types")
         _STAND_INS[key] = type(name, (base,), {"__module__": "__main__", "__qualname__": name, "__slots__": ()}
                                if base not in (int, bytes, tuple) else {"__module__": "__main__", "__qualname__": name})
     return _STAND_INS[key]
@@ -419,8 +421,9 @@ class Decoder:
         elif base is not None:
             _refill(made, value, base)
         state = self.value(depth + 1, keep=False)
-        if type(state) is not dict or not all(type(name) is str and name.isidentifier() for name in state):
-            raise BadValue("attributes")
+        if type(state) is not dict or not all(type(name) is str and name.isidentifier() and not name.startswith("__")
+                                               for name in state):
+            raise BadValue("attributes")  # plain names only: never __class__ or __dict__
         for name, item in state.items():
             object.__setattr__(made, name, item)
         return made

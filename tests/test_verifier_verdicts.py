@@ -250,3 +250,96 @@ def test_an_instance_of_a_class_the_setup_defines_is_judged_with_the_setups_clas
     tests = ["assert rev(Node(1, Node(2))) == Node(2, Node(1))", "assert isinstance(rev(Node(1)), Node)"]
     assert run(code, tests, setup, FAST).passed == [True, True]
     assert run(lying, tests, setup, FAST).passed == [False, False]
+
+
+# --- A hostile pass: each wrong answer tries one more way to pass, and scores nothing, within the job's time. ----
+
+SMUGGLE = """import sys
+def f(x):
+    return 0
+def run_it(text):
+    return 0
+def src():
+    return ("import sys\\nfr = sys._getframe()\\nwhile fr is not None:\\n"
+            "    r = fr.f_locals.get('report')\\n    if callable(r):\\n        [r('pass', i) for i in range(4)]\\n"
+            "    fr = fr.f_back\\n")
+run_it.__module__, run_it.__qualname__ = MODULE, NAME
+"""
+# (name, code, tests, setup): the code's answers are wrong; every test must fail.
+HOSTILE = [
+    # a `math` of the code's own, as an object or a class: a test's `math` is the judge's own module
+    ("fake math module", "class _M:\n    isclose = staticmethod(lambda *a, **k: True)\nmath = _M()\ndef f(x):\n    return 0",
+     ["assert math.isclose(f(2), 1.414, rel_tol=1e-3)"], ""),
+    ("math as a class", "class math:\n    isclose = staticmethod(lambda *a, **k: True)\ndef f(x):\n    return 0",
+     ["assert math.isclose(f(2), 1.414, rel_tol=1e-3)"], ""),
+    # a function claiming to be a library one that runs text: the judge never imports it, the call stays the code's
+    *[(f"claims to be {m}.{n}", SMUGGLE.replace("MODULE", repr(m)).replace("NAME", repr(n)),
+       ["assert run_it(src()) is None", "assert f(1) == 2", "assert f(2) == 3", "assert f(3) == 4"], "")
+      for m, n in [("builtins", "eval"), ("builtins", "exec"), ("functools", "__builtins__.exec"), ("timeit", "timeit"),
+                   ("typing", "get_type_hints"), ("pickle", "loads"), ("os", "system")]],
+    # an exception whose class claims a builtin's name is caught as what it is
+    ("exception named AssertionError", "class E(Exception):\n    pass\nE.__name__ = E.__qualname__ = 'AssertionError'\n"
+     "def f(x):\n    raise E()", ["try:\n    f(1)\nexcept AssertionError:\n    pass\nelse:\n    raise ValueError"], ""),
+    ("SystemExit from a call", "def f(x):\n    raise SystemExit(0)", ["assert f(1) == 2", "r = f(1)\nassert r is None"], ""),
+    # a generator whose items lie, and one that never ends
+    ("lying items", "class A:\n    __eq__ = lambda s, o: True\n    __hash__ = lambda s: 0\ndef f(n):\n    for _ in range(n):\n        yield A()",
+     ["assert list(f(3)) == [0, 1, 2]", "assert set(f(2)) == {0, 1}", "assert sorted(f(2)) == [0, 1]"], ""),
+    ("endless generator", "import itertools\ndef f(n):\n    return itertools.count()", ["assert sum(1 for _ in f(3)) == 3"], ""),
+    # values past the caps
+    ("huge values", "def f(x):\n    return 'x' * 10**7\ndef g(x):\n    return 10 ** 100000\ndef h(x):\n    return list(range(10**6))",
+     ["assert len(f(1)) == 3", "assert g(1) > 0 and False", "assert len(h(1)) == 3"], ""),
+    # reads every process's memory map, environment, command line and open files for the setup's secret
+    ("reads /proc", """import os, re
+def f():
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit():
+            continue
+        for part in ['environ', 'cmdline', 'mem'] + ['fd/' + fd for fd in os.listdir(f'/proc/{pid}/fd') if True] if os.access(f'/proc/{pid}/fd', os.R_OK) else ['environ', 'cmdline']:
+            try:
+                with open(f'/proc/{pid}/{part}', 'rb') as file:
+                    found = re.search(rb'zq-secret-[0-9]+', file.read(1 << 20))
+                if found:
+                    return found.group().decode()
+            except (OSError, ValueError):
+                pass
+    return None
+""", ["assert f() == SECRET"], "SECRET = 'zq-secret-' + '91'"),
+    # answers a test's call only after the judge has given up on it, to confuse the next test's answer with it
+    ("late answers", "import time\ndef f(x):\n    end = time.monotonic() + 1.5\n    while time.monotonic() < end:\n        try:\n"
+     "            time.sleep(0.05)\n        except BaseException:\n            pass\n    return x + 1",
+     ["assert f(1) == 2", "assert f(2) == 4"], ""),
+]
+
+
+@pytest.mark.parametrize("name, code, tests, setup", HOSTILE, ids=[case[0] for case in HOSTILE])
+def test_a_hostile_wrong_answer_scores_nothing_within_the_jobs_time(name, code, tests, setup):
+    import time
+
+    start = time.monotonic()
+    out = run(code, tests, setup, FAST)
+    assert out.passed == [False] * len(tests), (out.passed, out.notes, out.output[-600:])
+    assert time.monotonic() - start < FAST.wall_s(len(tests)) + 3
+
+
+def test_a_right_answer_passes_the_same_tests():
+    # The hostile table's tests are fair: an honest answer to the same tests passes them.
+    right = "import math\ndef f(x):\n    return 1.4142 if x == 2 else x + 1\ndef g(n):\n    return list(range(n))\n"
+    tests = ["assert math.isclose(f(2), 1.414, rel_tol=1e-3)", "assert f(1) == 2", "assert list(g(3)) == [0, 1, 2]"]
+    assert run(right, tests, limits=FAST).passed == [True, True, True]
+
+
+@pytest.mark.parametrize("data", [
+    b"xs5:setups4:Boxd1:s9:__class__N",  # an attribute that would change the rebuilt object's class
+    b"xs5:setups4:BoxNd1:s8:__dict__d0:",  # or replace its attributes wholesale
+    b"xs5:setups7:MissingNd0:",  # a class this side does not have
+    b"xs10:namedtuples1:Pl1:s5:classt1:N",  # a namedtuple field Python refuses
+    b"xs11:defaultdicts4:evald0:",  # a factory other than a plain type
+])
+def test_a_forged_value_naming_classes_or_attributes_is_refused(data):
+    from rewards._values import BadValue, decode
+
+    class Box:
+        pass
+
+    with pytest.raises(BadValue):
+        decode(data, {"Box": Box})

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 # This file's own references, taken when it is loaded, before any graded code runs (which may rebind the builtins):
 # these names resolve to module globals, whatever `builtins.int = ...` does in the code's process.
-from builtins import (bytearray, bytes, callable, complex, dict, enumerate, float, frozenset, getattr,  # noqa: E402
-                      hasattr, id, int, isinstance, issubclass, iter, len, list, next, print, set, str,
-                      tuple, type)
+from builtins import callable, dict, getattr, hasattr, isinstance, list, print, str, tuple, type
 import builtins
 import signal
 import sys
 
-from rewards._values import BadValue, Decoder, Encoder, Handle, encode
+from rewards._link import Peer, _text
+from rewards._values import BadValue, Handle, encode
 
-_IMMUTABLE_BASES = (int, float, complex, str, bytes, tuple, frozenset)
 
 
 def setup_for_code(setup: str) -> list:
@@ -67,65 +65,99 @@ def _raise_timeout(signum, frame):
     raise Timeout()
 
 
-class Server:
-    """Runs the code and answers requests on `pipe` until the link closes."""
+class Lent:
+    """An object the judge lent the code (a test's function or generator): using it asks the judge."""
+
+    __slots__ = ("_peer", "_handle")
+
+    def __init__(self, peer: "Server", handle: Handle):
+        object.__setattr__(self, "_peer", peer)
+        object.__setattr__(self, "_handle", handle)
+
+    def __call__(self, *args, **kwargs):
+        return self._peer.ask("call", self, args, kwargs)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._peer.ask("getattr", self, name)
+
+    def __iter__(self):
+        return self._peer.ask("iter", self)
+
+    def __next__(self):
+        return self._peer.ask("next", self)
+
+    def __bool__(self):
+        return self._peer.ask("bool", self) is True
+
+    def __len__(self):
+        return self._peer.ask("len", self)
+
+    def __getitem__(self, key):
+        return self._peer.ask("getitem", self, key)
+
+
+class Server(Peer):
+    """Runs the code, then answers the judge's requests on `pipe` until the link closes."""
 
     def __init__(self, job: dict, pipe):
-        self.pipe, self.time_s, self.left = pipe, job["time_s"], {}
+        self.time_s, self.left, self.depth = job["time_s"], {}, 0
         self.namespace = {"__name__": "__main__", "__builtins__": builtins}
-        self.held, self.numbers = [], {}
         signal.signal(signal.SIGALRM, _raise_timeout)
         for source in job["setup_code"]:  # each on its own: one that fails here (it needed a setup value) is skipped
-            self.timed("<setup>", lambda s=source: exec(compile(s, "<setup>", "exec"), self.namespace))
-        self.classes = {v: k for k, v in self.namespace.items() if isinstance(v, type) and v.__module__ == "__main__"}
-        self.encoder = Encoder(self.classes, self.hold)
-        self.decoder = Decoder({k: v for v, k in self.classes.items()}, self.resolve)
-        self.loaded = self.timed("<completion>", lambda: exec(compile(job["code"], "<completion>", "exec"), self.namespace))[0]
+            self.guarded("<setup>", lambda s=source: exec(compile(s, "<setup>", "exec"), self.namespace))
+        classes = {k: v for k, v in self.namespace.items() if isinstance(v, type) and v.__module__ == "__main__"}
+        super().__init__(pipe, classes)
+        self.loaded = self.guarded("<completion>", lambda: exec(compile(job["code"], "<completion>", "exec"), self.namespace))[0]
 
-    def timed(self, label: str, run) -> tuple:
-        """(True, run()) or (False, the exception), within what is left of `label`'s time."""
+    def guarded(self, label: str, run) -> tuple:
+        """(True, run()) or (False, the exception), within what is left of `label`'s time (the outermost request
+        keeps the clock: one the judge asks while answering the code's own is part of it)."""
+        outer = self.depth == 0
+        self.depth += 1
         try:
-            budget = self.left.get(label, self.time_s)
-            if budget <= 0:
-                raise Timeout()
-            signal.setitimer(signal.ITIMER_REAL, budget)
+            if outer:
+                budget = self.left.get(label, self.time_s)
+                if budget <= 0:
+                    raise Timeout()
+                signal.setitimer(signal.ITIMER_REAL, budget)
             try:
                 return True, run()
             finally:
-                self.left[label] = signal.setitimer(signal.ITIMER_REAL, 0)[0]
+                if outer:
+                    self.left[label] = signal.setitimer(signal.ITIMER_REAL, 0)[0]
         except BaseException as err:  # noqa: BLE001 - whatever the code raised, it is the answer
             try:  # one line for whoever reads the output (the trainer keeps its start)
-                print(f"{label}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
-            except BaseException:  # noqa: BLE001 - stderr closed or replaced, or a __str__ that raises
+                print(f"{label}: {type(err).__name__}: {_text(err)}", file=sys.stderr)
+            except BaseException:  # noqa: BLE001 - stderr closed or replaced
                 pass
             return False, err
+        finally:
+            self.depth -= 1
 
-    def hold(self, x) -> Handle:
-        """A handle for an object that stays here: the same number each time it is sent."""
-        number = self.numbers.get(id(x))
-        if number is None:
-            number = self.numbers[id(x)] = len(self.held)
-            self.held.append(x)  # kept alive: its id stays its own
-        try:
-            kind = type(x).__name__
-        except BaseException:  # noqa: BLE001 - a metaclass's own __name__
-            kind = "object"
-        return Handle(number, None, kind if isinstance(kind, str) else "object")
+    def timed_out(self, err: BaseException) -> bool:
+        return isinstance(err, Timeout)
 
-    def resolve(self, handle: Handle):
-        if handle.name is not None:
-            if handle.name in self.namespace:
-                return self.namespace[handle.name]
-            if hasattr(builtins, handle.name):
-                return getattr(builtins, handle.name)
-            raise BadValue(f"name {handle.name!r} is not defined")
-        if not 0 <= handle.number < len(self.held):
-            raise BadValue("no such handle")
-        return self.held[handle.number]
+    def timeout(self) -> BaseException:
+        return Timeout()
+
+    def handle_of(self, x) -> Handle | None:
+        return object.__getattribute__(x, "_handle") if type(x) is Lent else None
+
+    def proxy(self, handle: Handle) -> Lent:
+        return Lent(self, handle)
+
+    def named(self, name: str):
+        if name in self.namespace:
+            return self.namespace[name]
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise BadValue(f"name {name!r} is not defined")
 
     def names(self) -> list:
         """(name, how, payload) for each global the code's run left: a plain value (its bytes), a standard library
-        module or object (its module and name, which the trusted side imports itself), or one of the code's own."""
+        module or object (its module and name, which the judge imports itself if it may), or one of the code's own."""
         out = []
         for name, value in list(self.namespace.items())[:4096]:
             if not isinstance(name, str) or name.startswith("__") and name.endswith("__"):
@@ -141,69 +173,6 @@ class Server:
             except (EOFError, OSError):
                 return
             self.pipe.send(self.answer(request))
-
-    def answer(self, request: bytes) -> bytes:
-        try:
-            seq, label, op, target, a, b = self.decoder.decode(request)
-        except (BadValue, ValueError, TypeError) as err:  # an argument this side cannot rebuild (e.g. no such class)
-            return encode((-1, "unsendable", f"an argument: {err}"))
-        ok, result = self.timed(str(label), lambda: self.run(op, target, a, b))
-        if ok:
-            changed = [(k, arg) for k, arg in [*enumerate(a or ()), *(b or {}).items()] if self.mutable(arg)] \
-                if op == "call" else []
-            try:
-                return self.encoder.encode((seq, "ok", result, changed))
-            except BaseException as err:  # noqa: BLE001 - too big to send, or the code's own value misbehaving
-                return encode((seq, "unsendable", f"{type(err).__name__}: {_text(err)}"))
-        if isinstance(result, Timeout):
-            return encode((seq, "timeout"))
-        return encode((seq, "raise", *self.exception(result)))
-
-    def run(self, op: str, target, a, b):
-        if op == "call":
-            return target(*a, **b)
-        if op == "getattr":
-            return getattr(target, a)
-        if op == "iter":
-            return iter(target)
-        if op == "next":
-            return next(target)
-        if op == "bool":
-            return bool(target)
-        if op == "len":
-            return len(target)
-        if op == "getitem":
-            return target[a]
-        if op == "isinstance":
-            return isinstance(a, target)
-        raise ValueError(f"unknown request {op!r}")
-
-    def mutable(self, arg) -> bool:
-        kind = type(arg)
-        return isinstance(arg, (list, dict, set, bytearray)) or (kind in self.classes and not issubclass(kind, _IMMUTABLE_BASES)) \
-            or kind.__name__ == "deque" and kind.__module__ == "collections"
-
-    def exception(self, err: BaseException) -> tuple:
-        """(its nearest builtin type's name, the setup's class's name or None, its args as plain data)."""
-        kind = type(err)
-        builtin = next((c.__name__ for c in kind.__mro__ if getattr(builtins, c.__name__, None) is c), "Exception")
-        setup = self.classes.get(kind) if kind in self.classes else None
-        try:
-            args = err.args if isinstance(err.args, tuple) else ()
-            encode(args)
-        except BaseException:  # noqa: BLE001 - args that are not plain data: their text
-            try:
-                args = (str(err),)
-            except BaseException:  # noqa: BLE001
-                args = ()
-        return builtin, setup, args
-
-
-def _text(err: BaseException) -> str:
-    try:
-        return str(err)[:200]
-    except BaseException:  # noqa: BLE001 - the code's own __str__
-        return ""
 
 
 def _describe(value) -> tuple:

@@ -37,7 +37,8 @@ import reprlib
 import signal
 import sys
 
-from rewards._values import BadValue, Decoder, Encoder, Handle, decode, refill
+from rewards._link import Peer
+from rewards._values import BadValue, Handle, decode
 
 # Standard library modules whose objects this side imports itself where the code's global is one of them: modules
 # of values and pure functions, none of which runs code it is handed as text. Anything else the code binds stays the
@@ -52,11 +53,6 @@ _MARGIN_S = 0.25  # a test's time here: the code's share (time_s) plus this, so 
 
 class Timeout(BaseException):
     """A test's time ran out (a BaseException: a test's `except Exception` does not eat it)."""
-
-
-class Broken(BaseException):
-    """The code's process sent no usable answer: it left, sent malformed bytes, or a value too big to send. A
-    BaseException, so a test's `except Exception` cannot take it for an exception the code raised."""
 
 
 def _raise_timeout(signum, frame):
@@ -99,12 +95,13 @@ class CodeValue:
         return self._link.answer_of(bool, "isinstance", self, obj)
 
     def __setattr__(self, name, value):
-        raise TypeError(f"{self}: setting an attribute of the code's object is not supported here")
+        raise TypeError("setting an attribute of the code's object is not supported here")
 
     def _refuse(self, *args):
-        kind = object.__getattribute__(self, "_handle").kind or object.__getattribute__(self, "_handle").name
-        raise TypeError(f"a {kind} (an object of a class the code defines, or of its making) cannot be compared, hashed, "
-                        "printed or computed with by the test: its own methods would decide; use its methods and attributes")
+        handle = object.__getattribute__(self, "_handle")
+        raise TypeError(f"a {handle.kind or handle.name} (an object of a class the code defines, or of its making) cannot "
+                        "be compared, hashed, printed or computed with by the test: its own methods would decide; "
+                        "use its methods and attributes")
 
 
 for _name in ("eq ne lt le gt ge hash contains str repr format add radd sub rsub mul rmul truediv rtruediv floordiv "
@@ -113,33 +110,40 @@ for _name in ("eq ne lt le gt ge hash contains str repr format add radd sub rsub
     setattr(CodeValue, f"__{_name}__", CodeValue._refuse)
 
 
-class Link:
-    """This side's end of the pipes to the code's process: one request at a time, each answered in turn."""
+class Link(Peer):
+    """This side's end of the link: the code's objects are CodeValues here; what a test passes to the code that is
+    not data -- its own functions, generators and objects -- is lent (the code's calls on them run here, on the
+    code's data, and answer as data), never a module or the setup's values by reference."""
 
     def __init__(self, pipe, classes: dict):
-        self.pipe, self.seq, self.label, self.calls = pipe, 0, "", []
-        self.values: dict = {}  # handle number -> its CodeValue: the same object each time it comes back
-        self.encoder = Encoder({cls: name for name, cls in classes.items()}, self.refer)
-        self.decoder = Decoder(classes, self.held)
+        super().__init__(pipe, classes)
+        self.calls = []  # what the current test asked the code, for its failure note
 
-    def refer(self, x) -> Handle | None:
+    def handle_of(self, x) -> Handle | None:
         if type(x) is CodeValue:
             return object.__getattribute__(x, "_handle")
         name = getattr(x, "__name__", None)
         if isinstance(name, str) and getattr(builtins, name, None) is x:
             return Handle(None, name)  # a builtin (`key=len`): the code's process has its own
-        return None  # anything else of this side's (a test's lambda) does not cross
+        return None
 
-    def held(self, handle: Handle):
-        if handle.name is not None:
-            raise BadValue("a global name where a value was expected")
-        if handle.number not in self.values:
-            self.values[handle.number] = CodeValue(self, handle)
-        return self.values[handle.number]
+    def lend(self, x) -> bool:
+        return not isinstance(x, type(sys)) and not isinstance(x, type)
+
+    def proxy(self, handle: Handle) -> CodeValue:
+        return CodeValue(self, handle)
+
+    def run(self, op: str, target, a, b):
+        if op == "getattr" and not (type(a) is str and a.isidentifier() and not a.startswith("_")):
+            raise AttributeError(f"the code may read only plain attribute names of what a test lends it, not {a!r}")
+        return super().run(op, target, a, b)
+
+    def timeout(self) -> BaseException:
+        return Timeout()
 
     def loaded(self) -> tuple:
-        """(the code ran, {name: how it is bound here}) from the code's first message."""
-        message = decode(self.pipe.receive())
+        """(the code ran, [(name, how, payload)]) from the code's first message."""
+        message = self.decoder.decode(self.pipe.receive())
         if not (type(message) is tuple and len(message) == 3 and message[0] == "loaded" and type(message[2]) is list):
             raise BadValue("not a load report")
         return message[1] is True, message[2]
@@ -157,7 +161,7 @@ class Link:
             name, how, payload = entry
             try:
                 namespace[name] = self.library(how, payload) if how in ("module", "library") else \
-                    decode(payload, self.decoder.classes) if how == "value" and type(payload) is bytes else None
+                    decode(payload, self.classes) if how == "value" and type(payload) is bytes else None
             except (BadValue, ImportError, AttributeError, TypeError, ValueError, RecursionError, MemoryError):
                 namespace.pop(name, None)
             if namespace.get(name) is None and how != "value":
@@ -176,67 +180,18 @@ class Link:
             found = getattr(found, part)
         return found
 
-    def ask(self, op: str, target: CodeValue, a=None, b=None):
-        """The code's answer to one request, or the exception it raised, raised here."""
-        self.seq += 1
-        try:
-            request = self.encoder.encode((self.seq, self.label, op, target, a, b))
-        except BadValue as err:  # what the test passes cannot cross (a function of the test's own, too big)
-            raise TypeError(f"cannot pass that to the code: {err}") from None
-        try:
-            self.pipe.send(request)
-            while True:
-                answer = self.decoder.decode(self.pipe.receive())
-                if type(answer) is tuple and answer and answer[0] in (self.seq, -1):
-                    break  # an earlier request's late answer (its test ran out of time) is skipped
-        except (BadValue, EOFError, OSError) as err:
-            raise Broken(f"{type(err).__name__}: {err}") from None
-        kind = answer[1] if len(answer) > 1 else None
-        if kind == "ok" and len(answer) == 4:
-            result = self.changed(answer[2], answer[3], a, b)
-            if op == "call" and len(self.calls) < 4:
-                self.calls.append(f"{_name_of(target)}({', '.join(_show(x) for x in a)}"
-                                  f"{''.join(f', {k}={_show(v)}' for k, v in b.items())}) = {_show(result)}".replace("(, ", "("))
-            return result
-        if kind == "timeout":
-            raise Timeout()
-        if kind == "raise" and len(answer) == 5:
-            raise self.exception(*answer[2:])
-        if kind == "unsendable" and len(answer) == 3:
-            raise Broken(f"the code's answer cannot be sent: {str(answer[2])[:100]}")
-        raise Broken("a malformed answer")
+    def ask(self, op: str, target, a=None, b=None):
+        result = super().ask(op, target, a, b)
+        if op == "call" and len(self.calls) < 4:
+            shown = [_show(x) for x in a] + [f"{k}={_show(v)}" for k, v in b.items()]
+            self.calls.append(f"{_name_of(target)}({', '.join(shown)}) = {_show(result)}")
+        return result
 
     def answer_of(self, kind: type, op: str, target: CodeValue, a=None):
         value = self.ask(op, target, a)
         if type(value) is not kind or kind is int and value < 0:
             raise TypeError(f"the code's {op} gave a {type(value).__name__}, not a {kind.__name__}")
         return value
-
-    def changed(self, result, changes, args, kwargs):
-        """Apply the code's changes to the test's own arguments; a result that is one of them is that object."""
-        if type(changes) is not list:
-            raise Broken("a malformed answer")
-        for change in changes:
-            if not (type(change) is tuple and len(change) == 2):
-                continue
-            key, new = change
-            mine = args[key] if type(key) is int and 0 <= key < len(args) else kwargs.get(key) if type(key) is str else None
-            if mine is not None and refill(mine, new) and result is new:
-                result = mine
-        return result
-
-    def exception(self, name, setup_name, args) -> BaseException:
-        cls = self.decoder.classes.get(setup_name) if type(setup_name) is str else None
-        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-            cls = getattr(builtins, name, None) if type(name) is str else None
-            cls = cls if isinstance(cls, type) and issubclass(cls, BaseException) else Exception
-        args = args if type(args) is tuple else ()
-        try:
-            err = cls(*args) if cls.__module__ == "builtins" else BaseException.__new__(cls)
-        except Exception:  # noqa: BLE001 - args its constructor refuses (UnicodeDecodeError needs five)
-            err = BaseException.__new__(cls)
-        err.args = args
-        return err
 
 
 def _name_of(target: CodeValue) -> str:

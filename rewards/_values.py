@@ -15,9 +15,9 @@ one tagged item:
                                      Counter, a namedtuple a namedtuple of the same name and fields
     r<k>;                            the k-th list, dict, set, bytearray, deque or setup instance of this value
                                      again (one object used twice, or holding itself, stays one object)
-    h<k>;<type name as s>            an object held by the side that sent it (k: its number there), e.g. an
-                                     instance of a class the graded code defines; `g<name as s>` one of its
-                                     global names
+    h<k>;<type name as s>            an object kept by the side that sent it (k: its number there), e.g. an
+                                     instance of a class the graded code defines; `k<k>;` one the receiver
+                                     keeps, sent back; `g<name as s>` one of the receiver's global names
 
 A subclass of a plain type that the receiver does not know (the graded code's `class I(int)`) arrives as its
 base value in a stand-in subclass of the same name: it compares, hashes and prints as its base type does, since
@@ -60,12 +60,13 @@ class BadValue(ValueError):
 
 
 class Handle:
-    """How a side names an object it keeps (`number`) or one of its globals (`name`) when sending it by reference."""
+    """How a side names an object sent by reference: one it keeps (`number`), one the other side keeps and lent it
+    (`number`, `theirs`), or one of the other side's globals (`name`)."""
 
-    __slots__ = ("number", "name", "kind")
+    __slots__ = ("number", "name", "kind", "theirs")
 
-    def __init__(self, number: int | None = None, name: str | None = None, kind: str = ""):
-        self.number, self.name, self.kind = number, name, kind
+    def __init__(self, number: int | None = None, name: str | None = None, kind: str = "", theirs: bool = False):
+        self.number, self.name, self.kind, self.theirs = number, name, kind, theirs
 
 
 def _loaded(module: str, name: str):
@@ -149,6 +150,8 @@ class Encoder:
         if handle.name is not None:
             self.piece(out, b"g")
             return self.piece(out, _scalar(handle.name))
+        if handle.theirs:
+            return self.piece(out, b"k%d;" % handle.number)
         self.piece(out, b"h%d;" % handle.number)
         return self.piece(out, _scalar(handle.kind))
 
@@ -324,10 +327,10 @@ class Decoder:
             if not 0 <= k < len(self.memo) or self.memo[k] is _UNFILLED:
                 raise BadValue("reference to nothing (or to a value not yet whole)")
             return self.memo[k]
-        if tag in b"hg":
-            number = int(self.until(b";")) if tag == ord("h") else None
-            text = self.text()
-            handle = Handle(number, None, text) if tag == ord("h") else Handle(None, text)
+        if tag in b"hgk":
+            number = int(self.until(b";")) if tag != ord("g") else None
+            text = self.text() if tag != ord("k") else ""
+            handle = Handle(number, None, text, tag == ord("k")) if tag != ord("g") else Handle(None, text)
             return self.held(handle) if self.held else handle
         if tag == ord("x"):
             return self.typed(self.text(), self.text(), depth)

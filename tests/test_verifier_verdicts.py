@@ -343,3 +343,35 @@ def test_a_forged_value_naming_classes_or_attributes_is_refused(data):
 
     with pytest.raises(BadValue):
         decode(data, {"Box": Box})
+
+
+# --- A test may hand the code its own functions and generators: the code's calls on them run on the trusted side. -
+
+def test_a_function_or_generator_a_test_passes_to_the_code_works_as_in_python():
+    setup = "def check(v):\n    return v == 3"
+    code = ("def apply(fn, x):\n    return fn(x)\ndef sort_by(xs, key):\n    return sorted(xs, key=key)\n"
+            "def total(items):\n    return sum(items)\ndef keep(pred, xs):\n    return [x for x in xs if pred(x)]\n")
+    tests = ["assert apply(lambda x: x * 2, 3) == 6", "assert sort_by(['bb', 'a', 'ccc'], key=len) == ['a', 'bb', 'ccc']",
+             "assert total(x for x in range(4)) == 6", "assert apply(check, 3) and not apply(check, 4)",
+             "assert keep(lambda x: apply(lambda y: y % 2, x), [1, 2, 3]) == [1, 3]",  # the code and the test, nested
+             "def twice(v):\n    return 2 * v\nassert apply(twice, 5) == 11"]
+    assert run(code, tests, setup, FAST).passed == python_verdicts(code, tests, setup) == [True] * 5 + [False]
+
+
+def test_what_a_test_lends_the_code_gives_it_no_way_into_the_trusted_side():
+    # The code asks, through its own side of the link, for the lent function's globals, builtins and code, and calls
+    # it with values meant to walk the trusted side's frames; it gets errors, and its wrong answers score nothing.
+    code = """import gc
+def apply(fn, x):
+    server = next(o for o in gc.get_objects() if type(o).__name__ == 'Server')
+    for name in ('__globals__', '__builtins__', '__code__', '_link', 'f_back'):
+        try:
+            got = server.ask('getattr', fn, name)
+            return got['report'] if isinstance(got, dict) else got
+        except BaseException:
+            pass
+    return 0
+"""
+    tests = ["assert apply(lambda v: v + 1, 1) == 2", "assert apply(len, [1]) == 1"]
+    out = run(code, tests, "", FAST)
+    assert out.passed == [False, False], out.notes

@@ -78,7 +78,7 @@ class CodeTests:
     sees `y` and cannot change its own verdict (rewards/_judge.py lists the forms, and what stays out of
     reach for the others). `timeout` is seconds per test (its sub-expressions together); `memory_mb`
     the address space; `workers` how many candidates run at once. What the sandbox holds, and where, is in
-    rewards/_sandbox.py; on a machine that refuses namespaces the code can reach the network, and this
+    rewards/_sandbox/jobs.py; on a machine that refuses namespaces the code can reach the network, and this
     reward warns once; where candidates would share the trainer's uid and process space (not root, no
     user namespaces) it refuses to run, saying how to fix the machine.
 
@@ -148,7 +148,7 @@ def _check_isolation(limits: Limits) -> None:
         f"(sandbox layers: {', '.join(sorted(_checked))}), so a completion could kill the trainer (kill(-1)) "
         "or read its environment. Run as root (candidates then run as nobody), or allow user namespaces "
         "(sysctl kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04; docker: --security-opt "
-        "seccomp=unconfined). See rewards/_sandbox.py."
+        "seccomp=unconfined). See rewards/_sandbox/jobs.py."
     )
 
 
@@ -168,7 +168,7 @@ def _warn_if_weak(layers: frozenset) -> None:
             f"code_tests: this machine refused sandbox layer(s) {', '.join(sorted(missing))} (namespaces: "
             "a container's seccomp profile or user namespaces turned off); limits on time, memory, processes, "
             "files and output still hold, but candidate code can reach the network and write to world-writable "
-            "folders. See rewards/_sandbox.py.",
+            "folders. See rewards/_sandbox/jobs.py.",
             stacklevel=3,
         )
     if "stdlib-unreadable" in layers:

@@ -245,7 +245,7 @@ def test_started_by_an_unprivileged_user_it_uses_a_user_namespace():
               f" ({HOSTILE['kill_parent'][0]!r}, ['assert True'], ''), ('def f(): return 1', ['assert f() == 1'], '')]\n"
               "out = run_many(jobs, lim, workers=3)\n"
               "print(sorted(out[0].isolation), [o.passed for o in out])\n")
-    if not os.access(ROOT / "rewards/_sandbox.py", os.R_OK):  # pragma: no cover
+    if not os.access(ROOT / "rewards/_sandbox/jobs.py", os.R_OK):  # pragma: no cover
         pytest.skip("repository not readable")
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script],
                           capture_output=True, text=True, timeout=60, cwd="/")
@@ -311,7 +311,7 @@ def test_a_recipe_column_reaches_the_reward_in_real_steps(tmp_path):
 def test_a_sandbox_that_cannot_start_is_an_error_not_a_zero(tmp_path, monkeypatch):
     broken = tmp_path / "child.py"
     broken.write_text("raise SystemExit('no namespaces, no nothing')\n")
-    monkeypatch.setattr("rewards._sandbox.CHILD", str(broken))
+    monkeypatch.setattr("rewards._sandbox.jobs.CHILD", str(broken))
     with pytest.raises(SandboxError, match="did not start.*no namespaces, no nothing"):
         run("def f(): return 1", ["assert f() == 1"], limits=FAST)
 
@@ -326,5 +326,5 @@ def test_trl_contract_pickles_ignores_extra_columns_and_documents_itself():
                  tests=[["assert x == 1"]], answer=["1"], trainer_state=None, some_other_column=[3])
     assert out == [1.0]
     assert ">>>" in rewards.entry("code_tests").doc
-    for module in ("rewards.code", "rewards._sandbox"):
+    for module in ("rewards.code", "rewards._sandbox", "rewards._sandbox.jobs"):
         assert doctest.testmod(importlib.import_module(module)).failed == 0, module

@@ -22,7 +22,7 @@ from rewards._sandbox import Limits, SandboxError, isolation, run, run_many
 ROOT = Path(__file__).resolve().parent.parent
 FAST = Limits(time_s=2.0, memory_mb=256, processes=16, file_mb=4, output_kb=16)
 LAYERS = isolation(FAST)
-# Where the kernel refuses namespaces these bounds do not hold, and rewards/_sandbox.py says so.
+# Where the kernel refuses namespaces these bounds do not hold, and rewards/_sandbox/jobs.py says so.
 NAMESPACES = pytest.mark.skipif(not {"newroot", "noshm"} <= LAYERS, reason="no namespaces on this machine (documented)")
 MB = 1 << 20
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the trainer's side of the case)")
@@ -180,16 +180,16 @@ def test_a_new_root_that_cannot_be_built_is_an_error_not_a_weaker_sandbox(tmp_pa
     # A mount of the new root refused (here: a folder to show that does not exist): the job stops before
     # the code runs, and the error names the step.
     child = tmp_path / "child.py"
-    child.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards')!r})\nimport _sandbox_child as c\n"
+    child.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards/_sandbox')!r})\nimport child as c\n"
                      "c._visible = lambda: ['/nonexistent-grpokit']\nc.main()\n")
-    monkeypatch.setattr("rewards._sandbox.CHILD", str(child))
+    monkeypatch.setattr("rewards._sandbox.jobs.CHILD", str(child))
     with pytest.raises(SandboxError, match="did not start.*mount /nonexistent-grpokit on"):
         run("def f(): return 1", ["assert f() == 1"], limits=FAST)
 
 
 def _as_nobody(script: str) -> str:
     """Run `script` as nobody with the sandbox importable; its stdout (the trainer not being root)."""
-    if not os.access(ROOT / "rewards/_sandbox.py", os.R_OK):  # pragma: no cover
+    if not os.access(ROOT / "rewards/_sandbox/jobs.py", os.R_OK):  # pragma: no cover
         pytest.skip("repository not readable")
     head = f"import sys; sys.path.insert(0, {str(ROOT)!r})\nfrom rewards._sandbox import Limits, SandboxError, isolation, run, run_many\n"
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
@@ -368,8 +368,8 @@ def test_the_memory_hog_works_without_the_sandbox():
 
 
 def _child_module():
-    """rewards/_sandbox_child.py as a module (it is a script, kept off the package on purpose)."""
-    spec = importlib.util.spec_from_file_location("grpokit_sandbox_child", ROOT / "rewards/_sandbox_child.py")
+    """rewards/_sandbox/child.py as a module of its own (it is a script, run by path)."""
+    spec = importlib.util.spec_from_file_location("grpokit_sandbox_child", ROOT / "rewards/_sandbox/child.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

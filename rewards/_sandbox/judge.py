@@ -1,16 +1,16 @@
 """The trusted side of code_tests: runs the setup and every statement of every test, and never the graded code.
 
-This process (the sandbox's "judge", rewards/_sandbox_child.py) runs the sample's setup, then each test whole --
+This process (the sandbox's "judge", rewards/_sandbox/child.py) runs the sample's setup, then each test whole --
 assignments, loops, comprehensions, helper functions, try/except, asserts -- in one namespace, as Python would run
 them after the code, and reports each verdict to the trainer. The graded code runs in another process
-(rewards/_candidate.py), which never sees the tests, the setup's values or functions, or the results pipe. A name a
+(rewards/_sandbox/candidate.py), which never sees the tests, the setup's values or functions, or the results pipe. A name a
 test uses that the code defined (and neither the setup nor the builtins did) is bound here to:
 
   - the value, when it is plain data (`K = 3`), as the code's run left it;
   - this process's own import, when it is a standard library module or one of its functions or classes
     (`from math import sqrt`, `import math`): the test's `sqrt(2)` or `math.isclose` is never the code's choice;
   - otherwise a `CodeValue`: calling it, reading an attribute, iterating it, asking its truth, length or an
-    item sends the request -- arguments as plain data (rewards/_values.py) -- to the code's process and
+    item sends the request -- arguments as plain data (rewards/_sandbox/values.py) -- to the code's process and
     returns the answer as plain data, or raises the exception the code raised (as its nearest builtin type, or
     as the setup's own class). An argument the code changed in place is changed here too.
 
@@ -37,8 +37,8 @@ import reprlib
 import signal
 import sys
 
-from rewards._link import Peer
-from rewards._values import BadValue, Handle, decode
+from rewards._sandbox.link import Peer
+from rewards._sandbox.values import BadValue, Handle, decode
 
 # Standard library modules whose objects this side imports itself where the code's global is one of them: modules
 # of values and pure functions, none of which runs code it is handed as text. Anything else the code binds stays the

@@ -1,10 +1,10 @@
 """The link between code_tests' two processes: requests and answers, as plain data, in both directions.
 
-The judge (rewards/_judge.py) asks the code's process (rewards/_candidate.py) to call a function of the code's,
+The judge (rewards/_sandbox/judge.py) asks the code's process (rewards/_sandbox/candidate.py) to call a function of the code's,
 read an attribute of its object, take an item, and so on; while it waits, the code's process may ask back about
 an object the judge lent it -- a test's function passed as an argument (`apply(lambda x: x * 2, 3)`), a test's
 generator -- and the judge answers before it goes on waiting. Each side keeps the objects it sent by reference
-(numbered handles, rewards/_values.py) and makes a proxy for each the other side sent. A message is
+(numbered handles, rewards/_sandbox/values.py) and makes a proxy for each the other side sent. A message is
 `("?", seq, label, op, target, a, b)` (a request; `label`: the test it belongs to) or `("!", seq, kind, ...)`
 (its answer: "ok" with the result and the arguments' new state, "raise" with the exception's builtin type, the
 setup's class and its args, "timeout", "unsendable").
@@ -15,7 +15,7 @@ from __future__ import annotations
 from builtins import (bool, bytearray, dict, enumerate, getattr, id, isinstance, issubclass, iter, len, list, next, set,
                       str, tuple, type)
 
-from rewards._values import BadValue, Decoder, Encoder, Handle, encode, refill
+from rewards._sandbox.values import BadValue, Decoder, Encoder, Handle, encode, refill
 
 
 class Broken(BaseException):

@@ -1,6 +1,6 @@
 """Run untrusted Python against assert tests in a local sandbox: one process tree per candidate, hard limits.
 
-No cloud service: each candidate gets a fresh `python -I -S rewards/_sandbox_child.py` (see that file
+No cloud service: each candidate gets a fresh `python -I -S rewards/_sandbox/child.py` (see that file
 for the three processes inside and why). What holds, and where:
 
     always            wall time (the parent kills the process group; the supervisor inside kills too),
@@ -87,13 +87,13 @@ same time (same uid), a process that calls `setsid` and sleeps can outlive its j
 cgroup (no CPU; its memory and files stay capped; with the cgroup it is killed when the job ends),
 and a python that `nobody` cannot read leaves only preloaded modules importable ("stdlib-unreadable").
 
-Who decides: not the sandbox. Each test is parsed here first (rewards/_judge.py); for the common
+Who decides: not the sandbox. Each test is parsed here first (rewards/_sandbox/judge.py); for the common
 `assert EXPR` forms the sandbox is sent only the sub-expressions that need the code's names
 (`add(1, 2)`), sends back their values, and this process decides pass/fail -- the code never sees the
 expected side, and nothing it runs changes a verdict. The setup's names come from a run of the setup
 alone (`survey`, a job with no code, cached per setup); its plain values are reported by each candidate's
 sandbox before the code runs. Other tests run whole in the sandbox ("opaque", listed in
-rewards/_judge.py) and report pass/fail from there; the code runs in that interpreter, so a candidate
+rewards/_sandbox/judge.py) and report pass/fail from there; the code runs in that interpreter, so a candidate
 that rebinds the names they use or walks the harness's stack frames can forge those, and only those.
 
 Reports travel on a pipe of their own as `<nonce> <kind> <step> ...` lines (a value's bytes after its
@@ -117,9 +117,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rewards._candidate import setup_for_code
+from rewards._sandbox.candidate import setup_for_code
 
-CHILD = str(Path(__file__).resolve().with_name("_sandbox_child.py"))
+CHILD = str(Path(__file__).resolve().with_name("child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it
 RESULTS_BYTES = 1 << 20  # read from one candidate's results pipe at most; past it the job is killed
 STOP_TIMEOUT_S = 5.0  # for a stopped job's processes to be gone (milliseconds, unless the box is swamped)

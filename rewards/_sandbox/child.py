@@ -22,7 +22,7 @@ never the one that cleans up after it:
                 runs the setup, the code and each step of the job, one report per step on RESULT_FD.
 
 A step is a probe (an expression needing the code's names, e.g. `add(1, 2)`: its value is sent back in
-rewards/_values.py's format and the parent decides the test, see rewards/_judge.py) or an opaque test
+rewards/_sandbox/values.py's format and the parent decides the test, see rewards/_sandbox/judge.py) or an opaque test
 (run whole here; pass or fail sent back). Reports are `<nonce> <kind> <value>` lines, a value's bytes
 following its line; the nonce comes with the job and is never printed, so a candidate that writes
 "pass 0" to every descriptor it can find forges nothing. Namespaces the kernel
@@ -534,6 +534,8 @@ def _wait_for(judge: int, code: int, wall_s: float, layers: list) -> None:
 
 
 def main() -> None:
+    global _values, _judge, _candidate
+    _values, _judge, _candidate = _load_sides()
     job = marshal.loads(sys.stdin.buffer.read())  # marshal, not json: json would import re (~5 ms a job)
     devnull = os.open("/dev/null", os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -565,16 +567,19 @@ def main() -> None:
 
 
 def _load_sides():
-    """The two sides' modules, as modules of an empty `rewards` package (its __init__, the trainer's reward
-    registry, is not run): loaded here, before the new root hides their files."""
-    package = type(sys)("rewards")
-    package.__path__ = [os.path.dirname(os.path.abspath(__file__))]
-    sys.modules["rewards"] = package
-    from rewards import _candidate, _judge, _values
+    """The two sides' modules, as modules of empty `rewards` and `rewards._sandbox` packages (their __init__s, the
+    trainer's reward registry and this package's face, are not run): loaded here, before the new root hides their files."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name, path in (("rewards", os.path.dirname(here)), ("rewards._sandbox", here)):
+        package = type(sys)(name)
+        package.__path__ = [path]
+        sys.modules[name] = package
+    from rewards._sandbox import candidate, judge, values
 
-    return _values, _judge, _candidate
+    return values, judge, candidate
 
+
+_values = _judge = _candidate = None  # the two sides' modules, loaded by main()
 
 if __name__ == "__main__":
-    _values, _judge, _candidate = _load_sides()
     main()

@@ -3,7 +3,8 @@
 The tests come from a dataset column holding a list of Python statements, MBPP's `test_list` form:
 `["assert add(1, 2) == 3", ...]`. Each candidate runs in its own sandboxed process tree
 (`rewards._sandbox`: time, memory, process, file and output limits, no network, no secrets, a private
-read-only view of the filesystem where the kernel allows it), a few at a time.
+read-only view of the filesystem where the kernel allows it), a few at a time; inside it the tests and
+the code run in two processes that exchange only plain data.
 """
 
 from __future__ import annotations
@@ -70,14 +71,16 @@ class CodeTests:
 
     The code is the completion's last fenced block (or the whole text when it has no fence, so prose
     fails to compile); a completion with no code scores 0.0, a sample whose `tests_column` is empty or
-    None scores None (TRL skips it). The tests are Python statements, usually `assert ...`, run one by
-    one after the code (and `setup_column`'s code when named: a string, or a list of lines such as MBPP
-    sanitized's `test_imports`) in the same namespace; each counts on its own, so one failing or
-    hanging test does not hide the others. For the common `assert f(x) == y` forms the sandbox only
-    evaluates `f(x)` and sends its value back; the verdict is decided in the trainer, so the code never
-    sees `y` and cannot change its own verdict (rewards/_judge.py lists the forms, and what stays out of
-    reach for the others). `timeout` is seconds per test (its sub-expressions together); `memory_mb`
-    the address space; `workers` how many candidates run at once. What the sandbox holds, and where, is in
+    None scores None (TRL skips it). The tests are Python statements (`assert ...`, assignments, loops,
+    helper functions, try/except), run one by one after the code (and `setup_column`'s code when named:
+    a string, or a list of lines such as MBPP sanitized's `test_imports`) as Python would run them; each
+    counts on its own, so one failing or hanging test does not hide the others. The code never decides
+    its own score: the setup and the tests run in a judge process that never runs the code, and the
+    code runs in a process that never sees the tests or the setup's values; each use of the code's names
+    crosses between them as plain data, keeping what a test can observe (a Counter stays a Counter, a
+    namedtuple keeps its name and fields). rewards/_sandbox/judge.py says exactly what a test sees.
+    `timeout` is seconds per test (its calls into the code together); `memory_mb` the address space;
+    `workers` how many candidates run at once. What the sandbox holds, and where, is in
     rewards/_sandbox/jobs.py; on a machine that refuses namespaces the code can reach the network, and this
     reward warns once; where candidates would share the trainer's uid and process space (not root, no
     user namespaces) it refuses to run, saying how to fix the machine.

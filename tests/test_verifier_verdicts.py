@@ -375,3 +375,33 @@ def apply(fn, x):
     tests = ["assert apply(lambda v: v + 1, 1) == 2", "assert apply(len, [1]) == 1"]
     out = run(code, tests, "", FAST)
     assert out.passed == [False, False], out.notes
+
+
+def test_the_codes_plain_globals_identity_and_isinstance_read_as_in_python():
+    code = ("K = 3\ndef f(xs):\n    xs.append(1)\n    return xs\ndef pair(x):\n    return [x, x]\n"
+            "class Shape:\n    def area(self):\n        return 0\nclass Square(Shape):\n    def __init__(self, s):\n"
+            "        self.s = s\n    def area(self):\n        return self.s ** 2\n")
+    tests = ["assert K == 3", "a = []\nassert f(a) is a and a == [1]", "p = pair([])\np[0].append(2)\nassert p[1] == [2]",
+             "sq = Square(3)\nassert sq.area() == 9 and isinstance(sq, Shape) and sq.s == 3",
+             "assert not isinstance(Shape(), Square)", "assert list(map(len, pair('ab'))) == [2, 2]"]
+    assert run(code, tests, limits=FAST).passed == python_verdicts(code, tests) == [True] * 6
+
+
+def test_a_global_of_the_codes_that_a_test_reads_is_as_the_codes_last_answer_left_it():
+    code = "COUNT = 0\nSEEN = []\ndef tick(x):\n    global COUNT\n    COUNT += 1\n    SEEN.append(x)\n    return COUNT\n"
+    tests = ["assert COUNT == 0", "tick('a')\nassert COUNT == 1 and SEEN == ['a']", "seen = SEEN\ntick('b')\nassert seen == ['a', 'b']",
+             "assert COUNT == 3", "assert [tick(0), COUNT] == [3, 3]", "assert COUNT == 2"]
+    assert run(code, tests, limits=FAST).passed == python_verdicts_in_one_namespace(code, tests) == [True] * 3 + [False, True, False]
+
+
+def python_verdicts_in_one_namespace(code: str, tests: list) -> list:
+    """Python's verdicts when the tests run one after another in the code's namespace, as code_tests runs them."""
+    namespace, verdicts = {"__name__": "__main__"}, []
+    exec(code, namespace)
+    for test in tests:
+        try:
+            exec(test, namespace)
+            verdicts.append(True)
+        except Exception:  # noqa: BLE001
+            verdicts.append(False)
+    return verdicts

@@ -1,33 +1,39 @@
-"""The sandbox's inside: started by `rewards._sandbox` as `python -I -S _sandbox_child.py RESULT_FD`.
+"""The sandbox's inside: started by `rewards._sandbox.jobs` as `python -I -S child.py RESULT_FD SECRET_FD`.
 
-Standard library only, and nothing of grpokit's: this file is the whole of what the untrusted code's
-process has loaded before the code runs. Three processes, so that the one running the candidate is
-never the one that cleans up after it:
+Standard library only; of grpokit's, only the two sides' modules of this package (judge, candidate, link,
+values), loaded before the new root hides them. Four processes, so that the one running the candidate is
+never the one that judges it, nor the one that cleans up after it:
 
-    bootstrap   reads the job from stdin, makes the candidate's cgroups where it may (memory and
-                pids, under its own groups), enters new namespaces (network, pid, mount, ipc, uts; plus
-                a user namespace when not root), forks the supervisor and waits for it; on SIGTERM it
-                kills the supervisor and still waits, so its exit means the job's processes are gone;
-                then it removes the cgroups (killing first what a job without a pid namespace left)
+    bootstrap   reads the job from stdin (the code, the setup's imports and classes, the limits: never the
+                tests), makes the candidate's cgroups where it may (memory and pids, under its own groups),
+                enters new namespaces (network, pid, mount, ipc, uts; plus a user namespace when not root),
+                forks the supervisor and waits for it; on SIGTERM it kills the supervisor and still waits,
+                so its exit means the job's processes are gone; then it removes the cgroups (killing first
+                what a job without a pid namespace left)
     supervisor  pid 1 of the new pid namespace: dies with the bootstrap (PR_SET_PDEATHSIG), joins the
                 cgroups (every process the job starts is counted there), zeroes the ipc namespace's
                 System V limits, pivots into a new root (this python's prefix and the system libraries
                 read-only, a few /dev nodes, a fresh /proc, a private size-capped /tmp as the working
-                directory), forks the runner, kills it at the deadline. When pid 1
-                of a namespace exits the kernel kills everything left in it, so a runner that forked,
-                `setsid`-ed or slept cannot outlive the job.
-    runner      drops to an unprivileged uid in a user namespace of its own (as root) or drops every
+                directory), makes itself undumpable, forks the judge, then the code runner in a pid
+                namespace of its own, and kills them at the deadline (the code runner as soon as the judge
+                is done). When pid 1 of a namespace exits the kernel kills everything left in it, so a
+                runner that forked, `setsid`-ed or slept cannot outlive the job.
+    judge       drops privileges and sets the limits as the code runner does (below), makes itself
+                undumpable (the code runner, same uid, cannot ptrace it or open its /proc files), reads the
+                job's secret part (the setup, the tests, the nonce) from SECRET_FD, reports the layers, lets
+                the code runner start, then runs the setup and the tests (rewards/_sandbox/judge.py),
+                one report per test on RESULT_FD
+    code runner drops to an unprivileged uid in a user namespace of its own (as root) or drops every
                 capability (already in a user namespace), sets rlimits (CPU, address space, processes,
-                file size, open files, message queues, no core), refuses memfd_create (seccomp), then
-                runs the setup, the code and each step of the job, one report per step on RESULT_FD.
+                file size, open files, message queues, no core), refuses memfd_create and new namespaces
+                (seccomp), closes every descriptor but its two pipes to the judge (never RESULT_FD or
+                SECRET_FD), then runs the code and answers the judge (rewards/_sandbox/candidate.py). It is
+                pid 1 of its own pid namespace: the judge is not there to signal.
 
-A step is a probe (an expression needing the code's names, e.g. `add(1, 2)`: its value is sent back in
-rewards/_sandbox/values.py's format and the parent decides the test, see rewards/_sandbox/judge.py) or an opaque test
-(run whole here; pass or fail sent back). Reports are `<nonce> <kind> <value>` lines, a value's bytes
-following its line; the nonce comes with the job and is never printed, so a candidate that writes
-"pass 0" to every descriptor it can find forges nothing. Namespaces the kernel
-refuses, and a user namespace refused to the runner, are reported (`iso ...`) rather than fatal: the
-parent decides and documents. A step that fails once its namespace exists (a mount of the new root,
+Reports are `<nonce> <kind> <value>` lines, a failing test's note following its line; the nonce is in the
+secret part, which neither the bootstrap, the supervisor nor the code runner ever reads, and is never printed.
+Namespaces the kernel refuses, and a user namespace refused to a runner, are reported (`iso ...`) rather than
+fatal: the parent decides and documents. A step that fails once its namespace exists (a mount of the new root,
 the seccomp filter) ends the job before the code runs: the parent raises rather than score it.
 """
 

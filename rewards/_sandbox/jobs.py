@@ -1,7 +1,8 @@
 """Run untrusted Python against assert tests in a local sandbox: one process tree per candidate, hard limits.
 
 No cloud service: each candidate gets a fresh `python -I -S rewards/_sandbox/child.py` (see that file
-for the three processes inside and why). What holds, and where:
+for the four processes inside and why). What holds, and where (for the code runner, the process that runs
+the candidate's code; the judge beside it, which runs the tests, is held the same way):
 
     always            wall time (the parent kills the process group; the supervisor inside kills too),
                       CPU time (RLIMIT_CPU), address space per process (RLIMIT_AS), file size
@@ -19,6 +20,8 @@ for the three processes inside and why). What holds, and where:
     where the kernel  new network namespace (no interface but a down loopback: no socket reaches
     allows namespaces anything), new pid namespace (it sees and can signal only its own processes; when
                       the job ends the kernel kills all of them, even ones that left the process group),
+                      and the code runner in a pid namespace of its own inside it ("pid-apart": the
+                      judge is not there to signal),
                       new ipc namespace with System V shared memory and message queues set to zero
                       ("noshm"), and a new root ("newroot"): a small tmpfs holding read-only binds of
                       this python's prefix and the system's /usr (and /lib*), /dev/null, zero, random and
@@ -83,20 +86,18 @@ time, CPU, memory, process count, output, `os._exit`, memfd, forged result lines
 secret still hold; the network is reachable, System V shared memory is not bounded (no ipc namespace), every
 world-readable file can be read, world-writable folders (/var/tmp, /dev/shm) can be written to
 (measured; so their files can be deleted), a `kill(-1)` can reach other candidates running at the
-same time (same uid), a process that calls `setsid` and sleeps can outlive its job where there is no
+same time (same uid) and its own judge (whose unreported tests then fail), a process that calls `setsid` and sleeps can outlive its job where there is no
 cgroup (no CPU; its memory and files stay capped; with the cgroup it is killed when the job ends),
 and a python that `nobody` cannot read leaves only preloaded modules importable ("stdlib-unreadable").
 
-Who decides: not the sandbox. Each test is parsed here first (rewards/_sandbox/judge.py); for the common
-`assert EXPR` forms the sandbox is sent only the sub-expressions that need the code's names
-(`add(1, 2)`), sends back their values, and this process decides pass/fail -- the code never sees the
-expected side, and nothing it runs changes a verdict. The setup's names come from a run of the setup
-alone (`survey`, a job with no code, cached per setup); its plain values are reported by each candidate's
-sandbox before the code runs. Other tests run whole in the sandbox ("opaque", listed in
-rewards/_sandbox/judge.py) and report pass/fail from there; the code runs in that interpreter, so a candidate
-that rebinds the names they use or walks the harness's stack frames can forge those, and only those.
+Who decides: not the code. The sandbox holds two processes (rewards/_sandbox/child.py): the judge runs the
+setup and every statement of every test and reports each verdict; the code runner runs the completion's code
+and answers the judge's calls as plain data. The code runner is sent the code and the setup's imports and
+class definitions (`setup_for_code`), never the tests, the setup's values or functions, the results pipe or its
+nonce, so nothing it runs can read the expected side or write a verdict (rewards/_sandbox/judge.py says what a
+test sees of the code's values).
 
-Reports travel on a pipe of their own as `<nonce> <kind> <step> ...` lines (a value's bytes after its
+Reports travel on a pipe of their own as `<nonce> <kind> <test> ...` lines (a failing test's note after its
 line); stdout, stderr and the exit status are never read as results, and the nonce is never printed.
 At most RESULTS_BYTES are read from it per candidate: past that the job is killed ("results").
 """

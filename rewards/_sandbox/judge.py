@@ -3,26 +3,36 @@
 This process (the sandbox's "judge", rewards/_sandbox/child.py) runs the sample's setup, then each test whole --
 assignments, loops, comprehensions, helper functions, try/except, asserts -- in one namespace, as Python would run
 them after the code, and reports each verdict to the trainer. The graded code runs in another process
-(rewards/_sandbox/candidate.py), which never sees the tests, the setup's values or functions, or the results pipe. A name a
-test uses that the code defined (and neither the setup nor the builtins did) is bound here to:
+(rewards/_sandbox/candidate.py), which holds the code and the setup's imports and class definitions, and never the
+tests, the setup's values or functions, or the results pipe. A name a test uses is, in this order:
 
-  - the value, when it is plain data (`K = 3`), as the code's run left it;
-  - this process's own import, when it is a standard library module or one of its functions or classes
-    (`from math import sqrt`, `import math`): the test's `sqrt(2)` or `math.isclose` is never the code's choice;
-  - otherwise a `CodeValue`: calling it, reading an attribute, iterating it, asking its truth, length or an
-    item sends the request -- arguments as plain data (rewards/_sandbox/values.py) -- to the code's process and
-    returns the answer as plain data, or raises the exception the code raised (as its nearest builtin type, or
-    as the setup's own class). An argument the code changed in place is changed here too.
+  - the setup's, the builtins', or one a test bound, whatever the code binds (`check(f(2))` calls the setup's
+    `check`; `len`, `AssertionError` are the real ones);
+  - this process's own import of `math`, `re`, `collections` and the other modules of `_MODULES` when a test
+    names them, whatever the code binds to those names;
+  - otherwise the code's: its value when plain data (`K = 3`, as the code's run left it); this process's own
+    standard library object when the code bound one from `_LIBRARY` (`from math import sqrt`: the test's
+    `sqrt(2)` is never the code's choice); else a `CodeValue`.
 
-So every verdict is computed here, by the test's own statements, on values that crossed as data: the code can
-choose what its functions return, but never how the test reads it. What crosses keeps what a test can observe:
-a Counter stays a Counter, a namedtuple a namedtuple of the same name and fields (its `str` included), an
-instance of a class the setup defines is rebuilt from this side's own class. What cannot be made trustworthy is
-refused rather than guessed: a CodeValue -- an instance of a class the code defines, a generator, a closure --
-cannot be compared, hashed, printed or used in arithmetic here (its own `__eq__`, `__str__` or `__add__`
-would decide), so such a test fails with a TypeError naming the class; its methods, attributes and items, which
-answer as plain data, work. The setup's and the builtins' names are this side's whatever the code binds, and
-the setup's classes and functions too: a test's `check(f(2))` calls the setup's `check`.
+Using a CodeValue -- calling it, reading an attribute, iterating it, asking its truth, length, an item, or
+`isinstance` against it -- sends the request to the code's process (rewards/_sandbox/link.py) with the arguments as
+plain data (rewards/_sandbox/values.py) and returns the answer as plain data, or raises the exception the code raised,
+as its nearest builtin type (or the setup's own class) with its args, so `except ValueError` in a test works. An
+argument the code changed in place (`f(xs)` sorting `xs`) is changed here too, and a result that is an argument is
+that object. What a test passes that is not data -- a lambda, a function of the setup's, a generator -- is lent:
+the code's calls on it run here, on the code's data, and reach no underscore attribute.
+
+So every verdict is computed here, by the test's own statements: the code chooses what its functions return, never
+how the test reads it. What crosses keeps what a test can observe: a Counter stays a Counter (its `type`, `str`,
+`most_common`), a namedtuple a namedtuple of the same name and fields, an OrderedDict, defaultdict, deque, Fraction,
+Decimal, range or dict view itself, an instance of a class the setup defines is rebuilt from this side's own
+class, and a subclass of a plain type that the code defines (`class I(int)`) a stand-in subclass of the same name
+that compares, hashes and prints as its base does (its own methods would be the code's). What cannot be made
+trustworthy is refused rather than guessed: a CodeValue -- an instance of a class the code defines, a generator, a
+closure -- cannot be compared, hashed, printed or computed with here (its own `__eq__`, `__str__`, `__add__` would
+decide), so such a test fails with a TypeError naming its class. A value past the caps (65,536 items, 512 KiB,
+64 levels, an int of 131,072 bits) fails its test, as does an answer the code's process cannot send (`Broken`,
+which a test's `except Exception` does not catch).
 
 >>> from rewards._sandbox import run
 >>> out = run("def f(x):\\n    return x + 1", ["assert f(1) == 2", "assert f(1) == 3"])
@@ -38,7 +48,7 @@ import signal
 import sys
 
 from rewards._sandbox.link import Peer
-from rewards._sandbox.values import BadValue, Handle, decode
+from rewards._sandbox.values import BadValue, Handle, decode, refill
 
 # Standard library modules whose objects this side imports itself where the code's global is one of them: modules
 # of values and pure functions, none of which runs code it is handed as text. Anything else the code binds stays the
@@ -118,6 +128,7 @@ class Link(Peer):
     def __init__(self, pipe, classes: dict):
         super().__init__(pipe, classes)
         self.calls = []  # what the current test asked the code, for its failure note
+        self.namespace, self.watched = {}, {}  # the tests' namespace; {name: the value bound} of the code's plain globals
 
     def handle_of(self, x) -> Handle | None:
         if type(x) is CodeValue:
@@ -166,6 +177,21 @@ class Link(Peer):
                 namespace.pop(name, None)
             if namespace.get(name) is None and how != "value":
                 namespace[name] = CodeValue(self, Handle(None, name, name))
+            elif how == "value" and name in namespace and any(name in test for test in tests):
+                self.watched[name] = namespace[name]
+        self.namespace = namespace
+        if self.watched:  # a test reads them: the code's process sends their new state with every answer
+            self.ask("watch", None, sorted(self.watched), None)
+
+    def absorb(self, globals_: list) -> None:
+        """The code's plain globals a test reads, as the code's last answer left them (unless a test rebound them)."""
+        for entry in globals_:
+            if not (type(entry) is tuple and len(entry) == 2 and entry[0] in self.watched):
+                continue
+            name, new = entry
+            mine = self.namespace.get(name)
+            if mine is self.watched[name] and not (mine is not new and refill(mine, new)):
+                self.namespace[name] = self.watched[name] = new
 
     def library(self, how: str, payload):
         """This process's own standard library object that the code's global names; None where it is not one."""

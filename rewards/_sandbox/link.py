@@ -6,8 +6,8 @@ an object the judge lent it -- a test's function passed as an argument (`apply(l
 generator -- and the judge answers before it goes on waiting. Each side keeps the objects it sent by reference
 (numbered handles, rewards/_sandbox/values.py) and makes a proxy for each the other side sent. A message is
 `("?", seq, label, op, target, a, b)` (a request; `label`: the test it belongs to) or `("!", seq, kind, ...)`
-(its answer: "ok" with the result and the arguments' new state, "raise" with the exception's builtin type, the
-setup's class and its args, "timeout", "unsendable").
+(its answer: "ok" with the result, the arguments' new state and that of the globals the other side watches,
+"raise" with the exception's builtin type, the setup's class and its args, "timeout", "unsendable").
 """
 
 from __future__ import annotations
@@ -103,9 +103,10 @@ class Peer:
 
     def outcome(self, answer: tuple, op: str, a, b):
         kind = answer[0]
-        if kind == "ok" and len(answer) == 3:
-            if type(answer[2]) is not list:
+        if kind == "ok" and len(answer) == 4:
+            if type(answer[2]) is not list or type(answer[3]) is not list:
                 raise Broken("a malformed answer")
+            self.absorb(answer[3])
             result = answer[1]
             for change in answer[2]:  # the arguments' new state: the test's own objects change too
                 if type(change) is tuple and len(change) == 2:
@@ -124,6 +125,13 @@ class Peer:
 
     def timeout(self) -> BaseException:
         return Broken("the other side ran out of time")
+
+    def fresh(self) -> list:
+        """[(name, value)] of this side's globals that the other side watches, sent with each answer."""
+        return []
+
+    def absorb(self, globals_: list) -> None:
+        """Take the other side's watched globals' new values."""
 
     def exception(self, name, setup_name, args) -> BaseException:
         """The exception the other side raised, as its nearest builtin type or the setup's class, with its args."""
@@ -158,7 +166,7 @@ class Peer:
             changed = [(k, arg) for k, arg in [*enumerate(a), *b.items()] if _mutable(arg, self.encoder.classes)] \
                 if op == "call" else []
             try:
-                return self.encoder.encode(("!", seq, "ok", result, changed))
+                return self.encoder.encode(("!", seq, "ok", result, changed, self.fresh()))
             except BaseException as err:  # noqa: BLE001 - too big to send, or an object's own misbehaviour
                 return encode(("!", seq, "unsendable", f"{type(err).__name__}: {_text(err)}"))
         if self.timed_out(result):
@@ -190,10 +198,12 @@ class Peer:
             return len(target)
         if op == "getitem":
             return target[a]
-        return isinstance(a, target)
+        if op == "isinstance":
+            return isinstance(a, target)
+        raise TypeError(f"{op!r} is not asked of this side")
 
 
-OPS = ("call", "getattr", "iter", "next", "bool", "len", "getitem", "isinstance")
+OPS = ("call", "getattr", "iter", "next", "bool", "len", "getitem", "isinstance", "watch")
 _IMMUTABLE_BASES = (int, float, complex, str, bytes, tuple, frozenset)
 
 

@@ -493,10 +493,12 @@ def _rebuild(cls: type, base: type, value):
 def refill(target, value) -> bool:
     """Make `target` (a list, dict, set, bytearray or deque, or an instance with attributes) hold what `value` holds,
     in place: how a change the graded code made to an argument reaches the test's own object. False where `value`
-    is not of `target`'s type."""
+    is not of `target`'s type, or the type is immutable."""
     if type(value) is not type(target):
         return False
     base = _plain_base(type(target))
+    if base in (int, float, complex, str, bytes, tuple, frozenset):
+        return False  # immutable: nothing to change in place
     if type(target).__name__ in ("OrderedDict", "deque"):  # the library's own, whose order lives outside the dict
         target.clear()
         target.extend(value) if hasattr(target, "extend") else target.update(value)

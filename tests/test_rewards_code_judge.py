@@ -78,7 +78,7 @@ def test_the_codes_process_is_sent_no_test_and_no_setup_value():
     sent = marshal.dumps(job)
     for hidden in (b"4242", b"9191", b"7171", b"6161", b"5151", b"assert", b"EXPECTED", b"helper"):
         assert hidden not in sent, hidden
-    assert job["setup_code"] == ["import math", "class Box:\n    size = 3"]
+    assert job["setup_code"] == ("import math", "class Box:\n    size = 3")
     assert secret == {"setup": setup, "tests": tests}
 
 

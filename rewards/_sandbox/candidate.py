@@ -11,7 +11,7 @@ its args) -- and an object that is not plain data stays here, sent as a numbered
 in later requests. Each request is timed against the test it belongs to: a test's requests share `time_s`.
 
 >>> setup_for_code("import math\\nK = 3\\nclass Box:\\n    pass\\ndef check(v):\\n    return v == K")
-['import math', 'class Box:\\n    pass']
+('import math', 'class Box:\\n    pass')
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 # these names resolve to module globals, whatever `builtins.int = ...` does in the code's process.
 from builtins import callable, dict, getattr, hasattr, isinstance, list, print, str, tuple, type
 import builtins
+import functools
 import signal
 import sys
 
@@ -28,7 +29,8 @@ from rewards._sandbox.values import BadValue, Handle, encode
 
 
 
-def setup_for_code(setup: str) -> list:
+@functools.lru_cache(maxsize=256)
+def setup_for_code(setup: str) -> tuple:
     """The setup's statements the graded code runs before its own: imports, class definitions and namedtuple
     classes (`P = namedtuple('P', 'x y')`, literal arguments only), each as its own source. Its values and
     functions stay on the trusted side, out of the code's reach (a function could return the expected value)."""
@@ -37,12 +39,12 @@ def setup_for_code(setup: str) -> list:
     try:
         tree = ast.parse(setup)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []  # the setup fails on the trusted side too, and every test with it
+        return ()  # the setup fails on the trusted side too, and every test with it
     kept = []
     for stmt in tree.body:
         if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.ClassDef)) or _namedtuple_class(stmt):
             kept.append(ast.get_source_segment(setup, stmt, padded=True) or ast.unparse(stmt))
-    return kept
+    return tuple(kept)
 
 
 def _namedtuple_class(stmt) -> bool:

@@ -235,7 +235,7 @@ def build_job(code: str, tests: list[str], setup: str, limits: Limits) -> tuple[
 
     >>> job, secret = build_job("def f(): return 1", ["assert f() == 1"], "import math\\nK = 1", Limits())
     >>> job["setup_code"], secret
-    (['import math'], {'setup': 'import math\\nK = 1', 'tests': ['assert f() == 1']})
+    (('import math',), {'setup': 'import math\\nK = 1', 'tests': ['assert f() == 1']})
     """
     uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
     job = {"code": code, "setup_code": setup_for_code(setup or ""), "uid": uid, "gid": gid,

@@ -59,6 +59,17 @@ def _processes(text: str) -> int:
     return value
 
 
+def _threads(text: str) -> int:
+    """`--threads N`: torch's intra-op threads on CPU, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"must be a whole number of threads, 1 or more (got {text!r})")
+    return value
+
+
 def _eval_samples(text: str) -> int:
     """`--eval-samples K`: 0 to evaluate.MAX_SAMPLES; 100000000 was taken and ended in an allocation traceback."""
     from grpokit.evaluate import MAX_SAMPLES
@@ -89,6 +100,9 @@ def parser() -> argparse.ArgumentParser:
                         "(default: from the launcher, else 1)")
     p.add_argument("--accelerate-config", type=Path, metavar="FILE",
                    help="start the run through accelerate with this config (e.g. recipes/accelerate/zero2.yaml)")
+    p.add_argument("--threads", type=_threads, default=None, metavar="N",
+                   help="torch threads on CPU (default: OMP_NUM_THREADS if set, else every core; idle OpenMP threads "
+                        "sleep rather than spin: see bench/README.md, CPU speed)")
     p.add_argument("--gpu-memory", type=_gigabytes, default=16.0, metavar="GB", help="GPU memory for --check's plan (default 16)")
     # --resume takes no value: an optional one swallowed the next argument (`--resume trainer.max_steps=40`).
     p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest complete checkpoint")
@@ -115,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     quiet_known_noise()
     try:
         req = request(args, argv)
+        if req.mode in ("train", "eval", "launch"):  # before torch is imported: its thread pool reads the environment
+            from grpokit import cpu
+            from grpokit.dist import say
+
+            say(cpu.configure(args.threads))
         if req.mode == "list-rewards":
             return list_rewards()
         if req.mode == "plot":

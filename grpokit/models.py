@@ -192,7 +192,7 @@ def load_model(path: str, recipe: Recipe):
     import torch
     from transformers import AutoModelForCausalLM
 
-    dtype = getattr(torch, resolved_dtype(recipe.model))
+    dtype = getattr(torch, resolved_dtype(recipe.model, lora=recipe.lora is not None))
     kwargs: dict[str, Any] = dict(
         dtype=dtype,
         trust_remote_code=recipe.model.get("trust_remote_code", False),

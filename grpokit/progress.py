@@ -39,14 +39,53 @@ def summary(logs: dict, step: int) -> str | None:
     return text
 
 
-def line(logs: dict, step: int, max_steps: int) -> str:
-    """`step 13/30  reward 0.354 ± 0.166  zero-std groups 0.00  len 14 ...`"""
+def line(logs: dict, step: int, max_steps: int, pace: "Pace | None" = None) -> str:
+    """`step 13/30  reward 0.354 ± 0.166  zero-std groups 0.00  len 14 ...  17 s/step, ~5 min left`"""
     parts = [f"step {step}/{max_steps}" if max_steps > 0 else f"step {step}"]
     for key, label, fmt in SHOWN:
         value = logs.get(key)
         if isinstance(value, (int, float)):
             parts.append(f"{label} {fmt.format(value)}")
-    return "  ".join(parts)
+    if pace is not None:
+        parts.append(pace.update(logs, step, max_steps))
+    return "  ".join(p for p in parts if p)
+
+
+def _duration(seconds: float) -> str:
+    """`42 s`, `7 min`, `1 h 05 min`."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+class Pace:
+    """Seconds per step and the time left, from the trainer's own `step_time` (TRL logs it each logged step).
+
+    The first step warms kernels and caches up and is slower: it is left out of the rate once a later step is
+    known, so the time left holds from the second logged step on.
+
+    >>> pace = Pace()
+    >>> pace.update({"step_time": 40.0}, 1, 30)
+    'first step 40 s (warm-up)'
+    >>> pace.update({"step_time": 16.0}, 2, 30)
+    '16 s/step, ~7 min left'
+    """
+
+    def __init__(self):
+        self.times: list[float] = []
+
+    def update(self, logs: dict, step: int, max_steps: int) -> str:
+        value = logs.get("step_time")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            return ""
+        self.times.append(float(value))
+        if len(self.times) == 1:
+            return f"first step {_duration(value)} (warm-up)"
+        rate = sum(self.times[1:]) / len(self.times[1:])
+        left = f", ~{_duration(rate * (max_steps - step))} left" if max_steps > step else ""
+        return f"{rate:.0f} s/step{left}" if rate >= 1 else f"{rate:.2f} s/step{left}"
 
 
 class CompactProgress(ProgressCallback):
@@ -61,7 +100,8 @@ class CompactProgress(ProgressCallback):
             return
         if "reward" not in logs:  # eval logs: keep transformers' form
             return super().on_log(args, state, control, logs=logs, **kwargs)
-        self.training_bar.write(line(logs, state.global_step, state.max_steps))
+        self.pace = getattr(self, "pace", None) or Pace()
+        self.training_bar.write(line(logs, state.global_step, state.max_steps, self.pace))
 
 
 class CompactPrinter(PrinterCallback):
@@ -76,7 +116,8 @@ class CompactPrinter(PrinterCallback):
             return
         if "reward" not in logs:
             return super().on_log(args, state, control, logs=logs, **kwargs)
-        print(line(logs, state.global_step, state.max_steps), flush=True)
+        self.pace = getattr(self, "pace", None) or Pace()
+        print(line(logs, state.global_step, state.max_steps, self.pace), flush=True)
 
 
 def events(args) -> list[str]:
@@ -104,9 +145,16 @@ def events(args) -> list[str]:
     return lines
 
 
-def install(trainer) -> None:
-    """Swap transformers' console callback for the compact one of the same kind."""
-    for old, new in ((ProgressCallback, CompactProgress), (PrinterCallback, CompactPrinter)):
+def install(trainer, interactive: bool | None = None) -> None:
+    """Swap transformers' console callback for the compact one of the same kind; where the console is not a
+    terminal (a log file, a pipe), the line printer instead of the bar, whose redraws would share each line of
+    the saved log with a step line."""
+    import sys
+
+    if interactive is None:
+        interactive = sys.stderr.isatty()
+    bar = CompactProgress if interactive else CompactPrinter
+    for old, new in ((ProgressCallback, bar), (PrinterCallback, CompactPrinter)):
         if any(type(cb) is old for cb in trainer.callback_handler.callbacks):
             trainer.remove_callback(old)
             trainer.add_callback(new)

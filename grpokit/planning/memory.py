@@ -188,12 +188,15 @@ def _optimizer(s: Settings, tensors: list[tuple[int, bool]], param_bytes: int) -
     return int(total), how
 
 
-def planned_dtype(model: dict, device: str = "cuda") -> str:
-    """The model section's dtype as planned: `auto` is bfloat16 on a GPU, float32 on CPU (what it resolves to)."""
+def planned_dtype(model: dict, device: str = "cuda", lora: bool = False) -> str:
+    """The model section's dtype as planned: `auto` is bfloat16 on a GPU; on CPU, what it resolves to there
+    (`trainer_args.cpu_dtype`: bfloat16 for LoRA on a CPU with bfloat16 instructions, else float32)."""
     dtype = model.get("dtype", "auto")
     if dtype != "auto":
         return dtype
-    return "bfloat16" if device == "cuda" else "float32"
+    from grpokit.config.trainer_args import cpu_dtype
+
+    return "bfloat16" if device == "cuda" else cpu_dtype(model, lora)
 
 
 def weight_bytes(config: dict, dtype: str, quantization: str = "none") -> tuple[float, str]:
@@ -323,7 +326,7 @@ def plan_knobs(args, *, model: dict, lora: dict | None, prompt_length: int | Non
     world = max(1, getattr(args, "world_size", 1) or 1)
     return config, dict(
         model=model["name_or_path"], source=source,
-        dtype=planned_dtype(model, device), device=device,
+        dtype=planned_dtype(model, device, lora=lora is not None), device=device,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         quantization=model.get("quantization", "none"), lora=lora, optim=str(optim), beta=float(args.beta),
         gradient_checkpointing=bool(args.gradient_checkpointing),

@@ -153,6 +153,15 @@ def test_an_exception_the_code_raises_is_caught_as_python_catches_it():
     assert run(code, tests, limits=FAST).passed == python_verdicts(code, tests) == [True, True, False, True]
 
 
+def test_an_exception_class_the_code_defines_is_caught_by_its_name_and_its_bases():
+    code = ("class EmptyError(LookupError):\n    pass\nclass Odd(EmptyError):\n    pass\n"
+            "def first(xs):\n    if not xs:\n        raise EmptyError('empty')\n    if len(xs) % 2:\n        raise Odd(len(xs))\n    return xs[0]\n")
+    tests = ["try:\n    first([])\nexcept EmptyError as e:\n    assert e.args == ('empty',) and type(e).__name__ == 'EmptyError'",
+             "try:\n    first([1])\nexcept LookupError as e:\n    assert str(e) == '1'", "try:\n    first([1])\nexcept Odd:\n    pass",
+             "try:\n    first([1, 2, 3])\nexcept KeyError:\n    pass", "assert first([4, 5]) == 4"]
+    assert run(code, tests, limits=FAST).passed == python_verdicts(code, tests) == [True, True, True, False, True]
+
+
 def test_an_argument_the_code_changes_in_place_is_changed_for_the_test():
     code = "def f(xs):\n    xs.sort()\ndef g(d):\n    d['k'] = 1\ndef h(xs, ys):\n    ys.append(len(xs))"
     tests = ["xs = [3, 1]\nf(xs)\nassert xs == [1, 3]", "d = {}\nassert g(d) is None and d == {'k': 1}",
@@ -405,3 +414,24 @@ def python_verdicts_in_one_namespace(code: str, tests: list) -> list:
         except Exception:  # noqa: BLE001
             verdicts.append(False)
     return verdicts
+
+
+# A setup that binds the compared name other than by a plain assignment; the wrong answer rebinds that name as a
+# global of its own: the test's name is the setup's.
+@pytest.mark.parametrize("setup, test, code", [
+    ("globals()['EXPECTED'] = 3", "assert add(1, 2) == EXPECTED",
+     "def add(a, b):\n    global EXPECTED\n    EXPECTED = 0\n    return 0"),
+    ("exec('REF = [1, 2, 3]')", "assert my_sort([3, 1, 2]) == REF",
+     "def my_sort(x):\n    global REF\n    REF = None\n    return None"),
+    ("from string import *", "assert count_letters() == len(ascii_lowercase)",
+     "def count_letters():\n    global ascii_lowercase\n    ascii_lowercase = 'abc'\n    return 3"),
+])
+def test_a_wrong_solution_cannot_rebind_a_setup_name_it_is_compared_with(setup, test, code):
+    assert run(code, [test], setup, FAST).passed == [False]
+
+
+def test_a_test_looping_past_any_bound_fails_alone_and_never_raises_out_of_the_reward():
+    from rewards.code import CodeTests
+
+    tests = ["for i in range(100000000000000000000):\n    assert f(i) == i", "assert f(3) == 3"]
+    assert CodeTests(timeout=0.5)(completions=["def f(x):\n    return x"], tests=[tests]) == [0.5]

@@ -24,7 +24,7 @@ import functools
 import signal
 import sys
 
-from rewards._sandbox.link import Peer, _text
+from rewards._sandbox.link import Peer, _text, builtin_base
 from rewards._sandbox.values import BadValue, Handle, encode
 
 
@@ -187,13 +187,16 @@ class Server(Peer):
 
 
 def _describe(value) -> tuple:
-    """How a global crosses: ("value", bytes), ("module", name), ("library", (module, qualname)) or ("code", None)."""
+    """How a global crosses: ("value", bytes), ("module", name), ("library", (module, qualname)), ("exception",
+    (name, its builtin base's name)) or ("code", None)."""
     try:
         if type(value) is type(sys):
             return "module", value.__name__
         module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
         if type(module) is str and type(qualname) is str and module != "__main__" and (callable(value)):
             return "library", (module, qualname)
+        if isinstance(value, type) and issubclass(value, BaseException) and module == "__main__":
+            return "exception", (value.__name__, builtin_base(value))  # the judge makes a stand-in: `except TheirError`
     except BaseException:  # noqa: BLE001 - the code's own __getattr__ or properties
         return "code", None
     try:

@@ -17,7 +17,9 @@ tests, the setup's values or functions, or the results pipe. A name a test uses 
 Using a CodeValue -- calling it, reading an attribute, iterating it, asking its truth, length, an item, or
 `isinstance` against it -- sends the request to the code's process (rewards/_sandbox/link.py) with the arguments as
 plain data (rewards/_sandbox/values.py) and returns the answer as plain data, or raises the exception the code raised,
-as its nearest builtin type (or the setup's own class) with its args, so `except ValueError` in a test works. An
+with its args, as the setup's own class or as a stand-in of its own class's name deriving from its nearest builtin
+type (so `except ValueError` and `except TheirError` in a test work; the code's exception classes are such stand-ins
+here too). An
 argument the code changed in place (`f(xs)` sorting `xs`) is changed here too, and a result that is an argument is
 that object. What a test passes that is not data -- a lambda, a function of the setup's, a generator -- is lent:
 the code's calls on it run here, on the code's data, and reach no underscore attribute.
@@ -48,7 +50,7 @@ import signal
 import sys
 
 from rewards._sandbox.link import Peer
-from rewards._sandbox.values import BadValue, Handle, decode, refill
+from rewards._sandbox.values import BadValue, Handle, decode, refill, stand_in
 
 # Standard library modules whose objects this side imports itself where the code's global is one of them: modules
 # of values and pure functions, none of which runs code it is handed as text. Anything else the code binds stays the
@@ -172,7 +174,8 @@ class Link(Peer):
             name, how, payload = entry
             try:
                 namespace[name] = self.library(how, payload) if how in ("module", "library") else \
-                    decode(payload, self.classes) if how == "value" and type(payload) is bytes else None
+                    decode(payload, self.classes) if how == "value" and type(payload) is bytes else \
+                    self.exception_class(payload) if how == "exception" else None
             except (BadValue, ImportError, AttributeError, TypeError, ValueError, RecursionError, MemoryError):
                 namespace.pop(name, None)
             if namespace.get(name) is None and how != "value":
@@ -192,6 +195,15 @@ class Link(Peer):
             mine = self.namespace.get(name)
             if mine is self.watched[name] and not (mine is not new and refill(mine, new)):
                 self.namespace[name] = self.watched[name] = new
+
+    def exception_class(self, payload):
+        """A stand-in for an exception class the code defines: its name, deriving from its nearest builtin one, none
+        of its methods (what `except TheirError` in a test catches; the code's exceptions of it arrive as it)."""
+        name, base = payload if type(payload) is tuple and len(payload) == 2 else ("", "")
+        base = getattr(builtins, base, None) if type(base) is str else None
+        if not (type(name) is str and name.isidentifier() and isinstance(base, type) and issubclass(base, BaseException)):
+            return None
+        return stand_in(name, base) if name != base.__name__ else base
 
     def library(self, how: str, payload):
         """This process's own standard library object that the code's global names; None where it is not one."""

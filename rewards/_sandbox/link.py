@@ -7,7 +7,8 @@ generator -- and the judge answers before it goes on waiting. Each side keeps th
 (numbered handles, rewards/_sandbox/values.py) and makes a proxy for each the other side sent. A message is
 `("?", seq, label, op, target, a, b)` (a request; `label`: the test it belongs to) or `("!", seq, kind, ...)`
 (its answer: "ok" with the result, the arguments' new state and that of the globals the other side watches,
-"raise" with the exception's builtin type, the setup's class and its args, "timeout", "unsendable").
+"raise" with the exception's nearest builtin type, the setup's class, its own class's name and its args,
+"timeout", "unsendable").
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from builtins import (bool, bytearray, dict, enumerate, getattr, id, isinstance, issubclass, iter, len, list, next, set,
                       str, tuple, type)
 
-from rewards._sandbox.values import BadValue, Decoder, Encoder, Handle, encode, refill
+from rewards._sandbox.values import BadValue, Decoder, Encoder, Handle, encode, refill, stand_in
 
 
 class Broken(BaseException):
@@ -117,7 +118,7 @@ class Peer:
             return result
         if kind == "timeout":
             raise self.timeout()
-        if kind == "raise" and len(answer) == 4:
+        if kind == "raise" and len(answer) == 5:
             raise self.exception(*answer[1:])
         if kind == "unsendable" and len(answer) == 2:
             raise Broken(f"the answer cannot be sent: {str(answer[1])[:100]}")
@@ -133,14 +134,20 @@ class Peer:
     def absorb(self, globals_: list) -> None:
         """Take the other side's watched globals' new values."""
 
-    def exception(self, name, setup_name, args) -> BaseException:
-        """The exception the other side raised, as its nearest builtin type or the setup's class, with its args."""
+    def exception(self, name, setup_name, own, args) -> BaseException:
+        """The exception the other side raised, with its args: as the setup's class, or as a stand-in of its own
+        class's name deriving from its nearest builtin type (so `except ValueError` and `except TheirError` work)."""
         import builtins
 
         cls = self.classes.get(setup_name) if type(setup_name) is str else None
         if not (isinstance(cls, type) and issubclass(cls, BaseException)):
             cls = getattr(builtins, name, None) if type(name) is str else None
             cls = cls if isinstance(cls, type) and issubclass(cls, BaseException) else Exception
+            if type(own) is str and own != cls.__name__ and own.isidentifier() and not own.startswith("__"):
+                try:
+                    cls = stand_in(own, cls)
+                except BadValue:  # too many of them
+                    pass
         args = args if type(args) is tuple else ()
         try:
             err = cls(*args) if cls.__module__ == "builtins" else BaseException.__new__(cls)
@@ -215,18 +222,23 @@ def _mutable(arg, classes: dict) -> bool:
 
 
 def _exception(err: BaseException, classes: dict) -> tuple:
-    """(its nearest builtin type's name, the setup's class's name or None, its args as plain data)."""
-    import builtins
-
+    """(its nearest builtin type's name, the setup's class's name or None, its own class's name, its args as data)."""
     kind = type(err)
-    name = next((c.__name__ for c in kind.__mro__ if getattr(builtins, c.__name__, None) is c), "Exception")
-    setup = classes.get(kind)
+    name, setup = builtin_base(kind), classes.get(kind)
     try:
         args = err.args if type(err.args) is tuple else ()
         encode(args)
     except BaseException:  # noqa: BLE001 - args that are not plain data: their text
         args = (_text(err),)
-    return name, setup, args
+    own = getattr(kind, "__name__", "")
+    return name, setup, own if type(own) is str else "", args
+
+
+def builtin_base(kind: type) -> str:
+    """The name of the nearest builtin exception class `kind` derives from."""
+    import builtins
+
+    return next((c.__name__ for c in kind.__mro__ if getattr(builtins, c.__name__, None) is c), "Exception")
 
 
 def _text(err: BaseException) -> str:

@@ -242,13 +242,14 @@ _STAND_INS: dict = {}
 
 
 def stand_in(name: str, base: type) -> type:
-    """A subclass of `base` named `name`, with none of its own methods; one per (name, base) in this process."""
+    """A subclass of `base` (a plain type, or a builtin exception) named `name`, with none of its own methods; one
+    per (name, base) in this process."""
     key = (name, base)
     if key not in _STAND_INS:
         if len(_STAND_INS) > 256:
             raise BadValue("too many subclass types")
-        _STAND_INS[key] = type(name, (base,), {"__module__": "__main__", "__qualname__": name, "__slots__": ()}
-                               if base not in (int, bytes, tuple) else {"__module__": "__main__", "__qualname__": name})
+        slots = {} if base in (int, bytes, tuple) or issubclass(base, BaseException) else {"__slots__": ()}
+        _STAND_INS[key] = type(name, (base,), {"__module__": "__main__", "__qualname__": name, **slots})
     return _STAND_INS[key]
 
 

@@ -469,11 +469,11 @@ def _runner_main(job: dict, fds: tuple, layers: list, uid: int, gid: int, judge:
             out, secret, from_code, to_code = fds
             report = _reporter(out, secret, job)
             report("iso", ",".join(layers + dropped + ["nomemfd"]))
-            pipe = _values.Pipe(from_code, to_code)
+            pipe = _link.Pipe(from_code, to_code)
             pipe.send(b"go")  # the code runs only once the layers are reported: killing this process then fails tests, not the job
             _judge.judge(job, pipe, report)
         else:
-            pipe = _values.Pipe(*fds)
+            pipe = _link.Pipe(*fds)
             if pipe.receive() == b"go":
                 _candidate.serve(job, pipe)
     except BaseException:  # noqa: BLE001 - only the sandbox's own setup can get here
@@ -540,8 +540,8 @@ def _wait_for(judge: int, code: int, wall_s: float, layers: list) -> None:
 
 
 def main() -> None:
-    global _values, _judge, _candidate
-    _values, _judge, _candidate = _load_sides()
+    global _link, _judge, _candidate
+    _link, _judge, _candidate = _load_sides()
     job = marshal.loads(sys.stdin.buffer.read())  # marshal, not json: json would import re (~5 ms a job)
     devnull = os.open("/dev/null", os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -580,12 +580,12 @@ def _load_sides():
         package = type(sys)(name)
         package.__path__ = [path]
         sys.modules[name] = package
-    from rewards._sandbox import candidate, judge, values
+    from rewards._sandbox import candidate, judge, link
 
-    return values, judge, candidate
+    return link, judge, candidate
 
 
-_values = _judge = _candidate = None  # the two sides' modules, loaded by main()
+_link = _judge = _candidate = None  # the two sides' modules, loaded by main()
 
 if __name__ == "__main__":
     main()

@@ -218,7 +218,7 @@ def plot(run_dir: Path, compare: list[Path] = ()) -> int:
     try:
         saved = run_dir / RECIPE_FILE
         if saved.is_file():
-            recipe = validate(load(saved))
+            recipe = validate(load(saved), data_files=False)  # a report reads the run, not its data
             paths = finish_run(run_dir, recipe, grpo_args(recipe), compare=runs)
         else:
             paths = plot_run(run_dir)

@@ -15,12 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpokit.config.loader import CLI
+from grpokit.datavalues import ASSETS, BUILTIN, LOCAL_FORMATS, builtin_names, builtin_path, file_problem  # noqa: F401
 from grpokit.errors import Problem, RecipeError, nearest
 
-ASSETS = Path(__file__).resolve().parent / "assets"
-BUILTIN = "builtin:"
-LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
 _NEW_ANSWER = "__grpokit_answer"
 
@@ -29,7 +26,7 @@ class NotReachable(Exception):
     """A hub dataset that is not cached and cannot be fetched (offline): reported as a note, not an error."""
 
 
-def load_raw(spec: dict, set_in: str = ""):
+def load_raw(spec: dict, set_in: str = "", key: str = "dataset.path"):
     """The split as a `datasets.Dataset`; `RecipeError` for a bad local file, `NotReachable` offline.
 
     A local file is screened before `datasets` reads it, so that each fault is said once, in the user's
@@ -37,24 +34,18 @@ def load_raw(spec: dict, set_in: str = ""):
     type (see `values`). `datasets` would say `StopIteration`, count rows from 0, or cast the value silently.
 
     `set_in` is where `dataset.path` (or `dataset.name`) was set, as `Recipe.blame` gives it: the recipe, or
-    `CLI` for the command line. Messages name it, and a relative path is explained from it.
+    `CLI` for the command line. Messages name it, and a relative path is explained from it. `key` is the recipe key
+    that named the file (`dataset.eval_path` for held-out data): problems with the file are blamed on it.
     """
     import datasets
 
     datasets.disable_progress_bars()
     if spec.get("path"):
-        path = builtin_path(spec["path"], set_in) if spec["path"].startswith(BUILTIN) else Path(spec["path"])
-        fmt = LOCAL_FORMATS.get(path.suffix.lower())
-        if fmt is None:
-            raise RecipeError([Problem("dataset.path", "unsupported file type", path.suffix, ", ".join(LOCAL_FORMATS), file=set_in)])
-        if not path.is_file():
-            if set_in == CLI:
-                relative = f"a relative path on the command line is read from the folder the command runs in ({Path.cwd()})"
-            else:
-                folder = f" ({Path(set_in).resolve().parent})" if set_in else ""
-                relative = f"a relative path is read from the folder of the recipe that sets it{folder}"
-            raise RecipeError([Problem("dataset.path", f"dataset file does not exist; {relative}, and data shipped with "
-                                       f"grpokit is named {', '.join(builtin_names())}", str(path), file=set_in)])
+        problem = file_problem(spec["path"], key, set_in)
+        if problem:
+            raise RecipeError([problem])
+        path = builtin_path(spec["path"], set_in, key) if spec["path"].startswith(BUILTIN) else Path(spec["path"])
+        fmt = LOCAL_FORMATS[path.suffix.lower()]
         from grpokit.datavalues import screen_file
 
         screen_file(path, fmt, spec, set_in)
@@ -63,7 +54,7 @@ def load_raw(spec: dict, set_in: str = ""):
                 return datasets.load_dataset(fmt, data_files=str(path), split="train")
         except Exception as err:  # noqa: BLE001 - any parse failure is the file's fault: say which and why
             cause = err.__cause__ or err  # datasets wraps the parser's message (what, which row) in a vague one
-            raise RecipeError([Problem("dataset.path", f"cannot read {path.name}: {type(cause).__name__}: {str(cause)[:300]}", file=set_in)]) from None
+            raise RecipeError([Problem(key, f"cannot read {path.name}: {type(cause).__name__}: {str(cause)[:300]}", file=set_in)]) from None
     try:
         return datasets.load_dataset(spec["name"], spec.get("config"), split=spec.get("split", "train"))
     except Exception as err:  # noqa: BLE001
@@ -85,24 +76,6 @@ def _unreachable(err: BaseException) -> bool:
         seen.add(id(err))
         err = err.__cause__ or err.__context__
     return False
-
-
-def builtin_names() -> list[str]:
-    """Data files shipped in grpokit/assets, as a recipe names them: `builtin:smoke.jsonl`, `builtin:arithmetic/train.jsonl`."""
-    return sorted(f"{BUILTIN}{p.relative_to(ASSETS).as_posix()}" for p in ASSETS.rglob("*")
-                  if p.suffix.lower() in LOCAL_FORMATS and "model_configs" not in p.parts)
-
-
-def builtin_path(name: str, set_in: str = "") -> Path:
-    """`builtin:smoke.jsonl` -> the shipped file; a name that ships nothing is a recipe problem with the nearest name.
-
-    >>> builtin_path("builtin:smoke.jsonl").name
-    'smoke.jsonl'
-    """
-    if name not in builtin_names():
-        raise RecipeError([Problem("dataset.path", f"no data file shipped as {name!r}", allowed=", ".join(builtin_names()),
-                                   suggestion=nearest(name, builtin_names()), file=set_in)])
-    return ASSETS / name[len(BUILTIN):]
 
 
 @contextmanager
@@ -435,7 +408,7 @@ def heldout_dataset(recipe, tokenizer, log=print):
                                    "dataset.eval_path (a local file) or dataset.eval_split (a hub split)", file=str(recipe.path))])
     try:
         set_in = recipe.blame("dataset.eval_path" if spec.get("path") else "dataset.eval_split")
-        raw = load_raw(spec, set_in=set_in)
+        raw = load_raw(spec, set_in=set_in, key="dataset.eval_path")
     except NotReachable as err:
         raise RecipeError([Problem("dataset.eval_split", str(err), spec.get("split"), file=set_in)]) from None
     model = TargetModel(tokenizer, is_conversational(recipe.dataset, tokenizer))

@@ -7,7 +7,10 @@ message with no content (which passed --check and then raised KeyError in TRL's 
 at `--check` with its 1-based line (JSON Lines) or row (parquet, CSV, hub), and a count of the rows like it.
 Missing or blank cells are holes, dropped and counted by `grpokit.data.prepare`, not refused here.
 
-Local files are screened as bytes first (`screen_file`): not UTF-8, empty, a line that is not JSON.
+Local files are screened as bytes first (`screen_file`): not UTF-8, empty, a line that is not JSON. Before that, each
+data file a recipe names is checked without being opened (`file_problem`): a `builtin:` name that ships nothing, a
+missing file, a FIFO or device (refused, never waited on), a type grpokit does not read; `--check` says it under the
+key that named the file.
 
 >>> check = Checker({"prompt_column": "prompt"}, "data.jsonl", "line")
 >>> check.row({"prompt": 7}, 2); [p.format() for p in check.problems()]
@@ -18,11 +21,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from pathlib import Path
 
-from grpokit.errors import Problem, RecipeError
+from grpokit.config.loader import CLI
+from grpokit.errors import Problem, RecipeError, nearest
 
+ASSETS = Path(__file__).resolve().parent / "assets"  # data shipped with grpokit, named `builtin:<file>`
+BUILTIN = "builtin:"
+LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{(\w+)\}")
 PROMPT_ALLOWED = "text or a list of chat messages ({role, content})"
 ANSWER_ALLOWED = "a gold answer is text or a number"
@@ -34,6 +43,82 @@ MAX_CELL_CHARS = 2_000_000
 # A JSON Lines line longer than this is refused unread: reading and parsing a line costs several times its size in
 # memory (a 200 MB line ended in SIGABRT at 6.3 GB), and a row of prompt and answer under MAX_CELL_CHARS fits.
 MAX_LINE_BYTES = 16 * 2**20
+
+
+def builtin_names() -> list[str]:
+    """Data files shipped in grpokit/assets, as a recipe names them: `builtin:smoke.jsonl`, `builtin:arithmetic/train.jsonl`."""
+    return sorted(f"{BUILTIN}{p.relative_to(ASSETS).as_posix()}" for p in ASSETS.rglob("*")
+                  if p.suffix.lower() in LOCAL_FORMATS and "model_configs" not in p.parts)
+
+
+def builtin_path(name: str, set_in: str = "", key: str = "dataset.path") -> Path:
+    """`builtin:smoke.jsonl` -> the shipped file; a name that ships nothing is a recipe problem (under `key`) with the
+    nearest name.
+
+    >>> builtin_path("builtin:smoke.jsonl").name
+    'smoke.jsonl'
+    """
+    if name not in builtin_names():
+        raise RecipeError([Problem(key, f"no data file shipped as {name!r}", allowed=", ".join(builtin_names()),
+                                   suggestion=nearest(name, builtin_names()), file=set_in)])
+    return ASSETS / name[len(BUILTIN):]
+
+
+# What else than a regular file can lie at a path (os.stat's file types), in a message's words.
+_NOT_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+              stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+
+
+def file_problem(value: str, key: str, set_in: str = "") -> Problem | None:
+    """Why the data file a recipe names under `key` (`dataset.path`, `dataset.eval_path`) cannot be read, or None.
+
+    Checked without opening it: a FIFO or a device at the path is refused at once, never waited on. A `builtin:` name
+    must name a shipped file; a local file must exist, be a regular file, and be of a type grpokit reads.
+
+    >>> file_problem("/dev/null", "dataset.eval_path").format()
+    'dataset.eval_path: is a character device, not a regular file: /dev/null; a dataset is a .jsonl, .json, .parquet or .csv file'
+    """
+    if value.startswith(BUILTIN):
+        try:
+            path = builtin_path(value, set_in, key)
+        except RecipeError as err:
+            return err.problems[0]
+    else:
+        path = Path(value)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if set_in == CLI:
+            relative = f"a relative path on the command line is read from the folder the command runs in ({Path.cwd()})"
+        else:
+            folder = f" ({Path(set_in).resolve().parent})" if set_in else ""
+            relative = f"a relative path is read from the folder of the recipe that sets it{folder}"
+        return Problem(key, f"dataset file does not exist; {relative}, and data shipped with grpokit is named "
+                       f"{', '.join(builtin_names())} (looked for {path})", file=set_in)
+    except OSError as err:
+        return Problem(key, f"cannot be read ({err.strerror or err}): {path}", file=set_in)
+    if not stat.S_ISREG(mode):  # the path in the message, not as a value: a value is cut at 80 characters
+        kind = _NOT_FILES.get(stat.S_IFMT(mode), "not a regular file")
+        return Problem(key, f"is {kind}, not a regular file: {path}; a dataset is a .jsonl, .json, .parquet or .csv file",
+                       file=set_in)
+    if path.suffix.lower() not in LOCAL_FORMATS:
+        return Problem(key, "unsupported file type", path.suffix, ", ".join(LOCAL_FORMATS), file=set_in)
+    return None
+
+
+def data_file_problems(dataset: dict, where_set) -> list[Problem]:
+    """`file_problem` for each data file the dataset section names (`path`, `eval_path`), blamed on the file (or the
+    command line) that set it: what `--check` says before anything loads."""
+    problems = []
+    for key in ("path", "eval_path"):
+        value = dataset.get(key)
+        if isinstance(value, str) and value:
+            where = where_set(f"dataset.{key}")
+            problem = file_problem(value, f"dataset.{key}", where)
+            if problem:
+                problems.append(problem)
+    return problems
+
 
 
 def _kind(value) -> str:

@@ -84,6 +84,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
         "prompts": len(rows),
         "pass_reward": names[pass_index],
         "max_new_tokens": args.max_completion_length,
+        "steps": run_steps(recipe, run_dir) if trained else None,
         "greedy": {"pass@1": greedy["pass@k"], "passed": greedy["passed_prompts"], "rewards": greedy["rewards"]},
         "measured": (f"greedy decoding of each held-out prompt; a completion passes when reward {names[pass_index]!r} is "
                      "positive; rewards are the recipe's own, unweighted means (reward = weighted sum)"),
@@ -113,7 +114,26 @@ def summary(result: dict) -> str:
     if s:
         k = s["k"]
         line += f"; pass@{k} {s[f'pass@{k}']:.3f}, mean@{k} {s[f'mean@{k}']:.3f} (temperature {s['temperature']})"
-    return line
+    from grpokit.reporting.verdict import cut_short
+
+    short = cut_short(result.get("steps"))
+    return line + (f"; {short}" if short else "")
+
+
+def run_steps(recipe: Recipe, run_dir: str) -> dict | None:
+    """The steps the scored run (or checkpoint) trained and the steps it was to train: {"trained", "planned"}, from its
+    trainer_state.json and the larger of its own `max_steps` and the recipe's `trainer.max_steps`; None when the
+    folder holds no readable trainer state."""
+    from grpokit.rundir import STATE_FILE, read_state
+
+    state, _ = read_state(Path(run_dir) / STATE_FILE)
+    if state is None:
+        return None
+    given = [n for n in (state.get("max_steps"), recipe.trainer.get("max_steps"))
+             if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    return {"trained": state["global_step"], "planned": max(given) if given else None,
+            "checkpoint": Path(run_dir).name.startswith("checkpoint-")}
+
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

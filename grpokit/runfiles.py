@@ -16,8 +16,7 @@ def write_recipe_file(recipe: Recipe, output_dir: Path) -> Path:
 
     Files are written relative to the run folder (the loader reads a recipe's paths relative to its own folder)
     when they share more than the filesystem root with it, so a project copied elsewhere with its runs still
-    reruns; `*_steps` counts that GRPOConfig types as float (a value below 1 is a fraction of the run) are
-    written as the ints a person writes.
+    reruns; `*_steps` counts are written as the ints a person writes (`config.dump`).
     """
     import copy
     import os
@@ -42,24 +41,22 @@ def write_recipe_file(recipe: Recipe, output_dir: Path) -> Path:
         found = user_reward_file(reward["name"])
         if found:
             reward["name"] = f"{portable(found[0])}:{found[1]}"
-    for key, value in data["trainer"].items():
-        if key.endswith("_steps") and isinstance(value, float) and value.is_integer():
-            data["trainer"][key] = int(value)
     path = output_dir / rundir.RECIPE_FILE
     files.write_text(path, f"# resolved from {recipe.path} (overrides applied); paths are relative to this folder. Rerun: "
                     f"python launch.py --recipe {path}\n" + dump(data))
     return path
 
 
-def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=None) -> list[Path]:
-    """Curves (PNG) and report.md for a finished run; with a live trainer, its early and last completions too;
-    with `compare` (`reporting.compare.load_runs`), the runs side by side."""
+def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=None, resumed_at: int | None = None) -> list[Path]:
+    """Curves (PNG) and report.md for a finished run; with a live trainer, its early and last completions and the
+    step its session resumed at (`resumed_at`), kept with the run first (`report_record.json`) so any later report
+    shows them too; with `compare` (`reporting.compare.load_runs`), the runs side by side."""
     from grpokit.reporting.explain import explain_table
     from grpokit.reporting.plots import plot_run
-    from grpokit.reporting.report import run_completions, write_report
+    from grpokit.reporting.report import run_completions, store_record, write_report
 
     plots = plot_run(output_dir, args=args)
-    completions = (run_completions(trainer) or None) if trainer is not None else None
+    completions = (store_record(output_dir, run_completions(trainer), resumed_at) or None) if trainer is not None else None
     report = write_report(output_dir, recipe_name=recipe.name, explain_lines=[f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}"] + explain_table(recipe, args),
                           completions=completions, plots=plots, args=args, compare=compare)
     for path in plots + [report]:

@@ -158,7 +158,7 @@ def test_report_without_completions_says_how_to_get_them(run, tmp_path):
     assert "(no plots)" in text and not (tmp_path / "plots").exists()
 
 
-# --- issue 14.9: the report teaches (fast: synthetic histories shaped like the demo's, no training) ---
+# --- the report teaches (fast: synthetic histories shaped like the demo's, no training) ---
 
 def demo_like_history(steps=30, collapse_at=20):
     """The smoke demo's shape: reward climbs to 1, entropy 3.44 -> 0.01, every group unanimous from step 20 (one
@@ -184,14 +184,30 @@ ON_POLICY = types.SimpleNamespace(gradient_accumulation_steps=1, steps_per_gener
                                   lr_scheduler_type="constant")
 
 
-def test_report_says_the_run_collapsed_and_what_to_do(tmp_path):
+def test_a_solved_task_is_said_as_solved_not_as_a_collapse(tmp_path):
+    """The demo's shape: the reward rose to its best and stayed, so every group is unanimous *right*."""
     text = write_report(write_state(tmp_path, demo_like_history()), recipe_name="smoke", completions=[],
                         plots=[]).read_text()
     said = text.split("## What the curves say", 1)[1].split("\n## ", 1)[0]
-    assert "collapsed at step 20" in said and "10 of 11 logged steps" in said  # the blip at 23 does not hide it
-    assert "every advantage was 0" in said and "policy gradient" in said
+    assert said.lstrip().startswith("**The task is solved from step 20 on**")
+    assert "10 of the 11 logged steps since" in said  # the blip at 23 does not hide it
+    assert "collapsed" not in said and "not a collapse" in said and "no gradient" in said
     assert "3.44 to 0.01" in said and "same completion every time" in said
-    assert "at the top of the run's range" in said  # here the task was learnt: the steps after 20 were wasted, not harmful
+    assert "nothing is wrong" in said and "`trainer.max_steps: 20`" in said
+    assert "`sampling.dynamic: true`" not in said  # a fix for a collapse, not for a task learnt
+
+
+def test_report_says_the_run_collapsed_and_what_to_do(tmp_path):
+    """Unanimous groups below the run's best reward are a collapse: the groups agree on being wrong."""
+    history = demo_like_history()
+    for entry in history[19:]:
+        entry["reward"] = 0.2
+    text = write_report(write_state(tmp_path, history), recipe_name="smoke", completions=[], plots=[]).read_text()
+    said = text.split("## What the curves say", 1)[1].split("\n## ", 1)[0]
+    assert "collapsed at step 20" in said and "10 of 11 logged steps" in said  # the blip at 23 does not hide it
+    assert "every advantage was 0" in said and "policy gradient" in said and "solved" not in said
+    assert "3.44 to 0.01" in said and "same completion every time" in said
+    assert "the groups are unanimous, right or wrong" in said
     for fix in ("`trainer.max_steps`", "`trainer.temperature`", "`sampling.dynamic: true`"):
         assert fix in said
 

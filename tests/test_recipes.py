@@ -46,6 +46,16 @@ def test_recipe_opens_with_its_command(path):
     assert any(f"launch.py --recipe {rel(path)}" in line for line in head), head
 
 
+@pytest.mark.parametrize("path", ALL, ids=rel)
+def test_recipe_names_shipped_data_as_builtin(path):
+    """A relative path into grpokit/assets breaks in a copy elsewhere; `builtin:` finds the file from any folder, as
+    recipes/README.md tells users to write it."""
+    dataset = yaml.safe_load(path.read_text()).get("dataset") or {}
+    for key in ("path", "eval_path"):
+        value = dataset.get(key)
+        assert value is None or value.startswith("builtin:"), f"dataset.{key}: {value}"
+
+
 @pytest.mark.parametrize("path", [p for p in ALL if p.name != "smoke.yaml"], ids=rel)
 def test_recipe_extends_a_base(path):
     if path.stem == "gsm8k":

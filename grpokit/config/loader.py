@@ -353,6 +353,24 @@ def load(path: str | os.PathLike, overrides: list[str] = ()) -> Loaded:
     return Loaded(path=path, data=data, set_by=set_by, chain=chain)
 
 
+def _counts_as_written(data):
+    """`data` with each `*_steps` count that GRPOConfig types as float (so validation made `save_steps: 10` a 10.0)
+    back as the int a person writes; a fraction of the run (`save_steps: 0.1`) stays a float."""
+    if isinstance(data, dict):
+        return {key: int(value) if str(key).endswith("_steps") and isinstance(value, float) and value.is_integer()
+                else _counts_as_written(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_counts_as_written(value) for value in data]
+    return data
+
+
 def dump(data: dict) -> str:
-    """The resolved recipe as YAML, keys in the order the sections were given."""
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    """The resolved recipe as YAML, keys in the order the sections were given, step counts as ints.
+
+    >>> print(dump({"trainer": {"save_steps": 10.0, "logging_steps": 0.5, "learning_rate": 1.0}}).strip())
+    trainer:
+      save_steps: 10
+      logging_steps: 0.5
+      learning_rate: 1.0
+    """
+    return yaml.safe_dump(_counts_as_written(data), sort_keys=False, default_flow_style=False, allow_unicode=True)

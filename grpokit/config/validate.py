@@ -65,21 +65,60 @@ class Recipe:
 def recipe_name(path: Path) -> str:
     """`recipes/qwen2.5-3b/dapo.yaml` -> `qwen2.5-3b/dapo`; a file elsewhere -> its stem."""
     path = path.resolve()
-    parts = path.with_suffix("").parts
-    if "recipes" in parts:
-        return "/".join(parts[len(parts) - parts[::-1].index("recipes") :])
+    folders = path.parent.parts
+    if "recipes" in folders:
+        return "/".join(folders[len(folders) - folders[::-1].index("recipes"):] + (path.stem,))
     return path.stem
 
 
-def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
-    """Check every section; raise `RecipeError` with all problems, or return the `Recipe`.
+def default_output_dir(path: Path) -> Path:
+    """`runs/<recipe name>` beside the recipe's `recipes/` folder (its project), or beside the recipe file when it is in
+    none: the same folder from wherever a command runs.
+
+    >>> str(default_output_dir(Path("/srv/project/recipes/qwen2.5-3b/dapo.yaml")))
+    '/srv/project/runs/qwen2.5-3b/dapo'
+    >>> str(default_output_dir(Path("/home/me/my_run.yaml")))
+    '/home/me/runs/my_run'
+    """
+    path = path.resolve()
+    folders = path.parent.parts
+    if "recipes" in folders:
+        project = Path(*folders[: len(folders) - 1 - folders[::-1].index("recipes")])
+    else:
+        project = path.parent
+    return project / "runs" / recipe_name(path)
+
+
+def anchored_output_dir(value: str, set_in: str) -> str:
+    """`trainer.output_dir` as an absolute path, by the rule every path of a recipe follows: relative to the folder of
+    the recipe file that sets it (a base recipe's own folder for a base), or, on the command line, to the folder the
+    command runs in. `~` is the home directory. `..` is resolved; links are kept as written.
+
+    >>> anchored_output_dir("runs/a", "/srv/project/recipes/my.yaml"), anchored_output_dir("/tmp/x", CLI)
+    ('/srv/project/recipes/runs/a', '/tmp/x')
+    """
+    import os
+
+    folder = Path.cwd() if set_in == CLI else Path(set_in).parent
+    return os.path.normpath(folder / Path(value).expanduser())
+
+
+def validate(loaded: Loaded, num_processes: int | None = None, data_files: bool = True) -> Recipe:
+    """Check every section; raise `RecipeError` with all problems, or return the `Recipe`. `data_files=False` leaves
+    the data files unchecked, for a command that reads a finished run and not its data (`--plot`).
 
     Three passes, each reporting all it finds: every section on its own (keys, types, bounds, its own rules), then
     the rules between keys (batch sizes against the process count, the generation engine, dynamic sampling), then,
     on values that passed ours, TRL's and PEFT's own checks.
     """
-    data, where_set = loaded.data, loaded.where_set
-    problems = Problems(file=str(loaded.path))
+    data = loaded.data
+    # Every message names the recipe by one absolute path, as the loader records where each key was set.
+    path = loaded.path.resolve() if loaded.path.exists() else loaded.path.absolute()
+
+    def where_set(key_path: str) -> str:
+        return where_set_in(loaded.set_by, key_path, str(path))
+
+    problems = Problems(file=str(path))
     _check_section_names(data, problems, where_set)
     model = _plain_section(data, "model", MODEL, problems, where_set)
     dataset = _plain_section(data, "dataset", DATASET, problems, where_set)
@@ -87,9 +126,9 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
     lint = _plain_section(data, "lint", LINT, problems, where_set)
     _check_lint_rules(lint, problems, where_set)
     if dataset:
-        _check_data_sources(dataset, problems, where_set)
+        _check_data_sources(dataset, problems, where_set, data_files)
     lora = _validate_lora(data.get("lora"), model, problems, where_set)
-    trainer = _validate_trainer(data.get("trainer"), loaded.path, problems, where_set)
+    trainer = _validate_trainer(data.get("trainer"), path, problems, where_set)
     rewards = _validate_rewards(data.get("rewards"), trainer, problems, where_set)
     if rewards:
         check_sampling_metric(sampling, [r["logged_as"] for r in rewards], problems, where_set)
@@ -100,7 +139,7 @@ def validate(loaded: Loaded, num_processes: int | None = None) -> Recipe:
     problems.raise_if_any()
     for r in rewards:
         r.pop("logged_as")
-    return Recipe(loaded.path, recipe_name(loaded.path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint,
+    return Recipe(path, recipe_name(path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint,
                   dict(loaded.set_by))
 
 
@@ -131,9 +170,10 @@ def _check_lint_rules(lint: dict, problems: Problems, where_set) -> None:
                          file=where_set("lint.ignore"))
 
 
-def _check_data_sources(dataset: dict, problems: Problems, where_set) -> None:
+def _check_data_sources(dataset: dict, problems: Problems, where_set, data_files: bool = True) -> None:
     """The training data is a hub dataset or a local file, never both; the held-out split is a local file or a split
-    of the hub dataset, never both; a hub split needs a hub dataset."""
+    of the hub dataset, never both; a hub split needs a hub dataset; every data file named (`dataset.path`,
+    `dataset.eval_path`) can be read, each blamed under its own key (`datavalues.data_file_problems`)."""
     if bool(dataset.get("name")) == bool(dataset.get("path")):
         problems.add("dataset", "give exactly one of dataset.name (hub) or dataset.path (local file)",
                      {k: dataset.get(k) for k in ("name", "path")}, file=where_set("dataset"))
@@ -146,6 +186,10 @@ def _check_data_sources(dataset: dict, problems: Problems, where_set) -> None:
     if dataset.get("eval_limit") and not (dataset.get("eval_path") or dataset.get("eval_split")):
         problems.add("dataset.eval_limit", "limits held-out data the recipe does not name; set dataset.eval_path or dataset.eval_split",
                      dataset["eval_limit"], file=where_set("dataset.eval_limit"))
+    if data_files:
+        from grpokit.datavalues import data_file_problems  # what a data file may be is known there, beside its cells
+
+        problems.extend(data_file_problems(dataset, where_set))
 
 
 def _validate_lora(raw, model: dict, problems: Problems, where_set) -> dict | None:
@@ -164,7 +208,8 @@ def _validate_lora(raw, model: dict, problems: Problems, where_set) -> dict | No
 
 def _validate_trainer(raw, recipe_path: Path, problems: Problems, where_set) -> dict:
     """The `trainer` section against `trl.GRPOConfig`'s own fields, with grpokit's defaults: output_dir
-    runs/<recipe name>, report_to none."""
+    runs/<recipe name> beside the recipe's project (`default_output_dir`), report_to none. The output_dir is made
+    absolute (`anchored_output_dir`), so every message names the one folder a run uses wherever the command runs."""
     from trl import GRPOConfig
 
     trainer = validate_dataclass_keys(raw or {}, GRPOConfig, "trainer", problems, TRAINER_BOUNDS, where_set,
@@ -173,7 +218,9 @@ def _validate_trainer(raw, recipe_path: Path, problems: Problems, where_set) -> 
         # GRPOConfig types it `str | None`, so null (`trainer.output_dir=` on the command line) passed the type check
         problems.add("trainer.output_dir", "must be a folder path; leave the key out for the default runs/<recipe name>",
                      trainer.pop("output_dir"), file=where_set("trainer.output_dir"))
-    trainer.setdefault("output_dir", str(Path("runs") / recipe_name(recipe_path)))
+    if "output_dir" in trainer:
+        trainer["output_dir"] = anchored_output_dir(trainer["output_dir"], where_set("trainer.output_dir"))
+    trainer.setdefault("output_dir", str(default_output_dir(recipe_path)))
     trainer.setdefault("report_to", "none")
     return trainer
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from grpokit import files
 from grpokit.errors import Problem, RecipeError
-from grpokit.reporting.plots import PLOTS_DIR, load_log_history, series
+from grpokit.reporting.plots import PLOTS_DIR, load_log_history, reward_names, series
 from grpokit.reporting.verdict import heldout, heldout_fall, window, windows, zero_spread
 
 COMPARE_FILE = "compare.png"  # <RUN>/plots/compare.png
@@ -154,11 +154,31 @@ def table(runs: list[Run]) -> list[str]:
     return lines
 
 
+def different_rewards(runs: list[Run]) -> list[str]:
+    """A warning when the runs were paid by different reward functions (as TRL logged them): their `reward` curves
+    share an axis but not a meaning. [] when every run logged the same ones.
+
+    >>> runs = [Run("a", Path("a"), {"log_history": [{"rewards/accuracy/mean": 1}]}),
+    ...         Run("b", Path("b"), {"log_history": [{"rewards/char_fraction/mean": 1}]})]
+    >>> different_rewards(runs)[0][:23]
+    '**Different rewards**: '
+    """
+    paid = [(run.label, reward_names(run.history)) for run in runs]
+    if len({tuple(sorted(names)) for _, names in paid}) < 2:
+        return []
+    each = "; ".join(f"`{label}`: " + (", ".join(f"`{n}`" for n in names) or "none logged") for label, names in paid)
+    return [f"**Different rewards**: {each}. Their mean rewards share the axis but not a scale or a meaning: compare "
+            "the curves' shapes, not their heights, and the runs by held-out pass@1 on the same prompts (`--eval`)."]
+
+
 def compare_section(run_dir: Path, runs: list[Run]) -> list[str]:
-    """The report's comparison: compare.png (drawn now, into RUN only) and the table."""
+    """The report's comparison: compare.png (drawn now, into RUN only), a word when the runs were paid by different
+    rewards, and the table."""
     png = plot_compare(run_dir, runs)
+    warning = different_rewards(runs)
     return ["", "## Compared with other runs", "",
             f"This run and {', '.join(f'`{r.label}`' for r in runs[1:])}, on shared axes (one colour per run folder):",
+            *(["", *warning] if warning else []),
             "", f"![compare]({Path(os.path.relpath(png, run_dir)).as_posix()})", "", *table(runs), "",
             "Window means average the logged steps of each run's window (an eighth of the run, at least 3); "
             "\"steps without gradient\" counts logged steps where every group's rewards were equal."]

@@ -25,8 +25,9 @@ def _short(name: str) -> str:
     return f"{Path(where).name}:{attr}" if sep and where.endswith(".py") else name
 
 
-def model_card(recipe, output_dir: Path, global_step: int, trl_version: str) -> str:
-    """The card's text for `recipe` trained to `global_step` in `output_dir`.
+def model_card(recipe, output_dir: Path, global_step: int, trl_version: str, resumed_at: int | None = None) -> str:
+    """The card's text for `recipe` trained to `global_step` in `output_dir` (its last session resumed at step
+    `resumed_at`, when it did).
 
     >>> class R: name = "smoke"; model = {"name_or_path": "builtin:tiny-llama"}; lora = {"r": 8}
     >>> R.dataset = {"name": None, "path": "/x/smoke.jsonl", "split": "train"}; R.rewards = [{"name": "char_fraction", "weight": 1.0}]
@@ -56,7 +57,8 @@ def model_card(recipe, output_dir: Path, global_step: int, trl_version: str) -> 
         f"- base model: {base_link}",
         f"- dataset: {data_link} (split `{recipe.dataset.get('split', 'train')}`)",
         f"- rewards: {rewards}",
-        f"- steps trained: {global_step}",
+        f"- steps trained: {global_step}" + (f" (the last session resumed at step {resumed_at} and trained "
+                                             f"{global_step - resumed_at})" if resumed_at else ""),
         "- recipe: `recipe.yaml` in this folder, exactly as it ran (`python launch.py --recipe recipe.yaml`)",
         "- curves and sampled completions: `report.md`, `plots/training.png`", "",
         "## Load it", "", "```python", load, "```", "",
@@ -66,10 +68,11 @@ def model_card(recipe, output_dir: Path, global_step: int, trl_version: str) -> 
     return "\n".join(front + [""] + body).rstrip() + "\n"
 
 
-def write_model_card(recipe, output_dir: Path, global_step: int) -> Path:
+def write_model_card(recipe, output_dir: Path, global_step: int, resumed_at: int | None = None) -> Path:
     """Write the card over the one TRL saved; returns its path."""
     import trl
 
     path = Path(output_dir) / CARD_FILE
-    files.write_text(path, model_card(recipe, Path(output_dir), global_step, trl.__version__), root=Path(output_dir))
+    files.write_text(path, model_card(recipe, Path(output_dir), global_step, trl.__version__, resumed_at),
+                     root=Path(output_dir))
     return path

@@ -125,6 +125,30 @@ def reward_names(history: list[dict]) -> list[str]:
     return list(names)
 
 
+# Logged steps a reward must hold one value for to count as never varying (verdict judges windows of at least as many).
+FLAT_MIN_STEPS = 3
+
+
+def never_varied(history: list[dict]) -> dict[str, float]:
+    """{reward function: its value} for each reward whose logged mean held one value at every one of at least
+    FLAT_MIN_STEPS logged steps, and whose logged std (where TRL logged it) was 0 at every one: it gave every
+    completion the same score, so it told none from another and added nothing to any advantage.
+
+    >>> never_varied([{"step": s, "rewards/exact/mean": 0.0, "rewards/length/mean": s / 10} for s in range(1, 5)])
+    {'exact': 0.0}
+    """
+    found = {}
+    for name in reward_names(history):
+        _, means = series(history, f"rewards/{name}/mean")
+        _, stds = series(history, f"rewards/{name}/std")
+        if len(means) < FLAT_MIN_STEPS or max(means) - min(means) > 1e-9 * max(1.0, abs(means[0])):
+            continue
+        if stds and max(stds) > 1e-9:
+            continue
+        found[name] = means[0]
+    return found
+
+
 def _expand(panel: Panel, history: list[dict]) -> list[tuple[str, str]]:
     out = []
     for key, label in panel.series:
@@ -197,7 +221,12 @@ def flat_reasons(history: list[dict], args=None) -> dict[str, str]:
                                     if scheduler == "constant" else f"constant, {value:g} at every logged step")
         else:
             reasons[panel.title] = f"flat, {value:g} at every logged step"
+    for name, value in never_varied(history).items():  # one line of a panel whose other lines move
+        reasons[f"Reward `{name}`"] = (f"flat, {value:g} at every logged step: it scored every completion alike, so it "
+                                       "gave no gradient (see \"What the curves say\")")
     return reasons
+
+
 
 
 PLOTS_DIR, PLOT_FILE = "plots", "training.png"  # <run_dir>/plots/training.png
@@ -251,8 +280,12 @@ def figure(history: list[dict], title: str, args=None):
             ax.legend(fontsize="small")
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no "2.5" ticks
-        if panel.title in flat:
-            ax.text(0.5, 0.5, textwrap.fill(flat[panel.title], 44), transform=ax.transAxes, ha="center",
+        note = flat.get(panel.title)
+        if panel.title == "Reward" and note is None:  # a reward function flat among moving lines is named on the panel
+            note = "; ".join(f"{title.removeprefix('Reward ')} {why.split(':')[0]}" for title, why in flat.items()
+                             if title.startswith("Reward `")) or None
+        if note:
+            ax.text(0.5, 0.5, textwrap.fill(note, 44), transform=ax.transAxes, ha="center",
                     va="center", fontsize="small", bbox=dict(facecolor="white", alpha=0.85, edgecolor="0.7"))
     for ax in axes[len(drawn) :]:
         ax.set_visible(False)

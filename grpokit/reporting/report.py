@@ -6,13 +6,15 @@ completions from early and late in the run, side by side.
                  completions=completions_from_logs(trl_compat.last_generation_logs(trainer)))
 
 Completions come from the caller (TRL keeps the last generation batch, `trl_compat.last_generation_logs`) or, when
-the caller passes none, from what TRL 1.16 writes to disk with `log_completions=True`:
-`<output_dir>/completions/completions_<step:05d>.parquet`, one row per completion with columns
-`step, prompt, completion, <reward name>..., <extra column>..., advantage`.
+the caller passes none, from the run folder: first `report_record.json`, which a run stores there as it finishes
+(`store_record`), so a report drawn again later (`--plot`, `--eval`) shows what the run showed; else what TRL 1.16
+writes with `log_completions=True`: `<output_dir>/completions/completions_<step:05d>.parquet`, one row per completion
+with columns `step, prompt, completion, <reward name>..., <extra column>..., advantage`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -21,10 +23,11 @@ from pathlib import Path
 
 from grpokit import files
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
-from grpokit.reporting.verdict import diagnosis, heldout
+from grpokit.reporting.verdict import cut_short, diagnosis, heldout
 
 REPORT_FILE = "report.md"
 COMPLETIONS_DIR = "completions"  # where TRL 1.16 writes log_completions parquet files
+RECORD_FILE = "report_record.json"  # what a run's report shows beyond trainer_state.json, kept with the run
 TEXT_LIMIT = 400  # characters of a prompt or completion shown; the report is a glance, not a dump
 # (log key, label) for the final-figures table, in reading order; reward functions are inserted after "reward".
 FIGURES = (
@@ -139,6 +142,50 @@ def run_completions(trainer) -> list[dict]:
     return first + last
 
 
+def _plain(value):
+    """A completion row's value as JSON holds it: chat messages and numbers as they are, a non-finite number as
+    None, anything else (a numpy array, a tensor) as plain lists and numbers."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    return str(value)
+
+
+def store_record(run_dir: str | Path, rows: list[dict], resumed_at: int | None = None) -> list[dict]:
+    """Keep with the run what its report shows beyond trainer_state.json, in `<run_dir>/report_record.json`: the
+    sampled completions (`rows`) and the step the finishing session resumed at (None: it started at step 0). Every
+    later report of the run (`--plot`, `--eval`) shows them too. Returns the completions kept.
+
+    A resumed run adds its own completions: the earlier sessions' rows from before its first step stay, so "early"
+    is still the run's first logged step.
+    """
+    kept = [r for r in read_record(run_dir)["completions"] if rows and isinstance(r.get("step"), int)
+            and all(isinstance(n.get("step"), int) and r["step"] < n["step"] for n in rows)]
+    merged = kept + [_plain(dict(r)) for r in rows]
+    record = {"completions": merged, "resumed_at": resumed_at}
+    files.write_text(Path(run_dir) / RECORD_FILE, json.dumps(record, indent=1) + "\n", key="--plot", root=Path(run_dir))
+    return merged
+
+
+def read_record(run_dir: str | Path) -> dict:
+    """What `store_record` kept with the run: {"completions": rows, "resumed_at": step or None}; empty when the run
+    has no record (or a file there that is not one)."""
+    data, _ = files.try_json(Path(run_dir) / RECORD_FILE, dict)
+    data = data or {}
+    rows = data.get("completions") if isinstance(data.get("completions"), list) else []
+    resumed = data.get("resumed_at")
+    return {"completions": [r for r in rows if isinstance(r, dict) and "completion" in r
+                            and isinstance(r.get("rewards", {}), dict)],
+            "resumed_at": resumed if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed > 0 else None}
+
+
 def completions_from_disk(run_dir: str | Path, names: list[str] | None = None) -> list[dict]:
     """Rows of the first and the latest `completions/completions_*.parquet` TRL wrote, or [] when there is none.
 
@@ -201,16 +248,23 @@ def _figures(state: dict) -> list[str]:
     return lines if len(lines) > 2 else ["No training metrics were logged."]
 
 
-def _summary(state: dict) -> list[str]:
+def _summary(state: dict, resumed_at: int | None = None) -> list[str]:
+    """Steps done (of planned), logged points, time, epochs. `resumed_at`: the step the last session resumed at; the
+    trainer's runtime is that session's alone, and the steps it trained are said apart."""
     history = state["log_history"]
     done = state.get("global_step")
     planned = state.get("max_steps")
     logged = len(series(history, "loss")[0]) or len(series(history, "reward")[0])
     parts = [f"- Steps: {done if done is not None else '?'}" + (f" of {planned}" if planned else "")]
+    session = ""
+    if resumed_at is not None and isinstance(done, int) and done > resumed_at:
+        session = f"steps {resumed_at + 1}–{done}" if done - resumed_at > 1 else f"step {done}"
+        parts[0] += (f" (resumed at step {resumed_at}: the last session trained {done - resumed_at} of them, {session}; "
+                     f"the {resumed_at} before it ran in an earlier session)")
     parts.append(f"- Logged points: {logged}")
     runtime = next((e["train_runtime"] for e in reversed(history) if "train_runtime" in e), None)
     if runtime is not None:
-        parts.append(f"- Training time: {runtime:.1f} s")
+        parts.append(f"- Training time: {runtime:.1f} s" + (f" (the last session's, {session})" if session else ""))
     epoch = state.get("epoch")
     if epoch is not None:
         parts.append(f"- Epochs: {epoch:.3g}")
@@ -285,6 +339,10 @@ def eval_section(run_dir: Path) -> list[str]:
         base, final = (next((r for r in rows if r["label"] == k), None) for k in ("base model", "final"))
         if base and final:
             lines.append(f"| change | {final['pass@1'] - base['pass@1']:+.3f} | | | |")
+        short = cut_short(final.get("steps")) if final else None
+        if short:
+            lines.append(f"\n**This run is short**: {short}. The change from the base model is what "
+                         f"{final['steps']['trained']} steps did; train the rest (`--resume`) before judging the recipe.")
         if len({(r["prompts"], r["heldout"]) for r in rows}) > 1:
             lines.append("\nNote: these were scored on different held-out prompts; compare with care.")
         lines += ["", f"Measured by `--eval`: {rows[-1].get('measured') or ''}."]
@@ -310,8 +368,8 @@ def write_report(
     """Write `<run_dir>/report.md` and return its path.
 
     `completions`: rows with `prompt`, `completion` and `rewards` ({name: value}) and optionally
-    `reward` (total), `advantage`, `step` — see `completions_from_logs`. When None, the latest file TRL
-    wrote with `log_completions=True` is used, if any. `plots`: images to link, as `plot_run` returned
+    `reward` (total), `advantage`, `step` — see `completions_from_logs`. When None, those the run stored
+    (`store_record`), else the first and latest files TRL wrote with `log_completions=True`, if any. `plots`: images to link, as `plot_run` returned
     them; when None, `plot_run` draws them now, so the report never links stale or missing curves. `args`: the
     run's GRPOConfig, when known, so a flat curve is explained by construction. `compare`: other runs
 (`compare.load_runs`, this one first) drawn with this one into `plots/compare.png` and tabled.
@@ -321,14 +379,15 @@ def write_report(
     """
     run_dir = Path(run_dir)
     state_path, state = load_log_history(run_dir)
+    record = read_record(run_dir)
     plots = plot_run(run_dir, args=args) if plots is None else [Path(p) for p in plots]
     if completions is None:
-        completions = completions_from_disk(run_dir, reward_names(state["log_history"]) or None)
+        completions = record["completions"] or completions_from_disk(run_dir, reward_names(state["log_history"]) or None)
 
     lines = [f"# GRPO run report: {recipe_name}", "", f"Run directory: `{run_dir}`", ""]
     lines += ["## Recipe", ""]
     lines += [_fence("\n".join(explain_lines))] if explain_lines else ["(no explain summary given)"]
-    lines += ["", "## Final figures", ""] + _summary(state) + [""] + _figures(state)
+    lines += ["", "## Final figures", ""] + _summary(state, record["resumed_at"]) + [""] + _figures(state)
     lines += ["", f"Source: `{Path(os.path.relpath(state_path, run_dir)).as_posix()}`"]
     found = diagnosis(state["log_history"], heldout(run_dir)[0], run_dir)
     if found:

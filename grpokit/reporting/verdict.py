@@ -1,5 +1,6 @@
-"""What a run's curves and held-out figures say, in sentences: whether the learning signal held, how much of the run
-had no gradient, whether a reward fell from its best, and whether held-out pass@1 fell after a checkpoint.
+"""What a run's curves and held-out figures say, in sentences: whether the learning signal held (and from which
+rewards: one that never varied is named), whether unanimous groups mean a task solved or a collapse, how much of the
+run had no gradient, whether a reward fell from its best, and whether held-out pass@1 fell after a checkpoint.
 
     from grpokit.reporting.verdict import diagnosis, heldout
     lines = diagnosis(state["log_history"], heldout(Path("runs/arithmetic")))
@@ -21,7 +22,7 @@ import re
 from pathlib import Path
 
 from grpokit import files
-from grpokit.reporting.plots import reward_names, series
+from grpokit.reporting.plots import never_varied, reward_names, series
 from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE
 
 # A group "has no spread" when all its rewards are equal; a logged step "had no gradient" when (nearly) every group had
@@ -87,6 +88,23 @@ def collapse(history: list[dict]) -> dict | None:
             "reward": _mean(late) if late else None,
             "near_best": bool(late) and _mean(late) >= max(rewards) - 0.05 * (max(rewards) - min(rewards)),
             "entropy": (entropy[0], entropy[-1]) if entropy else None}
+
+
+def solved(history: list[dict], c: dict | None) -> bool:
+    """A collapse that is the task learnt: from the collapse step on, the mean reward and every logged reward function
+    stayed at their best (within 5% of the run's range), after rising to it. Unanimous groups there are all right,
+    not all wrong; a reward that never varied proves nothing, so a run with one is never called solved."""
+    if c is None or not c["near_best"] or never_varied(history):
+        return False
+    for key in ["reward"] + [f"rewards/{n}/mean" for n in reward_names(history)]:
+        steps, values = series(history, key)
+        tail = [v for s, v in zip(steps, values) if s >= c["from_step"]]
+        low, top = min(values, default=0.0), max(values, default=0.0)
+        if key == "reward" and (not tail or top - low <= 0 or values[0] >= top - 0.05 * (top - low)):
+            return False  # nothing rose: a run that started at its best learnt nothing
+        if tail and min(tail) < top - 0.05 * (top - low):
+            return False
+    return True
 
 
 def zero_spread(history: list[dict]) -> dict | None:
@@ -160,10 +178,28 @@ def heldout(run_dir: str | Path) -> tuple[list[dict], list[str]]:
             greedy = data["greedy"]
             rows.append({"label": label, "step": step, "file": rel, "pass@1": float(greedy["pass@1"]),
                          "passed": greedy.get("passed"), "prompts": data.get("prompts"), "heldout": data.get("heldout"),
-                         "reward": (greedy.get("rewards") or {}).get("reward"), "measured": data.get("measured")})
+                         "reward": (greedy.get("rewards") or {}).get("reward"), "measured": data.get("measured"),
+                         "steps": data.get("steps")})
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
             unread.append(rel)
     return rows, unread
+
+
+def cut_short(steps) -> str | None:
+    """The warning for figures of a run that trained fewer steps than it was to; None for a whole run, and for a
+    checkpoint (a point of the run, named by its step).
+
+    >>> cut_short({"trained": 5, "planned": 30})
+    'the run trained 5 of its 30 steps: these are the figures of a run cut short, not of the recipe'
+    >>> cut_short({"trained": 30, "planned": 30}) is None
+    True
+    """
+    if not isinstance(steps, dict):
+        return None
+    trained, planned = steps.get("trained"), steps.get("planned")
+    if steps.get("checkpoint") or not isinstance(trained, int) or not isinstance(planned, int) or trained >= planned:
+        return None
+    return f"the run trained {trained} of its {planned} steps: these are the figures of a run cut short, not of the recipe"
 
 
 def heldout_fall(rows: list[dict]) -> dict | None:
@@ -214,11 +250,65 @@ def _no_gradient(z: dict) -> str:
             f"the whole run {z['share']:.0%} of the groups had no spread.")
 
 
+def _names(names) -> str:
+    names = [f"`{n}`" for n in names]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _constant(history: list[dict]) -> list[str]:
+    """A paragraph naming each reward that never varied, and where the run's signal came from instead."""
+    flat = never_varied(history)
+    if not flat:
+        return []
+    moving = [n for n in reward_names(history) if n not in flat]
+    logged = len(series(history, f"rewards/{next(iter(flat))}/mean")[1])
+    values = "; ".join(f"`{n}` {_number(v)}" for n, v in flat.items())
+    text = (f"**{'Reward' if len(flat) == 1 else 'Rewards'} {_names(flat)} never varied**: "
+            f"{'it was' if len(flat) == 1 else 'they were'} the same at every one of {logged} logged steps ({values}), "
+            "for every completion, so no completion scored better than another on "
+            f"{'it' if len(flat) == 1 else 'them'} and {'it' if len(flat) == 1 else 'they'} gave no gradient.")
+    text += (f" All of the learning signal came from {_names(moving)}." if moving else
+             " No reward told completions apart: the run had no learning signal from its first step. It did not "
+             "collapse; it never started.")
+    return [text]
+
+
+def fix_constant(history: list[dict]) -> str | None:
+    """What to do about rewards that never varied, naming them; None when every reward varied."""
+    flat = never_varied(history)
+    if not flat:
+        return None
+    return (f"What to change: a reward that scores every completion alike teaches nothing. Read the sampled completions "
+            f"below against what {_names(flat)} pays for. If no completion comes close, the task is out of the model's "
+            "reach as set up: give partial credit (a shaped reward), easier prompts, more room to answer "
+            "(`trainer.max_completion_length`, when completions are truncated), a stronger model, or check the reward's "
+            "`args` and the data's gold column (`dataset.answer_column`). If every completion earns it already, it adds "
+            "nothing to learn from and can go.")
+
+
 def _signal(history: list[dict], z: dict) -> list[str]:
-    """The collapse, thin-signal or held verdict, with how much of the run had no gradient: one paragraph each."""
+    """The solved, collapse, thin-signal or held verdict, with how much of the run had no gradient: one paragraph
+    each. A run whose rewards never varied is said by `_constant` instead."""
+    flat = never_varied(history)
+    if flat and len(flat) == len(reward_names(history)):
+        return [_no_gradient(z)]
     c = collapse(history)
     tail = (f"over the last {z['tail_steps']} logged steps ({_span(*z['tail'])}) {z['tail_share']:.0%} of the groups "
             "on average had rewards without spread")
+    if solved(history, c):
+        first = windows(history)[0] if len(series(history, "reward")[1]) >= 2 * COLLAPSE_MIN_STEPS else None
+        rose = f" from {_number(first[2])} ({_span(first[0], first[1])})" if first else ""
+        when = ("every one" if c["unanimous"] == c["steps"] else f"{c['unanimous']}")
+        text = (f"**The task is solved from step {c['from_step']} on**: the mean reward rose{rose} to "
+                f"{_number(c['reward'])}, the best of the run, and held there; at {when} of the {c['steps']} logged "
+                "steps since, every group's completions earned the same reward (`frac_reward_zero_std` = 1). That is "
+                "a task learnt, not a collapse (a collapse leaves the groups unanimous below the run's best): with no "
+                "spread left there is no gradient, so those steps trained nothing.")
+        if c["entropy"]:
+            first_e, last_e = c["entropy"]
+            text += f" Entropy fell from {first_e:.2f} to {last_e:.2f} nats per token"
+            text += ": the policy writes (nearly) the same completion every time." if last_e < 0.1 * first_e else "."
+        return [text, _no_gradient(z)]
     if c is not None:
         when = ("at every one" if c["unanimous"] == c["steps"] else f"at {c['unanimous']}")
         text = (f"**The run collapsed at step {c['from_step']}.** From there to the end, {when} of {c['steps']} logged "
@@ -238,6 +328,10 @@ def _signal(history: list[dict], z: dict) -> list[str]:
     if z["tail_share"] >= THIN:
         lines = [f"**The learning signal was thin**: {tail} (those give no gradient), and at {z['tail_dead']} of "
                  f"those {z['tail_steps']} steps every group had none. " + _no_gradient(z)]
+    elif flat:  # the spread came from the other rewards alone: not the signal a reader means by "held"
+        moving = [n for n in reward_names(history) if n not in flat]
+        lines = [f"**The learning signal came only from {_names(moving)}**: {tail} (those give no gradient; the others "
+                 "do). " + _no_gradient(z)]
     else:
         lines = [f"The learning signal held: {tail} (those give no gradient; the others do). " + _no_gradient(z)]
     step, share = z["last"]
@@ -286,6 +380,8 @@ FIX_THIN = ("What to change: more prompts per step, so fewer steps go without an
             "chance of spread: a larger `trainer.per_device_train_batch_size` or `trainer.gradient_accumulation_steps` "
             "at the same `trainer.num_generations`); DAPO's dynamic sampling (`sampling.dynamic: true`), which replaces "
             "groups without spread by fresh prompts; a higher `trainer.temperature`.")
+FIX_SOLVED = ("What to change: nothing is wrong. The steps after step {step} trained nothing: `trainer.max_steps: {step}` "
+              "saves that time; for more to learn, a harder task (harder prompts, a stricter reward).")
 FIX_FALL = ("To keep the best model: save checkpoints often enough to hold it (`trainer.save_steps`), score them with "
             "`python launch.py --recipe ... --eval RUN_DIR/checkpoint-N`, and stop near it (`trainer.max_steps`); a "
             "lower `trainer.learning_rate` makes a fall less likely.")
@@ -297,9 +393,17 @@ def diagnosis(history: list[dict], evals: list[dict] | None = None, run_dir: str
     best, and what to change. [] when nothing was logged to judge."""
     z = zero_spread(history)
     falls = _falls(history)
-    paragraphs = heldout_lines(evals or [], run_dir) + (_signal(history, z) if z is not None else [])
+    flat = never_varied(history)
+    silent = bool(flat) and len(flat) == len(reward_names(history))  # no reward ever told completions apart
+    paragraphs = heldout_lines(evals or [], run_dir) + _constant(history) + (_signal(history, z) if z is not None else [])
     paragraphs += ([] if fall_from_best(history) else _course(history)) + falls
-    if z is not None and collapse(history) is not None:
+    if flat:
+        paragraphs.append(fix_constant(history))
+    if silent:
+        pass  # not a collapse nor a thin signal: nothing ever varied, and fix_constant said what to do
+    elif z is not None and solved(history, collapse(history)):
+        paragraphs.append(FIX_SOLVED.format(step=collapse(history)["from_step"]))
+    elif z is not None and collapse(history) is not None:
         paragraphs.append(FIX_COLLAPSE)
     elif z is not None and z["tail_share"] >= THIN:
         paragraphs.append(FIX_THIN)

@@ -112,6 +112,8 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     if request.resume is not None and already_finished(recipe, output_dir, request, lock):
         return None
     checkpoint = rundir.resolve_resume(request.resume, output_dir, recipe_path)
+    # the step the checkpoint holds: what this session trains is counted from it, not from 0
+    resumed_at = (rundir.read_state(Path(checkpoint) / rundir.STATE_FILE)[0] or {}).get("global_step") if checkpoint else None
     prep = prepare(recipe, mode="train")
     say(f"building model: {recipe.model['name_or_path']} ({resolved_dtype(recipe.model)}, quantization {recipe.model['quantization']}, "
         + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
@@ -129,8 +131,8 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     trainer = make_trainer(prep, model)
     from grpokit.lifecycle import SaveFailed, StopOnSignal, Stopped, signal_name
 
-    say(f"training: {prep.args.max_steps if prep.args.max_steps > 0 else prep.args.num_train_epochs} "
-        f"{'steps' if prep.args.max_steps > 0 else 'epochs'} -> {output_dir}" + (f" (resuming {checkpoint})" if checkpoint else ""))
+    say(f"training: {planned(prep.args.max_steps, prep.args.num_train_epochs, resumed_at)} -> {output_dir}"
+        + (f" (resuming {checkpoint})" if checkpoint else ""))
     with StopOnSignal() as stop:
         safe = add_run_callbacks(trainer, stop)
         safe.on_saving = lock.claim_writing  # a checkpoint is grpokit's from before its first byte ...
@@ -153,11 +155,36 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
             raise SaveFailed("the final model", output_dir, err) from err
         lock.record()  # the final save is whole: its files are the run's by record, no longer by the pending window
         if is_main_process():
-            write_model_card(recipe, output_dir, trainer.state.global_step)
-            finish_run(output_dir, recipe, prep.args, trainer)
+            if resumed_at:
+                say(trained_in_session(resumed_at, trainer.state.global_step))
+            write_model_card(recipe, output_dir, trainer.state.global_step, resumed_at)
+            finish_run(output_dir, recipe, prep.args, trainer, resumed_at=resumed_at)
         if stop.signum is not None:
             say(f"{signal_name(stop.signum)} came as the run finished: its final save and report were completed first")
     return trainer
+
+
+def planned(max_steps: int, epochs: float, resumed_at: int | None) -> str:
+    """What a session is about to train, counted from the step it resumes at.
+
+    >>> planned(30, 3.0, None), planned(30, 3.0, 9), planned(-1, 3.0, None)
+    ('30 steps', 'steps 10-30 of 30 (21 steps, resumed at step 9)', '3.0 epochs')
+    """
+    if max_steps <= 0:
+        return f"{epochs} epochs"
+    if not resumed_at:
+        return f"{max_steps} steps"
+    return f"steps {resumed_at + 1}-{max_steps} of {max_steps} ({max_steps - resumed_at} steps, resumed at step {resumed_at})"
+
+
+def trained_in_session(resumed_at: int, global_step: int) -> str:
+    """What a resumed session trained, said after the trainer's own summary (which counts from step 0).
+
+    >>> trained_in_session(9, 30)
+    'this session trained 21 steps (10-30), resumed at step 9; the run has trained 30 in all'
+    """
+    return (f"this session trained {global_step - resumed_at} steps ({resumed_at + 1}-{global_step}), resumed at step "
+            f"{resumed_at}; the run has trained {global_step} in all")
 
 
 def add_run_callbacks(trainer, stop):

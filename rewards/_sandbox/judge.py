@@ -50,16 +50,16 @@ import signal
 import sys
 
 from rewards._sandbox.link import Peer
-from rewards._sandbox.values import BadValue, Handle, decode, refill, stand_in
+from rewards._sandbox.values import BadValue, Handle, refill, stand_in
 
-# Standard library modules whose objects this side imports itself where the code's global is one of them: modules
-# of values and pure functions, none of which runs code it is handed as text. Anything else the code binds stays the
-# code's (a CodeValue). The first group is also what a test means by those names, whatever the code binds to them
-# (`math.isclose` in a test is never the code's `math`).
+# A test's `math`, `re`, `collections`, ... is this side's own import whatever the code binds to the name.
 _MODULES = {"math", "cmath", "collections", "itertools", "functools", "operator", "string", "re", "fractions",
             "decimal", "heapq", "statistics", "datetime", "bisect"}
-_LIBRARY = _MODULES | {"numbers", "array", "copy", "json", "textwrap", "unicodedata", "random", "time", "calendar",
-                       "enum", "dataclasses"}
+# Modules whose objects (and which modules themselves) this side imports itself where a global of the code's names
+# one: modules of values and pure functions, none of which runs code or reaches an object's attributes by a name it
+# is handed (so not `operator`, with its attrgetter and methodcaller). Anything else stays the code's (a CodeValue).
+_LIBRARY = (_MODULES - {"operator"}) | {"numbers", "array", "copy", "json", "textwrap", "unicodedata", "random", "time",
+                                        "calendar"}
 _MARGIN_S = 0.25  # a test's time here: the code's share (time_s) plus this, so that the code's timer fires first
 
 
@@ -174,7 +174,7 @@ class Link(Peer):
             name, how, payload = entry
             try:
                 namespace[name] = self.library(how, payload) if how in ("module", "library") else \
-                    decode(payload, self.classes) if how == "value" and type(payload) is bytes else \
+                    self.decoder.decode(payload) if how == "value" and type(payload) is bytes else \
                     self.exception_class(payload) if how == "exception" else None
             except (BadValue, ImportError, AttributeError, TypeError, ValueError, RecursionError, MemoryError):
                 namespace.pop(name, None)

@@ -165,7 +165,7 @@ class Link(Peer):
         """The code's globals that the test may use: those neither the setup, the tests so far nor the builtins bound,
         nor a module of `_MODULES` that a test names (this side's own import)."""
         for module in _MODULES:
-            if module not in namespace and any(module in test for test in tests):
+            if module not in namespace and any(_mentions(test, module) for test in tests):
                 namespace[module] = __import__(module)
         for entry in names:
             if not (type(entry) is tuple and len(entry) == 3 and type(entry[0]) is str) or entry[0] in namespace \
@@ -180,7 +180,7 @@ class Link(Peer):
                 namespace.pop(name, None)
             if namespace.get(name) is None and how != "value":
                 namespace[name] = CodeValue(self, Handle(None, name, name))
-            elif how == "value" and name in namespace and any(name in test for test in tests):
+            elif how == "value" and name in namespace and any(_mentions(test, name) for test in tests):
                 self.watched[name] = namespace[name]
         self.namespace = namespace
         if self.watched:  # a test reads them: the code's process sends their new state with every answer
@@ -230,6 +230,18 @@ class Link(Peer):
         if type(value) is not kind or kind is int and value < 0:
             raise TypeError(f"the code's {op} gave a {type(value).__name__}, not a {kind.__name__}")
         return value
+
+
+def _mentions(text: str, name: str) -> bool:
+    """Does `name` occur in `text` as a whole word (`re` in `re.match`, not in `assert`)? An over-estimate is safe."""
+    start = text.find(name)
+    while start >= 0:
+        end = start + len(name)
+        if not (start and (text[start - 1].isalnum() or text[start - 1] == "_")) and \
+                not (end < len(text) and (text[end].isalnum() or text[end] == "_")):
+            return True
+        start = text.find(name, end)
+    return False
 
 
 def _name_of(target: CodeValue) -> str:

@@ -435,3 +435,11 @@ def test_a_test_looping_past_any_bound_fails_alone_and_never_raises_out_of_the_r
 
     tests = ["for i in range(100000000000000000000):\n    assert f(i) == i", "assert f(3) == 3"]
     assert CodeTests(timeout=0.5)(completions=["def f(x):\n    return x"], tests=[tests]) == [0.5]
+
+
+def test_what_the_code_prints_during_a_call_is_what_the_test_captures():
+    code = "def hello(name):\n    print('hi', name)\n    return len(name)\n"
+    tests = ["import io, contextlib\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    n = hello('bo')\n"
+             "assert buf.getvalue() == 'hi bo\\n' and n == 2",
+             "import io, contextlib\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    hello('x')\nassert buf.getvalue() == 'bye\\n'"]
+    assert run(code, tests, limits=FAST).passed == python_verdicts(code, tests) == [True, False]

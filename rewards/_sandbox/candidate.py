@@ -107,6 +107,7 @@ class Server(Peer):
 
     def __init__(self, job: dict, pipe):
         self.time_s, self.left, self.depth, self.watched = job["time_s"], {}, 0, []
+        self.capture_limit = job["output_kb"] * 1024  # what one request may print (the job's whole output cap)
         self.namespace = {"__name__": "__main__", "__builtins__": builtins}
         signal.signal(signal.SIGALRM, _raise_timeout)
         for source in job["setup_code"]:  # each on its own: one that fails here (it needed a setup value) is skipped
@@ -149,6 +150,14 @@ class Server(Peer):
             return None
         return super().run(op, target, a, b)
 
+    def capture(self):
+        previous, sys.stdout = sys.stdout, _Captured(self.capture_limit)
+        return previous
+
+    def captured(self, previous) -> str:
+        mine, sys.stdout = sys.stdout, previous
+        return mine.text() if type(mine) is _Captured else ""
+
     def fresh(self) -> list:
         return [(name, self.namespace[name]) for name in self.watched if name in self.namespace]
 
@@ -186,6 +195,29 @@ class Server(Peer):
             except (EOFError, OSError):
                 return
             self.pipe.send(self.answer(request))
+
+
+class _Captured:
+    """sys.stdout during a request: what the code prints, up to `limit` characters (the rest is dropped)."""
+
+    def __init__(self, limit: int):
+        self.parts, self.left = [], limit
+
+    def write(self, text) -> int:
+        text = str(text)
+        if self.left > 0:
+            self.parts.append(text[:self.left])
+            self.left -= len(self.parts[-1])
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def text(self) -> str:
+        return "".join(self.parts)
 
 
 def _describe(value) -> tuple:

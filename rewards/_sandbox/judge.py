@@ -21,8 +21,9 @@ with its args, as the setup's own class or as a stand-in of its own class's name
 type (so `except ValueError` and `except TheirError` in a test work; the code's exception classes are such stand-ins
 here too). An
 argument the code changed in place (`f(xs)` sorting `xs`) is changed here too, and a result that is an argument is
-that object. What a test passes that is not data -- a lambda, a function of the setup's, a generator -- is lent:
-the code's calls on it run here, on the code's data, and reach no underscore attribute.
+that object; what the call printed is printed here (`contextlib.redirect_stdout` in a test captures it). What a
+test passes that is not data -- a lambda, a function of the setup's, a generator -- is lent: the code's calls on it
+run here, on the code's data, and reach no underscore attribute.
 
 So every verdict is computed here, by the test's own statements: the code chooses what its functions return, never
 how the test reads it. What crosses keeps what a test can observe: a Counter stays a Counter (its `type`, `str`,

@@ -5,8 +5,9 @@ read an attribute of its object, take an item, and so on; while it waits, the co
 an object the judge lent it -- a test's function passed as an argument (`apply(lambda x: x * 2, 3)`), a test's
 generator -- and the judge answers before it goes on waiting. Each side keeps the objects it sent by reference
 (numbered handles, rewards/_sandbox/values.py) and makes a proxy for each the other side sent. A message is
-`("?", seq, label, op, target, a, b)` (a request; `label`: the test it belongs to) or `("!", seq, kind, ...)`
-(its answer: "ok" with the result, the arguments' new state and that of the globals the other side watches,
+`("?", seq, label, op, target, a, b)` (a request; `label`: the test it belongs to) or `("!", seq, printed, kind,
+...)` (its answer, with what the request printed: "ok" with the result, the arguments' new state and that of the
+globals the other side watches,
 "raise" with the exception's nearest builtin type, the setup's class, its own class's name and its args,
 "timeout", "unsendable").
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sys
 # This file's own references, taken when it is loaded (before any graded code runs, which may rebind the builtins).
 from builtins import (BaseException, EOFError, Exception, OSError, TypeError, ValueError, bool, bytearray, bytes, dict,
                       enumerate, getattr, id, int, isinstance, issubclass, iter, len, list, next, set, str, tuple, type)
@@ -154,7 +156,7 @@ class Peer:
             self.pipe.send(request)
             while True:
                 message = self.decoder.decode(self.pipe.receive())
-                if not (type(message) is tuple and len(message) >= 3):
+                if not (type(message) is tuple and len(message) >= 4):
                     raise BadValue("not a message")
                 if message[0] == "?":
                     self.pipe.send(self.answer(message))
@@ -162,7 +164,12 @@ class Peer:
                     break  # an earlier request's late answer (its test ran out of time) is skipped
         except (BadValue, EOFError, OSError) as err:
             raise Broken(f"{type(err).__name__}: {err}") from None
-        return self.outcome(message[2:], op, a, b)
+        if type(message[2]) is str and message[2]:  # what the request printed there, printed here
+            try:
+                sys.stdout.write(message[2])
+            except Exception:  # noqa: BLE001 - a test's own stdout that refuses it
+                pass
+        return self.outcome(message[3:], op, a, b)
 
     def outcome(self, answer: tuple, op: str, a, b):
         kind = answer[0]
@@ -229,18 +236,30 @@ class Peer:
             if op not in OPS or op == "call" and not (type(a) is tuple and type(b) is dict):
                 raise BadValue(f"no such request: {op!r}")
         except (BadValue, ValueError, TypeError) as err:  # an argument this side cannot rebuild (no such class)
-            return encode(("!", -1, "unsendable", f"a request: {str(err)[:100]}"))
-        ok, result = self.guarded(str(label), lambda: self.run(op, target, a, b))
+            return encode(("!", -1, "", "unsendable", f"a request: {str(err)[:100]}"))
+        captured = self.capture()
+        try:
+            ok, result = self.guarded(str(label), lambda: self.run(op, target, a, b))
+        finally:
+            printed = self.captured(captured)
         if ok:
             changed = [(k, arg) for k, arg in [*enumerate(a), *b.items()] if _mutable(arg, self.encoder.classes)] \
                 if op == "call" else []
             try:
-                return self.encoder.encode(("!", seq, "ok", result, changed, self.fresh()))
+                return self.encoder.encode(("!", seq, printed, "ok", result, changed, self.fresh()))
             except BaseException as err:  # noqa: BLE001 - too big to send, or an object's own misbehaviour
-                return encode(("!", seq, "unsendable", f"{type(err).__name__}: {_text(err)}"))
+                return encode(("!", seq, printed, "unsendable", f"{type(err).__name__}: {_text(err)}"))
         if self.timed_out(result):
-            return encode(("!", seq, "timeout"))
-        return encode(("!", seq, "raise", *_exception(result, self.encoder.classes)))
+            return encode(("!", seq, printed, "timeout"))
+        return encode(("!", seq, printed, "raise", *_exception(result, self.encoder.classes)))
+
+    def capture(self):
+        """Start collecting what a request prints here (it is printed on the asking side, where a test may be
+        capturing its output); returns what `captured` needs to stop."""
+        return None
+
+    def captured(self, token) -> str:
+        return ""
 
     def guarded(self, label: str, run) -> tuple:
         """(True, run()) or (False, the exception it raised) for the exceptions this side answers with."""

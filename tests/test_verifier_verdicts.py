@@ -392,8 +392,9 @@ def test_the_codes_plain_globals_identity_and_isinstance_read_as_in_python():
             "        self.s = s\n    def area(self):\n        return self.s ** 2\n")
     tests = ["assert K == 3", "a = []\nassert f(a) is a and a == [1]", "p = pair([])\np[0].append(2)\nassert p[1] == [2]",
              "sq = Square(3)\nassert sq.area() == 9 and isinstance(sq, Shape) and sq.s == 3",
-             "assert not isinstance(Shape(), Square)", "assert list(map(len, pair('ab'))) == [2, 2]"]
-    assert run(code, tests, limits=FAST).passed == python_verdicts(code, tests) == [True] * 6
+             "assert not isinstance(Shape(), Square)", "assert list(map(len, pair('ab'))) == [2, 2]",
+             "assert type(Square(1)).__name__ == 'Square'"]
+    assert run(code, tests, limits=FAST).passed == python_verdicts(code, tests) == [True] * 7
 
 
 def test_a_global_of_the_codes_that_a_test_reads_is_as_the_codes_last_answer_left_it():

@@ -134,7 +134,7 @@ class Link(Peer):
         self.namespace, self.watched = {}, {}  # the tests' namespace; {name: the value bound} of the code's plain globals
 
     def handle_of(self, x) -> Handle | None:
-        if type(x) is CodeValue:
+        if isinstance(x, CodeValue):
             return object.__getattribute__(x, "_handle")
         name = getattr(x, "__name__", None)
         if isinstance(name, str) and getattr(builtins, name, None) is x:
@@ -145,7 +145,7 @@ class Link(Peer):
         return not isinstance(x, type(sys)) and not isinstance(x, type)
 
     def proxy(self, handle: Handle) -> CodeValue:
-        return CodeValue(self, handle)
+        return _kind(handle.kind)(self, handle)
 
     def run(self, op: str, target, a, b):
         if op == "getattr" and not (type(a) is str and a.isidentifier() and not a.startswith("_")):
@@ -231,6 +231,21 @@ class Link(Peer):
         if type(value) is not kind or kind is int and value < 0:
             raise TypeError(f"the code's {op} gave a {type(value).__name__}, not a {kind.__name__}")
         return value
+
+
+_KINDS: dict = {}
+
+
+def _kind(name: str) -> type:
+    """A CodeValue subclass named as the code's class is (`type(s).__name__ == 'Stack'` holds), one per name; none of
+    the code's methods."""
+    if not (type(name) is str and name.isidentifier() and len(name) <= 100):
+        return CodeValue
+    if name not in _KINDS:
+        if len(_KINDS) > 256:
+            return CodeValue
+        _KINDS[name] = type(name, (CodeValue,), {"__slots__": (), "__module__": "__main__", "__qualname__": name})
+    return _KINDS[name]
 
 
 def _mentions(text: str, name: str) -> bool:

@@ -3,7 +3,8 @@
 This process (the sandbox's "code runner", rewards/_sandbox/child.py) holds the completion's code, the setup's
 imports and class definitions (`setup_for_code`: what the code may need to build and take the setup's objects),
 and nothing else of the sample: not the tests, not the setup's values or functions, not the results pipe or its
-nonce. The trusted side (rewards/_sandbox/judge.py, another process) sends requests as plain data (rewards/_sandbox/values.py):
+nonce. The trusted side (rewards/_sandbox/judge.py, another process) sends requests as plain data
+(rewards/_sandbox/values.py):
 call this global or held object with these arguments, read this attribute, take the next item, its truth, its
 length, an item. Each answer is plain data too -- the result, the arguments' new state (so a change made in place
 reaches the test's own objects), or the exception raised (as its nearest builtin type, or the setup's class, with
@@ -114,7 +115,8 @@ class Server(Peer):
             self.guarded("<setup>", lambda s=source: exec(compile(s, "<setup>", "exec"), self.namespace))
         classes = {k: v for k, v in self.namespace.items() if isinstance(v, type) and v.__module__ == "__main__"}
         super().__init__(pipe, classes)
-        self.loaded = self.guarded("<completion>", lambda: exec(compile(job["code"], "<completion>", "exec"), self.namespace))[0]
+        code, namespace = job["code"], self.namespace
+        self.loaded = self.guarded("<completion>", lambda: exec(compile(code, "<completion>", "exec"), namespace))[0]
 
     def guarded(self, label: str, run) -> tuple:
         """(True, run()) or (False, the exception), within what is left of `label`'s time (the outermost request

@@ -470,7 +470,7 @@ def _runner_main(job: dict, fds: tuple, layers: list, uid: int, gid: int, judge:
             report = _reporter(out, secret, job)
             report("iso", ",".join(layers + dropped + ["nomemfd"]))
             pipe = _link.Pipe(from_code, to_code)
-            pipe.send(b"go")  # the code runs only once the layers are reported: killing this process then fails tests, not the job
+            pipe.send(b"go")  # the code runs once the layers are reported: killing this process fails tests, not the job
             _judge.judge(job, pipe, report)
         else:
             pipe = _link.Pipe(*fds)
@@ -574,7 +574,7 @@ def main() -> None:
 
 def _load_sides():
     """The two sides' modules, as modules of empty `rewards` and `rewards._sandbox` packages (their __init__s, the
-    trainer's reward registry and this package's face, are not run): loaded here, before the new root hides their files."""
+    trainer's reward registry and this package's face, are not run): loaded here, before the new root hides them."""
     here = os.path.dirname(os.path.abspath(__file__))
     for name, path in (("rewards", os.path.dirname(here)), ("rewards._sandbox", here)):
         package = type(sys)(name)

@@ -83,12 +83,13 @@ namespace nor a uid drop (not root, no user namespaces), refuses to run: a candi
 trainer. Where the kernel grants namespaces but a step of the new root fails, the job raises
 `SandboxError` rather than run on a half-built root. Measured with `Limits(namespaces=False)` as root:
 time, CPU, memory, process count, output, `os._exit`, memfd, forged result lines and the environment
-secret still hold; the network is reachable, System V shared memory is not bounded (no ipc namespace), every
-world-readable file can be read, world-writable folders (/var/tmp, /dev/shm) can be written to
-(measured; so their files can be deleted), a `kill(-1)` can reach other candidates running at the
-same time (same uid) and its own judge (whose unreported tests then fail), a process that calls `setsid` and sleeps can outlive its job where there is no
-cgroup (no CPU; its memory and files stay capped; with the cgroup it is killed when the job ends),
-and a python that `nobody` cannot read leaves only preloaded modules importable ("stdlib-unreadable").
+secret still hold; the network is reachable, System V shared memory is not bounded (no ipc namespace),
+every world-readable file can be read, world-writable folders (/var/tmp, /dev/shm) can be written to
+(measured; so their files can be deleted), a `kill(-1)` can reach other candidates running at the same
+time (same uid) and its own judge (whose unreported tests then fail), a process that calls `setsid` and
+sleeps can outlive its job where there is no cgroup (no CPU; its memory and files stay capped; with the
+cgroup it is killed when the job ends), and a python that `nobody` cannot read leaves only preloaded
+modules importable ("stdlib-unreadable").
 
 Who decides: not the code. The sandbox holds two processes (rewards/_sandbox/child.py): the judge runs the
 setup and every statement of every test and reports each verdict; the code runner runs the completion's code

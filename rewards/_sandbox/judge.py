@@ -112,9 +112,9 @@ class CodeValue:
 
     def _refuse(self, *args):
         handle = object.__getattribute__(self, "_handle")
-        raise TypeError(f"a {handle.kind or handle.name} (an object of a class the code defines, or of its making) cannot "
-                        "be compared, hashed, printed or computed with by the test: its own methods would decide; "
-                        "use its methods and attributes")
+        raise TypeError(f"a {handle.kind or handle.name} (an object of a class the code defines, or of its making) "
+                        "cannot be compared, hashed, printed or computed with by the test: its own methods would "
+                        "decide; use its methods and attributes")
 
 
 for _name in ("eq ne lt le gt ge hash contains str repr format add radd sub rsub mul rmul truediv rtruediv floordiv "
@@ -131,7 +131,7 @@ class Link(Peer):
     def __init__(self, pipe, classes: dict):
         super().__init__(pipe, classes)
         self.calls = []  # what the current test asked the code, for its failure note
-        self.namespace, self.watched = {}, {}  # the tests' namespace; {name: the value bound} of the code's plain globals
+        self.namespace, self.watched = {}, {}  # the tests' namespace; {name: value bound} of the code's plain globals
 
     def handle_of(self, x) -> Handle | None:
         if isinstance(x, CodeValue):
@@ -202,7 +202,8 @@ class Link(Peer):
         of its methods (what `except TheirError` in a test catches; the code's exceptions of it arrive as it)."""
         name, base = payload if type(payload) is tuple and len(payload) == 2 else ("", "")
         base = getattr(builtins, base, None) if type(base) is str else None
-        if not (type(name) is str and name.isidentifier() and isinstance(base, type) and issubclass(base, BaseException)):
+        exception = isinstance(base, type) and issubclass(base, BaseException)
+        if not (type(name) is str and name.isidentifier() and exception):
             return None
         return stand_in(name, base) if name != base.__name__ else base
 
@@ -293,7 +294,8 @@ def judge(job: dict, pipe, report) -> None:
             report("fail", i, b"the setup or the code did not load")
             continue
         link.label, link.calls = i, []
-        passed, err = _timed(time_s + _MARGIN_S, lambda: exec(compile(test, f"<test {i}>", "exec"), namespace), f"<test {i}>")
+        label = f"<test {i}>"
+        passed, err = _timed(time_s + _MARGIN_S, lambda: exec(compile(test, label, "exec"), namespace), label)
         if passed:
             report("pass", i)
         else:

@@ -1,15 +1,14 @@
 """The link between code_tests' two processes: requests and answers, as plain data, in both directions.
 
-The judge (rewards/_sandbox/judge.py) asks the code's process (rewards/_sandbox/candidate.py) to call a function of the code's,
-read an attribute of its object, take an item, and so on; while it waits, the code's process may ask back about
-an object the judge lent it -- a test's function passed as an argument (`apply(lambda x: x * 2, 3)`), a test's
-generator -- and the judge answers before it goes on waiting. Each side keeps the objects it sent by reference
-(numbered handles, rewards/_sandbox/values.py) and makes a proxy for each the other side sent. A message is
-`("?", seq, label, op, target, a, b)` (a request; `label`: the test it belongs to) or `("!", seq, printed, kind,
+The judge (rewards/_sandbox/judge.py) asks the code's process (rewards/_sandbox/candidate.py) to call a function of
+the code's, read an attribute of its object, take an item, and so on; while it waits, the code's process may ask
+back about an object the judge lent it -- a test's function passed as an argument (`apply(lambda x: x * 2, 3)`), a
+test's generator -- and the judge answers before it goes on waiting. Each side keeps the objects it sent by
+reference (numbered handles, rewards/_sandbox/values.py) and makes a proxy for each the other side sent. A message
+is `("?", seq, label, op, target, a, b)` (a request; `label`: the test it belongs to) or `("!", seq, printed, kind,
 ...)` (its answer, with what the request printed: "ok" with the result, the arguments' new state and that of the
-globals the other side watches,
-"raise" with the exception's nearest builtin type, the setup's class, its own class's name and its args,
-"timeout", "unsendable").
+globals the other side watches, "raise" with the exception's nearest builtin type, the setup's class, its own
+class's name and its args, "timeout", "unsendable").
 """
 
 from __future__ import annotations
@@ -181,7 +180,8 @@ class Peer:
             for change in answer[2]:  # the arguments' new state: the test's own objects change too
                 if type(change) is tuple and len(change) == 2:
                     key, new = change
-                    mine = a[key] if type(key) is int and 0 <= key < len(a) else b.get(key) if type(key) is str else None
+                    mine = a[key] if type(key) is int and 0 <= key < len(a) else \
+                        b.get(key) if type(key) is str else None
                     if mine is not None and refill(mine, new) and result is new:
                         result = mine  # a result that is one of the arguments is that object
             return result
@@ -298,7 +298,7 @@ _IMMUTABLE_BASES = (int, float, complex, str, bytes, tuple, frozenset)
 def _mutable(arg, classes: dict) -> bool:
     """Is `arg` an object a call may change in place, whose new state goes back with the answer?"""
     kind = type(arg)
-    return isinstance(arg, (list, dict, set, bytearray)) or (kind in classes and not issubclass(kind, _IMMUTABLE_BASES)) \
+    return isinstance(arg, (list, dict, set, bytearray)) or kind in classes and not issubclass(kind, _IMMUTABLE_BASES) \
         or kind.__name__ == "deque" and kind.__module__ == "collections"
 
 

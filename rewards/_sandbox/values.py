@@ -1,8 +1,8 @@
 """Values crossing between code_tests' two sides as plain data: encoded by one process, decoded strictly by the other.
 
-The trusted side (rewards/_sandbox/judge.py) and the graded code's side (rewards/_sandbox/candidate.py) run in different processes
-and exchange only these bytes: no pickle, marshal or eval, nothing in them runs code when decoded. Each value is
-one tagged item:
+The trusted side (rewards/_sandbox/judge.py) and the graded code's side (rewards/_sandbox/candidate.py) run in
+different processes and exchange only these bytes: no pickle, marshal or eval, nothing in them runs code when
+decoded. Each value is one tagged item:
 
     N  T  F                          None, True, False
     i<hex>;                          int (hex: no decimal digit limit applies)
@@ -83,7 +83,8 @@ def _kind_of(kind: type) -> str | None:
     if entry is None:
         return None
     if kind.__module__ == "builtins":
-        return entry if kind is type({}.keys()) or kind is type({}.values()) or kind is type({}.items()) or kind is range else None
+        views = (type({}.keys()), type({}.values()), type({}.items()), range)
+        return entry if any(kind is view for view in views) else None
     return entry if _loaded(kind.__module__, kind.__name__) is kind else None
 
 
@@ -391,7 +392,10 @@ class Decoder:
             body = self.value(depth + 1, keep=False)
             if type(body) is not (list if kind == "deque" else dict):
                 raise BadValue(f"{kind} body")
-            made.extend(body) if kind == "deque" else made.update(body) if kind == "OrderedDict" else dict.update(made, body)
+            if kind == "deque":
+                made.extend(body)
+            else:  # an OrderedDict keeps its order outside the dict: its own update; the others are plain dicts
+                made.update(body) if kind == "OrderedDict" else dict.update(made, body)
             return made
         if kind == "Fraction":
             from fractions import Fraction

@@ -444,3 +444,9 @@ def test_what_the_code_prints_during_a_call_is_what_the_test_captures():
              "assert buf.getvalue() == 'hi bo\\n' and n == 2",
              "import io, contextlib\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    hello('x')\nassert buf.getvalue() == 'bye\\n'"]
     assert run(code, tests, limits=FAST).passed == python_verdicts(code, tests) == [True, False]
+
+
+def test_large_globals_of_the_codes_do_not_stop_it_loading():
+    # Each table is within one value's caps; together they pass the load report's size: the rest go by reference.
+    code = "A = list(range(60000))\nB = list(range(60000))\nC = list(range(60000))\ndef f():\n    return 1\n"
+    assert run(code, ["assert f() == 1", "assert len(C) == 60000 and C[5] == 5"], limits=FAST).passed == [True, True]

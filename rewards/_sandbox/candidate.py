@@ -28,7 +28,7 @@ import signal
 import sys
 
 from rewards._sandbox.link import Peer, _text, builtin_base
-from rewards._sandbox.values import BadValue, Handle, encode
+from rewards._sandbox.values import MAX_BYTES, BadValue, Handle, encode
 
 
 
@@ -182,11 +182,16 @@ class Server(Peer):
     def names(self) -> list:
         """(name, how, payload) for each global the code's run left: a plain value (its bytes), a standard library
         module or object (its module and name, which the judge imports itself if it may), or one of the code's own."""
-        out = []
+        out, room = [], MAX_BYTES // 2  # the load report is one message: the values in it share its size
         for name, value in list(self.namespace.items())[:4096]:
             if not isinstance(name, str) or name.startswith("__") and name.endswith("__"):
                 continue
-            out.append((name, *_describe(value)))
+            how, payload = _describe(value)
+            if how == "value":
+                room -= len(payload) + len(name) + 32
+                if room < 0:  # past the room left: by reference, as the code's other objects
+                    how, payload = "code", None
+            out.append((name, how, payload))
         return out
 
     def serve(self) -> None:

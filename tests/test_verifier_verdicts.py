@@ -450,3 +450,14 @@ def test_large_globals_of_the_codes_do_not_stop_it_loading():
     # Each table is within one value's caps; together they pass the load report's size: the rest go by reference.
     code = "A = list(range(60000))\nB = list(range(60000))\nC = list(range(60000))\ndef f():\n    return 1\n"
     assert run(code, ["assert f() == 1", "assert len(C) == 60000 and C[5] == 5"], limits=FAST).passed == [True, True]
+
+
+def test_objects_of_the_codes_class_that_a_test_builds_go_back_to_the_code_as_themselves():
+    # MBPP's max_chain_length: the tests build the code's Pair objects and pass a list of them to the code.
+    code = ("class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+            "def max_chain_length(arr, n):\n    best = [1] * n\n    for i in range(1, n):\n        for j in range(i):\n"
+            "            if arr[i].a > arr[j].b and best[i] < best[j] + 1:\n                best[i] = best[j] + 1\n"
+            "    return max(best)\n")
+    tests = ["assert max_chain_length([Pair(5, 24), Pair(15, 25), Pair(27, 40), Pair(50, 60)], 4) == 3",
+             "assert max_chain_length([Pair(1, 2), Pair(3, 4), Pair(5, 6), Pair(7, 8)], 4) == 4"]
+    assert run(code, tests, limits=FAST).passed == python_verdicts(code, tests) == [True, True]

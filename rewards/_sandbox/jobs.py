@@ -163,7 +163,7 @@ class Outcome:
                                    # "output" (too much printed) | "results" (too much sent on the results
                                    # pipe) | "no-report" (the sandbox never started)
     output: bytes = b""            # the start of stdout + stderr, for debugging
-    notes: list = field(default_factory=list)  # why each failed value check failed, as decided here
+    notes: list = field(default_factory=list)  # "<test i>: why" for each failed test, as the judge reported it
 
     @property
     def fraction(self) -> float:

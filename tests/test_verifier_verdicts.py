@@ -313,6 +313,11 @@ def f():
                 pass
     return None
 """, ["assert f() == SECRET"], "SECRET = 'zq-secret-' + '91'"),
+    # a code runner that stops answering once loaded (a global a test reads is asked for first)
+    ("silent code runner", "import gc, time\nK = 1\nserver = next(o for o in gc.get_objects() if type(o).__name__ == 'Server')\n"
+     "server.answer = lambda request: time.sleep(60)\ndef f(x):\n    return 0", ["assert K == 1 and f(1) == 1", "assert f(2) == 2"], ""),
+    ("silent code runner, no globals read", "import gc, time\nserver = next(o for o in gc.get_objects() if type(o).__name__ == 'Server')\n"
+     "server.answer = lambda request: time.sleep(60)\ndef f(x):\n    return 0", ["assert f(1) == 1", "assert f(2) == 2"], ""),
     # answers a test's call only after the judge has given up on it, to confuse the next test's answer with it
     ("late answers", "import time\ndef f(x):\n    end = time.monotonic() + 1.5\n    while time.monotonic() < end:\n        try:\n"
      "            time.sleep(0.05)\n        except BaseException:\n            pass\n    return x + 1",

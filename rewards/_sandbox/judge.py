@@ -285,9 +285,7 @@ def judge(job: dict, pipe, report) -> None:
     link = Link(pipe, classes)
     got, loaded = _timed(2 * time_s + 1.0, link.loaded, "<completion>")  # the code's process loads meanwhile
     code_ok, names = loaded if got else (False, [])
-    ok = ok and code_ok
-    if ok:
-        link.bind(names, namespace, job["tests"])
+    ok = ok and code_ok and _timed(time_s + _MARGIN_S, lambda: link.bind(names, namespace, job["tests"]), "<load>")[0]
     report("load", "1" if ok else "0")
     for i, test in enumerate(job["tests"]):
         if not ok:
@@ -300,8 +298,16 @@ def judge(job: dict, pipe, report) -> None:
             report("pass", i)
         else:
             calls = f" ({', '.join(link.calls)})" if link.calls else ""
-            why = f"{type(err).__name__}: {str(err)[:160]}" if str(err) else type(err).__name__
-            report("fail", i, (why + calls).encode("utf-8", "replace"))
+            report("fail", i, (_why(err) + calls).encode("utf-8", "replace"))
+
+
+def _why(err: BaseException) -> str:
+    """`Type: message` of a failed test's exception (its message may hold what cannot be shown)."""
+    try:
+        text = str(err)[:160]
+    except Exception:  # noqa: BLE001 - a KeyError of an object that refuses repr()
+        text = ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def _timed(seconds: float, run, label: str) -> tuple:
@@ -314,7 +320,7 @@ def _timed(seconds: float, run, label: str) -> tuple:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except BaseException as err:  # noqa: BLE001 - a failing test, whatever it raised
         try:
-            print(f"{label}: {type(err).__name__}: {str(err)[:200]}", file=sys.stderr)
+            print(f"{label}: {_why(err)}", file=sys.stderr)
         except BaseException:  # noqa: BLE001
             pass
         return False, err

@@ -235,6 +235,10 @@ def plot(run_dir: Path, compare: list[Path] = ()) -> int:
         paths.append(run_dir / PLOTS_DIR / COMPARE_FILE)
     for path in paths:
         print(path)
+    from grpokit.reporting.compare import different_rewards
+
+    for line in different_rewards(runs or []):  # said here too: the shared axes alone do not show it
+        print(f"--compare: {line.replace('**', '')}", file=sys.stderr)
     return 0
 
 
@@ -288,7 +292,7 @@ def run(req: Request) -> int:
     loaded = load(req.recipe, list(req.overrides))
     if req.mode != "check":
         models.offline_unless_hub_reachable(loaded.data)  # fail fast, not after minutes of retries
-    say(f"recipe: {loaded.path}" + (f" (+ {len(req.overrides)} override(s))" if req.overrides else ""))
+    say(f"recipe: {loaded.path.resolve()}" + (f" (+ {len(req.overrides)} override(s))" if req.overrides else ""))  # as messages name it
     recipe = validate(loaded, num_processes=req.num_processes)
     if req.mode == "check":
         from grpokit.check import check

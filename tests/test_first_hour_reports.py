@@ -81,6 +81,23 @@ def trained(tmp_path_factory, tiny_model_dir):
     return recipe, folder / "run"
 
 
+def test_the_record_keeps_what_earlier_sessions_showed(tmp_path):
+    from grpokit.reporting.report import read_record, store_record
+
+    run = tmp_path / "run"
+    run.mkdir()
+    store_record(run, [{"prompt": [{"role": "user", "content": "Say a"}], "completion": "x", "rewards": {"r": float("nan")},
+                        "advantage": None, "step": 1}])
+    store_record(run, [{"prompt": "Say a", "completion": "aaa", "rewards": {"r": 1.0}, "step": 4}], resumed_at=2)
+    record = read_record(run)
+    assert [r["step"] for r in record["completions"]] == [1, 4] and record["resumed_at"] == 2
+    assert record["completions"][0]["rewards"] == {"r": None}  # a NaN reward is stored as JSON can hold it
+    store_record(run, [], resumed_at=2)  # a session that kept no batch takes nothing away
+    assert [r["step"] for r in read_record(run)["completions"]] == [1, 4]
+    (run / "report_record.json").write_text("[1, 2]")  # not a record: the report falls back, nothing raises
+    assert read_record(run) == {"completions": [], "resumed_at": None}
+
+
 def completions_of(report: str) -> str:
     return report.split("## Sampled completions", 1)[1].split("\n## ", 1)[0]
 

@@ -166,8 +166,9 @@ def store_record(run_dir: str | Path, rows: list[dict], resumed_at: int | None =
     A resumed run adds its own completions: the earlier sessions' rows from before its first step stay, so "early"
     is still the run's first logged step.
     """
-    kept = [r for r in read_record(run_dir)["completions"] if rows and isinstance(r.get("step"), int)
-            and all(isinstance(n.get("step"), int) and r["step"] < n["step"] for n in rows)]
+    before = read_record(run_dir)["completions"]
+    kept = [r for r in before if isinstance(r.get("step"), int)
+            and all(isinstance(n.get("step"), int) and r["step"] < n["step"] for n in rows)] if rows else before
     merged = kept + [_plain(dict(r)) for r in rows]
     record = {"completions": merged, "resumed_at": resumed_at}
     files.write_text(Path(run_dir) / RECORD_FILE, json.dumps(record, indent=1) + "\n", key="--plot", root=Path(run_dir))

@@ -42,8 +42,9 @@ def write_recipe_file(recipe: Recipe, output_dir: Path) -> Path:
         if found:
             reward["name"] = f"{portable(found[0])}:{found[1]}"
     path = output_dir / rundir.RECIPE_FILE
-    files.write_text(path, f"# resolved from {recipe.path} (overrides applied); paths are relative to this folder. Rerun: "
-                    f"python launch.py --recipe {path}\n" + dump(data))
+    files.write_text(path, f"# resolved from {recipe.path} (overrides applied); data, model and reward paths are relative to this folder, "
+                    f"output_dir is the run's own. Rerun into a new folder: "
+                    f"python launch.py --recipe {path} trainer.output_dir=DIR\n" + dump(data))
     return path
 
 

@@ -113,5 +113,7 @@ def test_bench_readme_quotes_the_real_model_results_as_the_bench_wrote_them(tmp_
     bench.write_readme_section("new", copy)
     assert copy.read_text() == "# head\n" + bench.BEGIN + "\nnew\n" + bench.END + "\ntail\n"
     copy.write_text("no markers\n")
-    with pytest.raises(SystemExit, match="markers"):
+    from grpokit.errors import RecipeError
+
+    with pytest.raises(RecipeError, match="markers"):
         bench.write_readme_section("new", copy)

@@ -121,19 +121,22 @@ def summary(result: dict) -> str:
 
 
 def run_steps(recipe: Recipe, run_dir: str) -> dict | None:
-    """The steps the scored run (or checkpoint) trained and the steps it was to train: {"trained", "planned"}, from its
-    trainer_state.json and the larger of its own `max_steps` and the recipe's `trainer.max_steps`; None when the
-    folder holds no readable trainer state."""
+    """The steps the scored model trained, the steps its run was to train (the larger of the state's own `max_steps` and
+    the recipe's `trainer.max_steps`), and whether its run reached them: {"trained", "planned", "run_finished"}; None
+    when the folder holds no readable trainer state. A checkpoint's run is the folder above it: a checkpoint of a
+    finished run is a point of it, one of a run that stopped early is the most that run reached."""
     from grpokit.rundir import STATE_FILE, read_state
 
-    state, _ = read_state(Path(run_dir) / STATE_FILE)
+    folder = Path(run_dir)
+    state, _ = read_state(folder / STATE_FILE)
     if state is None:
         return None
     given = [n for n in (state.get("max_steps"), recipe.trainer.get("max_steps"))
              if isinstance(n, int) and not isinstance(n, bool) and n > 0]
-    return {"trained": state["global_step"], "planned": max(given) if given else None,
-            "checkpoint": Path(run_dir).name.startswith("checkpoint-")}
-
+    planned = max(given) if given else None
+    whole = read_state(folder.parent / STATE_FILE)[0] if folder.name.startswith("checkpoint-") else state
+    finished = planned is None or (whole is not None and whole["global_step"] >= planned)
+    return {"trained": state["global_step"], "planned": planned, "run_finished": finished}
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

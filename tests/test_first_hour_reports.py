@@ -120,9 +120,12 @@ def test_an_eval_of_a_short_run_says_it_is_short(trained, capsys):
     assert cli.main(["--recipe", str(recipe), "--eval", str(run)]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("pass@1 ") and "the run trained 2 of its 4 steps" in line
-    assert json.loads((run / "eval.json").read_text())["steps"] == {"trained": 2, "planned": 4, "checkpoint": False}
+    assert json.loads((run / "eval.json").read_text())["steps"] == {"trained": 2, "planned": 4, "run_finished": False}
     report = (run / "report.md").read_text()
     assert "**This run is short**: the run trained 2 of its 4 steps" in report
+    assert cli.main(["--recipe", str(recipe), "--eval", str(run / "checkpoint-2")]) == 0  # the most the run reached
+    assert "the run trained 2 of its 4 steps" in capsys.readouterr().out.strip().splitlines()[-1]
+    assert "**checkpoint-2 is of a run cut short**" in (run / "report.md").read_text()
 
 
 @pytest.mark.slow
@@ -140,13 +143,14 @@ def test_a_resumed_run_counts_the_steps_it_trained(trained, capsys):
     assert "### Early: step 1" in section and "### Late: step 4" in section
     assert cli.main(["--recipe", str(recipe), "--eval", str(run)]) == 0  # a whole run now: no word of shortness
     assert "steps" not in capsys.readouterr().out.strip().splitlines()[-1]
-    assert "This run is short" not in (run / "report.md").read_text()
+    report = (run / "report.md").read_text()
+    assert "This run is short" not in report and "cut short" not in report  # checkpoint-2 is now a point of a whole run
 
 
 def test_figures_of_a_checkpoint_or_a_whole_run_are_not_called_short():
     from grpokit.reporting.verdict import cut_short
 
-    assert cut_short({"trained": 10, "planned": 30, "checkpoint": True}) is None
+    assert cut_short({"trained": 10, "planned": 30, "run_finished": True}) is None  # a checkpoint of a finished run
     assert cut_short({"trained": 30, "planned": 30}) is None and cut_short(None) is None
     assert evaluate.summary({"greedy": {"pass@1": 0.5, "passed": 2}, "prompts": 4, "pass_reward": "r",
                              "steps": {"trained": 5, "planned": 30}}).endswith(

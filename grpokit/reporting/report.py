@@ -24,6 +24,7 @@ from pathlib import Path
 from grpokit import files
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.verdict import cut_short, diagnosis, heldout
+from grpokit.rundir import STATE_FILE, read_state
 
 REPORT_FILE = "report.md"
 COMPLETIONS_DIR = "completions"  # where TRL 1.16 writes log_completions parquet files
@@ -340,10 +341,16 @@ def eval_section(run_dir: Path) -> list[str]:
         base, final = (next((r for r in rows if r["label"] == k), None) for k in ("base model", "final"))
         if base and final:
             lines.append(f"| change | {final['pass@1'] - base['pass@1']:+.3f} | | | |")
-        short = cut_short(final.get("steps")) if final else None
-        if short:
-            lines.append(f"\n**This run is short**: {short}. The change from the base model is what "
-                         f"{final['steps']['trained']} steps did; train the rest (`--resume`) before judging the recipe.")
+        whole = read_state(run_dir / STATE_FILE)[0]  # a checkpoint scored while its run was short, since finished
+        done = whole["global_step"] if whole else None
+        for r in rows:
+            steps = r.get("steps") if isinstance(r.get("steps"), dict) else {}
+            later = r["label"] != "final" and done is not None and isinstance(steps.get("planned"), int) and done >= steps["planned"]
+            short = cut_short(steps) if r["label"] != "base model" and not later else None
+            if short:
+                which = "This run is short" if r["label"] == "final" else f"{r['label']} is of a run cut short"
+                lines.append(f"\n**{which}**: {short}. Its change from the base model is what {r['steps']['trained']} "
+                             "steps did; train the rest (`--resume`) before judging the recipe.")
         if len({(r["prompts"], r["heldout"]) for r in rows}) > 1:
             lines.append("\nNote: these were scored on different held-out prompts; compare with care.")
         lines += ["", f"Measured by `--eval`: {rows[-1].get('measured') or ''}."]

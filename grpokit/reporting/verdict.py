@@ -186,18 +186,18 @@ def heldout(run_dir: str | Path) -> tuple[list[dict], list[str]]:
 
 
 def cut_short(steps) -> str | None:
-    """The warning for figures of a run that trained fewer steps than it was to; None for a whole run, and for a
-    checkpoint (a point of the run, named by its step).
+    """The warning for figures of a model whose run trained fewer steps than it was to (`evaluate.run_steps`); None for
+    a finished run and for a checkpoint of one (a point of the run, named by its step).
 
-    >>> cut_short({"trained": 5, "planned": 30})
+    >>> cut_short({"trained": 5, "planned": 30, "run_finished": False})
     'the run trained 5 of its 30 steps: these are the figures of a run cut short, not of the recipe'
-    >>> cut_short({"trained": 30, "planned": 30}) is None
+    >>> cut_short({"trained": 10, "planned": 30, "run_finished": True}) is None
     True
     """
-    if not isinstance(steps, dict):
+    if not isinstance(steps, dict) or steps.get("run_finished"):
         return None
     trained, planned = steps.get("trained"), steps.get("planned")
-    if steps.get("checkpoint") or not isinstance(trained, int) or not isinstance(planned, int) or trained >= planned:
+    if not isinstance(trained, int) or not isinstance(planned, int) or trained >= planned:
         return None
     return f"the run trained {trained} of its {planned} steps: these are the figures of a run cut short, not of the recipe"
 

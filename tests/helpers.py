@@ -152,3 +152,33 @@ def tiny_trainer(output_dir, reward_funcs, train_dataset, *, trainer_cls=None, m
         if lora else None,
         **(trainer_kwargs or {}),
     )
+
+
+_READABLE: Path | None = None
+
+
+def readable_by_anyone() -> Path:
+    """A folder any user can enter holding a copy of the project's `rewards` package (and `grpokit.errors`, the one
+    module of grpokit it imports), for a test that starts the
+    sandbox as `nobody` (a trainer that is not root): a checkout inside a private folder (/root is 0700 in most
+    containers, `mktemp -d` makes 0700 folders) is out of nobody's reach, so nobody imports the copy. Made once per
+    test session under /tmp, removed when the session ends."""
+    global _READABLE
+    if _READABLE is None:
+        import atexit
+        import os
+        import shutil
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="grpokit-readable-", dir="/tmp"))
+        shutil.copytree(ROOT / "rewards", folder / "rewards", ignore=shutil.ignore_patterns("__pycache__"))
+        (folder / "grpokit").mkdir()
+        for name in ("__init__.py", "errors.py"):
+            shutil.copyfile(ROOT / "grpokit" / name, folder / "grpokit" / name)
+        for top, dirs, names in os.walk(folder):
+            os.chmod(top, 0o755)
+            for name in names:
+                os.chmod(os.path.join(top, name), 0o644)
+        atexit.register(shutil.rmtree, folder, True)
+        _READABLE = folder
+    return _READABLE

@@ -173,6 +173,15 @@ def test_a_missing_eval_path_fails_check_under_its_own_key(tmp_path, capsys, no_
     assert "dataset.path:" not in err and "Traceback" not in err
 
 
+def test_every_missing_data_path_is_reported_at_once(tmp_path, capsys, no_weights):
+    data = with_trainer(tmp_path)
+    data["dataset"].update(path="../../grpokit/assets/arithmetic/train.jsonl", eval_path="../../grpokit/assets/arithmetic/heldout.jsonl")
+    code, err = check(write_recipe(tmp_path, data), capsys)
+    problems = [line for line in err.splitlines() if line.startswith("  - ")]
+    assert code == 2 and len(problems) == 2, err
+    assert "dataset.path: dataset file does not exist" in problems[0] and "dataset.eval_path: dataset file does not exist" in problems[1]
+
+
 def test_eval_blames_a_bad_eval_path_under_its_own_key(tmp_path, capsys, no_weights):
     data = with_trainer(tmp_path)
     data["dataset"]["eval_path"] = "builtin:arithmetic/heldout.jsnol"

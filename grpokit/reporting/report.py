@@ -345,7 +345,8 @@ def eval_section(run_dir: Path) -> list[str]:
         done = whole["global_step"] if whole else None
         for r in rows:
             steps = r.get("steps") if isinstance(r.get("steps"), dict) else {}
-            later = r["label"] != "final" and done is not None and isinstance(steps.get("planned"), int) and done >= steps["planned"]
+            later = (r["label"] != "final" and done is not None and isinstance(steps.get("planned"), int)
+                     and done >= steps["planned"])
             short = cut_short(steps) if r["label"] != "base model" and not later else None
             if short:
                 which = "This run is short" if r["label"] == "final" else f"{r['label']} is of a run cut short"
@@ -377,10 +378,11 @@ def write_report(
 
     `completions`: rows with `prompt`, `completion` and `rewards` ({name: value}) and optionally
     `reward` (total), `advantage`, `step` — see `completions_from_logs`. When None, those the run stored
-    (`store_record`), else the first and latest files TRL wrote with `log_completions=True`, if any. `plots`: images to link, as `plot_run` returned
-    them; when None, `plot_run` draws them now, so the report never links stale or missing curves. `args`: the
-    run's GRPOConfig, when known, so a flat curve is explained by construction. `compare`: other runs
-(`compare.load_runs`, this one first) drawn with this one into `plots/compare.png` and tabled.
+    (`store_record`), else the first and latest files TRL wrote with `log_completions=True`, if any. `plots`:
+    images to link, as `plot_run` returned them; when None, `plot_run` draws them now, so the report never links
+    stale or missing curves. `args`: the run's GRPOConfig, when known, so a flat curve is explained by construction.
+    `compare`: other runs (`compare.load_runs`, this one first) drawn with this one into `plots/compare.png` and
+    tabled.
 
     >>> write_report("runs/smoke", recipe_name="smoke", explain_lines=["model: builtin:tiny-llama"])  # doctest: +SKIP
     PosixPath('runs/smoke/report.md')

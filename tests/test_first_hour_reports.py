@@ -58,7 +58,7 @@ def test_a_reward_that_never_varied_is_named_with_what_to_do(tmp_path):
     assert "- Reward `reversed_word`: flat, 0 at every logged step" in text.split("Flat curves:", 1)[1]
 
 
-def test_no_reward_that_ever_varied_is_a_run_that_never_started_not_a_collapse(tmp_path):
+def test_a_run_whose_rewards_never_varied_never_started_and_did_not_collapse(tmp_path):
     history = [{"step": s, "reward": 0.0, "rewards/exact/mean": 0.0, "rewards/exact/std": 0.0, "frac_reward_zero_std": 1.0}
                for s in range(1, 21)]
     verdict = said(write_report(write_state(tmp_path / "run", history), recipe_name="t", completions=[], plots=[]).read_text())

@@ -23,15 +23,19 @@ SHOWN = (
 )
 
 
-def summary(logs: dict, step: int) -> str | None:
-    """The end-of-training log as one sentence (transformers prints it as a raw dict); None for other logs.
+def summary(logs: dict, step: int, started_at: int = 0) -> str | None:
+    """The end-of-training log as one sentence (transformers prints it as a raw dict); None for other logs. A session
+    that resumed at step `started_at` trained the steps after it, not `step` of them.
 
     >>> summary({"train_runtime": 40.89, "train_steps_per_second": 0.734, "train_loss": 0.0007}, 30)
     'trained 30 steps in 40.9 s (0.734 steps/s); mean loss over the run 0.0007'
+    >>> summary({"train_runtime": 30.0}, 30, started_at=9)
+    'trained 21 steps (10-30, resumed at step 9) in 30.0 s'
     """
     if "train_runtime" not in logs:
         return None
-    text = f"trained {step} steps in {float(logs['train_runtime']):.1f} s"
+    steps = f"{step - started_at} steps ({started_at + 1}-{step}, resumed at step {started_at})" if started_at else f"{step} steps"
+    text = f"trained {steps} in {float(logs['train_runtime']):.1f} s"
     if logs.get("train_steps_per_second") is not None:
         text += f" ({float(logs['train_steps_per_second']):.3g} steps/s)"
     if logs.get("train_loss") is not None:  # GRPO's loss hovers near 0 by construction; the reward tells progress
@@ -88,13 +92,24 @@ class Pace:
         return f"{rate:.0f} s/step{left}" if rate >= 1 else f"{rate:.2f} s/step{left}"
 
 
-class CompactProgress(ProgressCallback):
+class _Resumed:
+    """Remembers the step training began at (the checkpoint's, when resuming: the trainer has loaded its state by
+    `on_train_begin`), so the summary counts what this session trained."""
+
+    started_at = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started_at = state.global_step
+        return super().on_train_begin(args, state, control, **kwargs)
+
+
+class CompactProgress(_Resumed, ProgressCallback):
     """The progress bar, with a compact line per log; the end-of-training summary is printed whole."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or self.training_bar is None or not logs:
             return
-        end = summary(logs, state.global_step)
+        end = summary(logs, state.global_step, self.started_at)
         if end is not None:
             self.training_bar.write(end)
             return
@@ -104,13 +119,13 @@ class CompactProgress(ProgressCallback):
         self.training_bar.write(line(logs, state.global_step, state.max_steps, self.pace))
 
 
-class CompactPrinter(PrinterCallback):
-    """The same line when the bar is off (`disable_tqdm: true`)."""
+class CompactPrinter(_Resumed, PrinterCallback):
+    """The same line when the bar is off (`disable_tqdm: true`) or the console is not a terminal."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        end = summary(logs, state.global_step)
+        end = summary(logs, state.global_step, self.started_at)
         if end is not None:
             print(end, flush=True)
             return

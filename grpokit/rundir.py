@@ -77,6 +77,8 @@ class RunLock:
         import os
 
         self.created = not self.output_dir.exists()
+        # the folders this run makes above its own (runs/a for runs/a/b): a run that writes nothing leaves none of them
+        self.made_parents = [p for p in reversed(self.output_dir.absolute().parents) if not p.exists()]
         self.made_lock = not (self.output_dir / LOCK_FILE).exists()
         try:
             self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -165,6 +167,8 @@ class RunLock:
             try:  # the run failed before writing anything: leave no folder behind
                 files.remove_bookkeeping(self.output_dir, (ownership.MANIFEST, LOCK_FILE))
                 self.output_dir.rmdir()
+                for parent in reversed(self.made_parents):  # deepest first; one that now holds anything stays
+                    parent.rmdir()
             except OSError:
                 pass  # another run is starting in it: the folder is its now
         else:
@@ -309,11 +313,28 @@ def resolve_resume(resume: str | None, output_dir: Path, recipe_path: str) -> st
 _ONE_OFF_FLAGS = {"--overwrite": 0, "--resume": 0, "--resume-from": 1}
 
 
-def resume_command(argv: list[str], extra: tuple[str, ...] = ()) -> str:
-    """The shell command that continues the run `argv` started: same recipe and overrides, then `--resume`.
+def interpreter() -> str:
+    """The Python a user types to run grpokit again as this process runs: `python` when that is the one their PATH
+    finds (an activated venv), else this interpreter's path, relative to the working folder when it is inside it
+    (`.venv/bin/python`, as the README's commands write it)."""
+    import shutil
 
-    >>> resume_command(["--recipe", "my.yaml", "trainer.beta=0.04", "--overwrite"])
-    'python launch.py --recipe my.yaml trainer.beta=0.04 --resume'
+    exe = Path(sys.executable).absolute()
+    found = shutil.which("python")
+    if found and Path(found).absolute() == exe:
+        return "python"
+    here = Path.cwd()
+    if here != Path(here.anchor) and here in exe.parents:
+        return str(exe.relative_to(here))
+    return str(exe)
+
+
+def resume_command(argv: list[str], extra: tuple[str, ...] = ()) -> str:
+    """The shell command that continues the run `argv` started: same interpreter, recipe and overrides, then `--resume`.
+
+    >>> resume_command(["--recipe", "my.yaml", "trainer.beta=0.04", "--overwrite"]).endswith(
+    ...     "launch.py --recipe my.yaml trainer.beta=0.04 --resume")
+    True
     """
     import shlex
 
@@ -331,7 +352,7 @@ def resume_command(argv: list[str], extra: tuple[str, ...] = ()) -> str:
     # Started by `accelerate launch launch.py ...`, the run continues the same way; started by grpokit's own
     # `--num-processes N` / `--accelerate-config`, which the argv still holds, plain python starts the processes again.
     own_launcher = any(a.partition("=")[0] in ("--num-processes", "--accelerate-config") for a in kept)
-    launcher = ["accelerate", "launch"] if num_processes_from_env() > 1 and not own_launcher else ["python"]
+    launcher = ["accelerate", "launch"] if num_processes_from_env() > 1 and not own_launcher else [interpreter()]
     return shlex.join(launcher + [program] + kept + list(extra) + ["--resume"])
 
 

@@ -115,7 +115,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     # the step the checkpoint holds: what this session trains is counted from it, not from 0
     resumed_at = (rundir.read_state(Path(checkpoint) / rundir.STATE_FILE)[0] or {}).get("global_step") if checkpoint else None
     prep = prepare(recipe, mode="train")
-    say(f"building model: {recipe.model['name_or_path']} ({resolved_dtype(recipe.model)}, quantization {recipe.model['quantization']}, "
+    say(f"building model: {recipe.model['name_or_path']} ({resolved_dtype(recipe.model, lora=recipe.lora is not None)}, quantization {recipe.model['quantization']}, "
         + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
     model = load_model(prep.model_path, recipe)
     # Every check has passed and the weights are in: only now does --overwrite remove the previous run.
@@ -155,8 +155,6 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
             raise SaveFailed("the final model", output_dir, err) from err
         lock.record()  # the final save is whole: its files are the run's by record, no longer by the pending window
         if is_main_process():
-            if resumed_at:
-                say(trained_in_session(resumed_at, trainer.state.global_step))
             write_model_card(recipe, output_dir, trainer.state.global_step, resumed_at)
             finish_run(output_dir, recipe, prep.args, trainer, resumed_at=resumed_at)
         if stop.signum is not None:
@@ -175,16 +173,6 @@ def planned(max_steps: int, epochs: float, resumed_at: int | None) -> str:
     if not resumed_at:
         return f"{max_steps} steps"
     return f"steps {resumed_at + 1}-{max_steps} of {max_steps} ({max_steps - resumed_at} steps, resumed at step {resumed_at})"
-
-
-def trained_in_session(resumed_at: int, global_step: int) -> str:
-    """What a resumed session trained, said after the trainer's own summary (which counts from step 0).
-
-    >>> trained_in_session(9, 30)
-    'this session trained 21 steps (10-30), resumed at step 9; the run has trained 30 in all'
-    """
-    return (f"this session trained {global_step - resumed_at} steps ({resumed_at + 1}-{global_step}), resumed at step "
-            f"{resumed_at}; the run has trained {global_step} in all")
 
 
 def add_run_callbacks(trainer, stop):

@@ -109,9 +109,9 @@ def test_the_continue_command_keeps_the_runs_overrides_and_drops_one_off_flags(t
     path = write_recipe(tmp_path, with_trainer(tmp_path))
     argv = ["--recipe", str(path), "trainer.beta=0.04", "--overwrite", "lora.target_modules=[q_proj, v_proj]"]
     code, seen = dispatched(monkeypatch, argv)
-    assert seen["continue_with"] == f"python launch.py --recipe {path} trainer.beta=0.04 'lora.target_modules=[q_proj, v_proj]' --resume"
+    assert seen["continue_with"] == f"{rundir.interpreter()} launch.py --recipe {path} trainer.beta=0.04 'lora.target_modules=[q_proj, v_proj]' --resume"
     code, seen = dispatched(monkeypatch, ["--resume-from", "runs/x/checkpoint-3", "--recipe", str(path)])
-    assert seen["continue_with"] == f"python launch.py --recipe {path} --resume"
+    assert seen["continue_with"] == f"{rundir.interpreter()} launch.py --recipe {path} --resume"
 
 
 def test_a_stopped_run_says_the_whole_command_to_continue(tmp_path, capsys, monkeypatch):
@@ -128,7 +128,7 @@ def test_a_stopped_run_says_the_whole_command_to_continue(tmp_path, capsys, monk
     assert main(["--recipe", str(path), "trainer.max_steps=4", "--resume"]) == 130
     err = capsys.readouterr().err
     assert f"last checkpoint: {tmp_path / 'run' / 'checkpoint-3'}" in err
-    assert f"continue with: python launch.py --recipe {path} trainer.max_steps=4 --resume" in err
+    assert f"continue with: {rundir.interpreter()} launch.py --recipe {path} trainer.max_steps=4 --resume" in err
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def test_sigterm_stops_at_the_step_end_with_a_checkpoint_and_resumes(tmp_path):
     stopped = launch("--recipe", str(path), "trainer.seed=1", env={**os.environ, "SEND_SIGTERM": "1"})
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     assert "run stopped: SIGTERM at step 2, after saving a checkpoint" in stopped.stderr
-    assert f"last checkpoint: {run / 'checkpoint-2'}\ncontinue with: python launch.py --recipe {path} trainer.seed=1 --resume" \
+    assert f"last checkpoint: {run / 'checkpoint-2'}\ncontinue with: {rundir.interpreter()} launch.py --recipe {path} trainer.seed=1 --resume" \
         in stopped.stderr
     assert "Traceback" not in stopped.stderr
     assert rundir.read_state(run / "checkpoint-2" / rundir.STATE_FILE)[0]["global_step"] == 2  # complete, though save_strategy is "no"
@@ -303,7 +303,7 @@ def test_a_finished_run_is_left_alone_extended_on_request_and_completed_after_a_
     assert main(["--recipe", str(path), "--resume"]) == 0
     out = capsys.readouterr().out
     assert f"the run in {run} is finished (step 2 of trainer.max_steps 2); nothing to train" in out
-    assert f"raise trainer.max_steps: python launch.py --recipe {path} --resume trainer.max_steps=4" in out
+    assert f"raise trainer.max_steps: {rundir.interpreter()} launch.py --recipe {path} --resume trainer.max_steps=4" in out
     assert run_files(run) == before  # not a byte changed: no step 3, no new checkpoint, the adapter kept
 
     # A kill during the final save: the trainer state (written last) never came, the adapter is cut short, no report.
@@ -358,7 +358,7 @@ def test_a_failed_save_stops_with_a_clear_message_and_no_damaged_checkpoint(tmp_
     assert "run stopped: saving checkpoint-3 failed: " in failed.stderr
     assert f"free space in {run}: " in failed.stderr and " GB of " in failed.stderr
     assert f"removed the incomplete {run / 'checkpoint-3'}" in failed.stderr
-    assert f"last checkpoint: {run / 'checkpoint-2'}\ncontinue with: python launch.py --recipe {path} --resume" in failed.stderr
+    assert f"last checkpoint: {run / 'checkpoint-2'}\ncontinue with: {rundir.interpreter()} launch.py --recipe {path} --resume" in failed.stderr
     assert "Traceback" not in failed.stderr
     assert rundir.latest_checkpoint(run) == str(run / "checkpoint-2") and not (run / "checkpoint-3").exists()
 
@@ -462,11 +462,31 @@ def test_a_user_reward_shows_as_its_file_name_in_the_explain_table(tmp_path):
     assert "1 x my_rewards.py:score" in table and str(tmp_path) not in table
 
 
+def test_the_continue_command_names_the_python_a_user_types(monkeypatch, tmp_path):
+    """`python` only where it is the one the user's PATH finds (an activated venv); else the interpreter's path,
+    relative to the working folder when inside it, as the README writes `.venv/bin/python`."""
+    import sys
+
+    venv = tmp_path / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(sys, "executable", str(venv / "python"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert rundir.interpreter() == ".venv/bin/python"
+    assert rundir.resume_command(["--recipe", "my.yaml"]) == ".venv/bin/python launch.py --recipe my.yaml --resume"
+    monkeypatch.setenv("PATH", str(venv))  # activated
+    assert rundir.interpreter() == "python"
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    monkeypatch.chdir("/")
+    assert rundir.interpreter() == str(venv / "python")
+
+
 def test_the_continue_command_of_a_multi_process_run_keeps_its_launcher(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")  # inside one of the started processes
     # Started by grpokit's own launcher (--num-processes): the same python command starts them again.
     assert rundir.resume_command(["--recipe", "my.yaml", "--num-processes", "2"]) == \
-        "python launch.py --recipe my.yaml --num-processes 2 --resume"
+        f"{rundir.interpreter()} launch.py --recipe my.yaml --num-processes 2 --resume"
     # Started by `accelerate launch launch.py ...`: so is the continuation.
     assert rundir.resume_command(["--recipe", "my.yaml"]) == "accelerate launch launch.py --recipe my.yaml --resume"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, with_trainer, write_recipe
 
-from grpokit import training
+from grpokit import rundir, training
 from grpokit.files import ownership
 from grpokit.rundir import latest_checkpoint
 from grpokit.cli import main
@@ -102,7 +102,7 @@ def test_a_reward_that_raises_stops_the_run_with_a_resumable_checkpoint(tmp_path
     assert main(["--recipe", str(path)]) == 1
     err = capsys.readouterr().err
     assert "run stopped: reward 'flaky' raised at step 3 on sample 0: ValueError: the grader service is down; completion: " in err
-    assert f"last checkpoint: {out / 'checkpoint-2'}\ncontinue with: python launch.py --recipe {path} --resume" in err
+    assert f"last checkpoint: {out / 'checkpoint-2'}\ncontinue with: {rundir.interpreter()} launch.py --recipe {path} --resume" in err
     assert "Traceback" not in err
 
     (tmp_path / "flaky.py").write_text(FIXED)

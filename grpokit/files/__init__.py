@@ -29,7 +29,7 @@ import shutil
 from pathlib import Path
 
 from grpokit.files import ownership
-from grpokit.files.reading import (MAX_BYTES, MAX_DEPTH, Unreadable, is_regular, parse_json, problem, read_bytes,
+from grpokit.files.reading import (MAX_BYTES, MAX_DEPTH, Unreadable, parse_json, problem, read_bytes,
                                    read_json, read_text, try_bytes, try_json)
 
 
@@ -156,6 +156,6 @@ def remove_bookkeeping(folder, names) -> None:
             pass
 
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "Unreadable", "build_folder", "copy_file", "is_regular", "open_lock", "open_log", "ownership", "parse_json",
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "Unreadable", "build_folder", "copy_file", "open_lock", "open_log", "ownership", "parse_json",
            "problem", "read_bytes", "read_json", "read_text", "remove", "remove_bookkeeping", "remove_build",
            "replace_section", "save_figure", "try_bytes", "try_json", "write_bytes", "write_csv", "write_text"]

@@ -171,13 +171,5 @@ def read_json(path, expect: type | None = dict, key: str = "", limit: int = MAX_
         raise problem(path, str(err), key, fix) from None
 
 
-def is_regular(path) -> bool:
-    """True when `path` is a regular file, links followed (a FIFO, device or folder is not)."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        return False
-
-
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "Unreadable", "is_regular", "parse_json", "problem", "read_bytes", "read_json",
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "Unreadable", "parse_json", "problem", "read_bytes", "read_json",
            "read_text", "try_bytes", "try_json"]

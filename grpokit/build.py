@@ -120,7 +120,8 @@ def _dataset(recipe: Recipe, model_path: str | None, tokenizer, completion_lengt
 
     try:
         log("loading dataset")
-        set_in = recipe.blame("dataset.path" if recipe.dataset.get("path") else "dataset.name")
+        set_in = recipe.blame(next((k for k in ("dataset.path", "dataset.reasoning_gym", "dataset.name")
+                                    if recipe.dataset.get(k.partition(".")[2])), "dataset.name"))
         raw = data.load_raw(recipe.dataset, set_in=set_in)
         target = data.TargetModel(tokenizer, data.is_conversational(recipe.dataset, tokenizer),
                                   data.context_length(model_path), completion_length)

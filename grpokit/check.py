@@ -26,6 +26,11 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
         measured = longest_prompt(prep)
         if measured is not None:
             prompt_length, prompt_how = measured
+    if recipe.dataset.get("reasoning_gym"):
+        from grpokit import tasks
+
+        print()
+        print("\n".join(tasks.explain(recipe.dataset["reasoning_gym"], recipe.rewards)))
     print("\n# what this recipe computes, from the resolved GRPOConfig, in the terms of DeepSeekMath's GRPO objective,"
           "\n# DAPO and Dr. GRPO (eq. 8.1-8.3 and each knob: docs/grpo.md, \"GRPO in one screen\")")
     print("\n".join(explain_table(recipe, prep.args)))

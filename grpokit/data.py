@@ -40,6 +40,10 @@ def load_raw(spec: dict, set_in: str = "", key: str = "dataset.path"):
     import datasets
 
     datasets.disable_progress_bars()
+    if spec.get("reasoning_gym"):  # generated here from seeds (grpokit.tasks), checked when the recipe was validated
+        from grpokit import tasks
+
+        return tasks.load(spec["reasoning_gym"], heldout=bool(spec.get("heldout")))
     if spec.get("path"):
         problem = file_problem(spec["path"], key, set_in)
         if problem:
@@ -94,6 +98,10 @@ def source_name(spec: dict) -> str:
     """How messages name the data: the file's name, or the hub dataset and its split."""
     if spec.get("path"):
         return Path(spec["path"]).name
+    if spec.get("reasoning_gym"):
+        from grpokit import tasks
+
+        return tasks.describe(spec["reasoning_gym"])
     return f"{spec.get('name')} ({spec.get('split', 'train')})"
 
 
@@ -390,7 +398,9 @@ def heldout_spec(dataset: dict) -> dict | None:
     >>> heldout_spec({"path": "train.jsonl", "eval_path": "test.jsonl", "eval_limit": 8, "limit": 100})["path"]
     'test.jsonl'
     """
-    if dataset.get("eval_path"):
+    if dataset.get("reasoning_gym"):  # its own held-out problems, from eval_seed (grpokit.tasks)
+        spec = {**dataset, "heldout": True}
+    elif dataset.get("eval_path"):
         spec = {**dataset, "path": dataset["eval_path"]}
     elif dataset.get("eval_split"):
         spec = {**dataset, "split": dataset["eval_split"]}
@@ -407,7 +417,8 @@ def heldout_dataset(recipe, tokenizer, log=print):
         raise RecipeError([Problem("dataset.eval_path", "--eval and trainer.eval_strategy need held-out data; set "
                                    "dataset.eval_path (a local file) or dataset.eval_split (a hub split)", file=str(recipe.path))])
     try:
-        set_in = recipe.blame("dataset.eval_path" if spec.get("path") else "dataset.eval_split")
+        set_in = recipe.blame("dataset.reasoning_gym" if spec.get("reasoning_gym") else
+                              "dataset.eval_path" if spec.get("path") else "dataset.eval_split")
         raw = load_raw(spec, set_in=set_in, key="dataset.eval_path")
     except NotReachable as err:
         raise RecipeError([Problem("dataset.eval_split", str(err), spec.get("split"), file=set_in)]) from None

@@ -6,7 +6,8 @@
 Figures, all over the held-out prompts (`dataset.eval_path` or `dataset.eval_split`, first `eval_limit`):
 - greedy pass@1: the share of prompts whose greedy completion *passes*. A completion passes when the
   recipe's `accuracy` reward (its first reward if it has none) is positive: 1.0 from a verifier, or the
-  positive half of a shaped reward such as `cosine_scaled`.
+  positive half of a shaped reward such as `cosine_scaled`; by `task_score` (a reasoning-gym task, when there is
+  no `accuracy`) only at full credit, since its tasks pay partial credit for wrong answers.
 - with `samples=K`: K completions per prompt sampled as training samples them (the recipe's temperature,
   top_p, top_k, min_p); pass@K is the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language
   Models Trained on Code", eq. 1) with n = k = K, i.e. the share of prompts with at least one passing
@@ -69,7 +70,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     names = [r["name"] for r in recipe.rewards]
     weights = [r["weight"] for r in recipe.rewards]
     funcs = [registry.build(r["name"], **r["args"]) for r in recipe.rewards]
-    pass_index = names.index("accuracy") if "accuracy" in names else 0
+    pass_index = next((names.index(n) for n in PASS_REWARDS if n in names), 0)
     model = _load(model_path, run_dir, trained, recipe, log)
 
     rows = [dict(row) for row in prompts]
@@ -80,14 +81,14 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
         "recipe": recipe_path,
         "model": recipe.model["name_or_path"],
         "run_dir": str(run_dir) if run_dir else None,
-        "heldout": recipe.dataset.get("eval_path") or f"{recipe.dataset.get('name')}:{recipe.dataset.get('eval_split')}",
+        "heldout": _heldout_name(recipe.dataset),
         "prompts": len(rows),
         "pass_reward": names[pass_index],
         "max_new_tokens": args.max_completion_length,
         "steps": run_steps(recipe, run_dir) if trained else None,
         "greedy": {"pass@1": greedy["pass@k"], "passed": greedy["passed_prompts"], "rewards": greedy["rewards"]},
         "measured": (f"greedy decoding of each held-out prompt; a completion passes when reward {names[pass_index]!r} is "
-                     "positive; rewards are the recipe's own, unweighted means (reward = weighted sum)"),
+                     f"{_pass_rule(names[pass_index])}; rewards are the recipe's own, unweighted means (reward = weighted sum)"),
     }
     if samples:
         _seed(args.seed)
@@ -102,6 +103,34 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     return result
 
 
+# The reward that decides a pass, first found first: a verifier's 1.0, or a task's own full score.
+PASS_REWARDS = ("accuracy", "task_score")
+
+
+def passes(name: str, value) -> bool:
+    """Whether one completion passes by reward `name`'s score: above 0, or for `task_score` full credit (its tasks pay
+    partial credit for wrong answers: countdown 0.01 for any expression).
+
+    >>> passes("accuracy", 1.0), passes("task_score", 0.43), passes("task_score", 1.0), passes("accuracy", None)
+    (True, False, True, False)
+    """
+    return (value or 0) >= 1.0 if name == "task_score" else (value or 0) > 0
+
+
+def _pass_rule(name: str) -> str:
+    return "1.0 (full credit: its tasks pay partial credit for wrong answers)" if name == "task_score" else "positive"
+
+
+def _heldout_name(dataset: dict) -> str:
+    """How eval.json names the held-out data: its file, hub split, or generated tasks."""
+    if dataset.get("reasoning_gym"):
+        from grpokit import tasks
+
+        source = dataset["reasoning_gym"]
+        return f"{tasks.describe({**source, 'size': source['eval_size'], 'seed': tasks.eval_seed(source)})}, held out"
+    return dataset.get("eval_path") or f"{dataset.get('name')}:{dataset.get('eval_split')}"
+
+
 def summary(result: dict) -> str:
     """The last line `--eval` prints.
 
@@ -109,7 +138,8 @@ def summary(result: dict) -> str:
     'pass@1 0.500 (24/48 held-out prompts, greedy; passes: accuracy > 0)'
     """
     g = result["greedy"]
-    line = f"pass@1 {g['pass@1']:.3f} ({g['passed']}/{result['prompts']} held-out prompts, greedy; passes: {result['pass_reward']} > 0)"
+    rule = ">= 1 (full credit)" if result["pass_reward"] == "task_score" else "> 0"
+    line = f"pass@1 {g['pass@1']:.3f} ({g['passed']}/{result['prompts']} held-out prompts, greedy; passes: {result['pass_reward']} {rule})"
     s = result.get("sampled")
     if s:
         k = s["k"]
@@ -284,7 +314,7 @@ def _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k: i
         for i in range(len(flat_rows)):
             totals.append(sum(w * s[i] for w, s in zip(weights, scores) if s[i] is not None))
         for p in range(len(batch)):
-            c = sum(1 for i in range(p * k, (p + 1) * k) if (scores[pass_index][i] or 0) > 0)
+            c = sum(1 for i in range(p * k, (p + 1) * k) if passes(names[pass_index], scores[pass_index][i]))
             passed_samples += c
             passed_prompts += pass_at_k(k, c, k) == 1.0
             if len(examples) < EXAMPLES:

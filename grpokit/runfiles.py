@@ -58,7 +58,10 @@ def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=Non
 
     plots = plot_run(output_dir, args=args)
     completions = (store_record(output_dir, run_completions(trainer), resumed_at) or None) if trainer is not None else None
-    report = write_report(output_dir, recipe_name=recipe.name, explain_lines=[f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}"] + explain_table(recipe, args),
+    from grpokit.data import source_name
+
+    head = [f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}", f"data: {source_name(recipe.dataset)}"]
+    report = write_report(output_dir, recipe_name=recipe.name, explain_lines=head + explain_table(recipe, args),
                           completions=completions, plots=plots, args=args, compare=compare)
     for path in plots + [report]:
         say(f"wrote {path}")

@@ -328,7 +328,8 @@ class Guarded:
         return clean
 
 
-_BUILTIN_MODULES = ("rewards.toy", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition", "rewards.code")
+_BUILTIN_MODULES = ("rewards.toy", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition", "rewards.code",
+                    "rewards.tasks")
 _loaded = False
 
 

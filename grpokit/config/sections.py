@@ -26,6 +26,7 @@ DATASET = {
     "config": Field(str | None, None, "hub dataset config, e.g. main"),
     "split": Field(str, "train"),
     "path": Field(str | None, None, "local .jsonl/.json/.parquet/.csv, relative to the recipe"),
+    "reasoning_gym": Field(dict | None, None, "procedural tasks generated locally: {tasks, size, seed, eval_size, eval_seed}"),
     "prompt_column": Field(str, "prompt"),
     "template": Field(str | None, None, "text with {column} placeholders; default: the prompt column as is"),
     "system_prompt": Field(str | None, None),
@@ -37,6 +38,20 @@ DATASET = {
     "eval_path": Field(str | None, None, "held-out local file for --eval and trainer.eval_strategy, relative to the recipe"),
     "eval_split": Field(str | None, None, "held-out split of the hub dataset, e.g. test"),
     "eval_limit": Field(int | None, None, "score only the first N held-out prompts", min=1),
+}
+
+# `dataset.reasoning_gym` (grpokit/tasks.py): one reasoning-gym task or a weighted mix, generated from seeds.
+REASONING_GYM = {
+    "tasks": Field(list, doc="[{name, weight, config}]: reasoning-gym task names, each with its own config keys"),
+    "size": Field(int, 1000, "training problems", min=1),
+    "seed": Field(int, 1, "problem i of training is drawn from seed + i", min=0),
+    "eval_size": Field(int, 100, "held-out problems for --eval and trainer.eval_strategy", min=1),
+    "eval_seed": Field(int | None, None, "the held-out set's first seed; default seed + size, the first past training's", min=0),
+}
+TASK_ENTRY = {
+    "name": Field(str, doc="a reasoning-gym task (reasoning_gym.factory.DATASETS)"),
+    "weight": Field(float, 1.0, "its share of a mix's problems, relative to the others'", gt=0.0),
+    "config": Field(dict, {}, "the task's own config keys (its config dataclass), but seed and size"),
 }
 
 SAMPLING = {

@@ -174,22 +174,38 @@ def _check_data_sources(dataset: dict, problems: Problems, where_set, data_files
     """The training data is a hub dataset or a local file, never both; the held-out split is a local file or a split
     of the hub dataset, never both; a hub split needs a hub dataset; every data file named (`dataset.path`,
     `dataset.eval_path`) can be read, each blamed under its own key (`datavalues.data_file_problems`)."""
-    if bool(dataset.get("name")) == bool(dataset.get("path")):
-        problems.add("dataset", "give exactly one of dataset.name (hub) or dataset.path (local file)",
-                     {k: dataset.get(k) for k in ("name", "path")}, file=where_set("dataset"))
+    sources = ("name", "path", "reasoning_gym")
+    if sum(bool(dataset.get(k)) for k in sources) != 1:
+        problems.add("dataset", "give exactly one of dataset.name (hub), dataset.path (local file) or dataset.reasoning_gym "
+                     "(procedural tasks)", {k: dataset.get(k) for k in sources if dataset.get(k)} or None, file=where_set("dataset"))
+    if dataset.get("reasoning_gym"):
+        _check_task_source(dataset, problems, where_set)
     if dataset.get("eval_path") and dataset.get("eval_split"):
         problems.add("dataset.eval_split", "give one of dataset.eval_path (local file) or dataset.eval_split (hub split)",
                      dataset["eval_split"], file=where_set("dataset.eval_split"))
     elif dataset.get("eval_split") and not dataset.get("name"):
         problems.add("dataset.eval_split", "names a split of a hub dataset (dataset.name); for a local file set dataset.eval_path",
                      dataset["eval_split"], file=where_set("dataset.eval_split"))
-    if dataset.get("eval_limit") and not (dataset.get("eval_path") or dataset.get("eval_split")):
+    if dataset.get("eval_limit") and not (dataset.get("eval_path") or dataset.get("eval_split") or dataset.get("reasoning_gym")):
         problems.add("dataset.eval_limit", "limits held-out data the recipe does not name; set dataset.eval_path or dataset.eval_split",
                      dataset["eval_limit"], file=where_set("dataset.eval_limit"))
     if data_files:
         from grpokit.datavalues import data_file_problems  # what a data file may be is known there, beside its cells
 
         problems.extend(data_file_problems(dataset, where_set))
+
+
+def _check_task_source(dataset: dict, problems: Problems, where_set) -> None:
+    """`dataset.reasoning_gym` against reasoning-gym itself (`grpokit.tasks.check_source`), its defaults filled in; its
+    problems have their own held-out set, so a file or split for one is refused."""
+    from grpokit import tasks
+
+    dataset["reasoning_gym"], found = tasks.check_source(dataset["reasoning_gym"], where_set)
+    problems.extend(found)
+    for key in ("eval_path", "eval_split"):
+        if dataset.get(key):
+            problems.add(f"dataset.{key}", f"names held-out data, but dataset.reasoning_gym generates its own "
+                         "(reasoning_gym.eval_size, eval_seed); leave it out", dataset[key], file=where_set(f"dataset.{key}"))
 
 
 def _validate_lora(raw, model: dict, problems: Problems, where_set) -> dict | None:
@@ -231,7 +247,8 @@ def _check_combinations(trainer: dict, model: dict, dataset: dict, sampling: dic
     if trainer.get("bf16") is True and trainer.get("fp16") is True:
         problems.add("trainer.fp16", "cannot be true together with trainer.bf16; set one (or neither: model.dtype picks)",
                      True, file=where_set("trainer.fp16"))
-    if trainer.get("eval_strategy", "no") not in ("no", None) and dataset and not (dataset.get("eval_path") or dataset.get("eval_split")):
+    if trainer.get("eval_strategy", "no") not in ("no", None) and dataset and not (
+            dataset.get("eval_path") or dataset.get("eval_split") or dataset.get("reasoning_gym")):
         problems.add("trainer.eval_strategy", "evaluates on held-out data the recipe does not name; set dataset.eval_path "
                      "(a local file) or dataset.eval_split (a hub split), or leave eval_strategy at 'no'",
                      trainer["eval_strategy"], file=where_set("trainer.eval_strategy"))

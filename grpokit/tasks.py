@@ -1,0 +1,261 @@
+"""reasoning-gym's procedural tasks as a recipe's dataset (`dataset.reasoning_gym`): checked, generated, explained.
+
+reasoning-gym (`reasoning_gym.factory.DATASETS`: ~100 generators, each with a config dataclass and its own
+`score_answer`) makes problems locally, from a seed: nothing is downloaded. A recipe names one task or a weighted mix,
+how many problems, and a seed::
+
+    dataset:
+      reasoning_gym:
+        tasks: [{name: leg_counting, config: {min_animals: 1, max_animals: 2}}]
+        size: 1000         # training problems
+        seed: 1
+        eval_size: 100     # held-out problems for --eval, from eval_seed (default: seed + size)
+
+Problem i of a task is drawn from `Random(seed + i)` (a mix offsets each task's seed by its position, the same for
+both sets), so training uses the seeds [seed, seed + size) and the held-out set [eval_seed, eval_seed + eval_size):
+the two ranges must not meet (held-out seed 2 next to training seed 1 would repeat all but one problem). A
+held-out problem whose question still equals a training one (a small task space repeats itself) is dropped, with a
+count. Each row carries `task_item` (the source and the problem's index), from which the `task_score` reward
+rebuilds the problem and scores a completion with the task's own `score_answer`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+from dataclasses import dataclass, fields
+
+from grpokit.errors import Problem, Problems, RecipeError, nearest
+
+ITEM_COLUMN = "task_item"  # the column `task_score` reads: {"source": {tasks, size, seed}, "index": i}
+KEY = "dataset.reasoning_gym"
+# Keys of a task's own config that the source sets for every task alike.
+OWN_KEYS = {"seed": f"is set for every task by {KEY}.seed (and eval_seed)",
+            "size": f"is set for every task by {KEY}.size (and eval_size)"}
+
+
+def registry() -> dict:
+    """reasoning-gym's tasks: name -> (dataset class, config dataclass)."""
+    with warnings.catch_warnings():  # a dependency of reasoning-gym (cellpylib) has `is` literals Python warns about
+        warnings.simplefilter("ignore", SyntaxWarning)
+        from reasoning_gym.factory import DATASETS
+    return DATASETS
+
+
+def version() -> str:
+    from importlib.metadata import version as installed
+
+    return installed("reasoning-gym")
+
+
+def eval_seed(source: dict) -> int:
+    """The held-out set's first seed: `eval_seed`, or the first seed past training's (`seed + size`).
+
+    >>> eval_seed({"seed": 1, "size": 1000, "eval_seed": None})
+    1001
+    """
+    return source["eval_seed"] if source.get("eval_seed") is not None else source["seed"] + source["size"]
+
+
+def check_source(raw, where_set=lambda p: None) -> tuple[dict, list[Problem]]:
+    """`dataset.reasoning_gym` with its defaults filled, and every problem with it: the keys, each task's name against
+    reasoning-gym's registry, each config key against the task's config dataclass (its type), the config as the task's
+    own `validate()` judges it, a mix's names listed once, the held-out seeds apart from training's.
+
+    >>> source, problems = check_source({"tasks": ["leg_countin"]})
+    >>> problems[0].path, problems[0].suggestion
+    ('dataset.reasoning_gym.tasks[0].name', 'leg_counting')
+    """
+    from grpokit.config.schema import validate_dataclass_keys, validate_fields
+    from grpokit.config.sections import REASONING_GYM, TASK_ENTRY
+
+    problems = Problems()
+    source = validate_fields(raw, REASONING_GYM, KEY, problems, where_set)
+    tasks, seen = [], {}
+    raw_tasks = source.get("tasks") if isinstance(source.get("tasks"), list) else []
+    if "tasks" in source and not raw_tasks:
+        problems.add(f"{KEY}.tasks", "must list at least one task", source["tasks"], file=where_set(f"{KEY}.tasks"))
+    known = registry() if raw_tasks else {}
+    for i, item in enumerate(raw_tasks):
+        path, dotted = f"{KEY}.tasks[{i}]", f"{KEY}.tasks.{i}"
+        if isinstance(item, str):  # shorthand: "- leg_counting"
+            item = {"name": item}
+        entry = validate_fields(item, TASK_ENTRY, path, problems, lambda p, d=dotted, s=path: where_set(p.replace(s, d)))
+        name = entry.get("name")
+        if name is None:
+            continue
+        if name not in known:
+            problems.add(f"{path}.name", "is not a reasoning-gym task", name,
+                         f"the {len(known)} tasks of reasoning-gym {version()} (python -c \"import reasoning_gym; "
+                         "print(sorted(reasoning_gym.factory.DATASETS))\")", nearest(name, known) or nearest(name, known, 0.4),
+                         file=where_set(f"{dotted}.name"))
+            continue
+        if name in seen:
+            problems.add(f"{path}.name", f"task {name!r} is listed twice (also tasks[{seen[name]}]); give it one entry and weight",
+                         name, file=where_set(f"{dotted}.name"))
+            continue
+        seen[name] = i
+        config_cls = known[name][1]
+        before = len(problems.items)
+        given = entry.get("config") or {}
+        keys = [f.name for f in fields(config_cls) if f.init and f.name not in OWN_KEYS]
+        for key in given:
+            if key not in keys and key not in OWN_KEYS:
+                problems.add(f"{path}.config.{key}", f"is not a config key of task {name}", allowed=", ".join(keys) or "none",
+                             suggestion=nearest(key, keys), file=where_set(f"{dotted}.config.{key}"))
+        given = {k: v for k, v in given.items() if k in keys or k in OWN_KEYS}
+        config = validate_dataclass_keys(given, config_cls, f"{path}.config", problems, {},
+                                         lambda p, d=dotted, s=path: where_set(p.replace(s, d)), refuse=OWN_KEYS)
+        if len(problems.items) == before:
+            problem = _config_refused(name, config, path, where_set(f"{dotted}.config"))
+            if problem:
+                problems.items.append(problem)
+        tasks.append({"name": name, "weight": entry.get("weight", 1.0), "config": config})
+    if "tasks" in source:
+        source["tasks"] = tasks
+    _check_seeds(source, problems, where_set)
+    return source, problems.items
+
+
+def _config_refused(name: str, config: dict, path: str, file: str | None) -> Problem | None:
+    """The task's own `validate()` on `config` (reasoning-gym states its ranges as assertions): the rule it states,
+    blamed on the config key it names."""
+    config_cls = registry()[name][1]
+    try:
+        built = config_cls(**config)
+        if hasattr(built, "validate"):
+            built.validate()
+    except (AssertionError, ValueError, TypeError) as err:
+        rule = str(err) or "a value outside what the task accepts (its validate() gives no reason)"
+        key = next((k for k in sorted(config, key=len, reverse=True) if k in rule), None)
+        where = f"{path}.config.{key}" if key else f"{path}.config"
+        value = config[key] if key else config
+        return Problem(where, f"is refused by reasoning-gym's {name} config", value, rule, file=file)
+    return None
+
+
+def _check_seeds(source: dict, problems: Problems, where_set) -> None:
+    """The held-out seeds [eval_seed, eval_seed + eval_size) must miss training's [seed, seed + size)."""
+    if not all(isinstance(source.get(k), int) for k in ("seed", "size", "eval_size")):
+        return
+    start, size, n = eval_seed(source), source["size"], source["eval_size"]
+    seed = source["seed"]
+    if start < seed + size and seed < start + n:
+        problems.add(f"{KEY}.eval_seed", f"its held-out problems come from seeds {start}..{start + n - 1}, which meet "
+                     f"training's {seed}..{seed + size - 1} (reasoning-gym draws problem i from seed + i), so held-out "
+                     "problems would repeat training ones", start,
+                     f"eval_seed >= {seed + size}" + (f" or eval_seed <= {seed - n}" if seed - n >= 0 else "")
+                     + f"; e.g. {seed + size} (or leave it out: seed + size)",
+                     file=where_set(f"{KEY}.eval_seed"))
+
+
+def build(source: dict):
+    """The reasoning-gym dataset `source` names ({tasks, size, seed}): the task itself, or a `composite` of the mix.
+
+    >>> build({"tasks": [{"name": "chain_sum", "weight": 1.0, "config": {}}], "size": 2, "seed": 1})[0]["answer"]
+    '-4'
+    """
+    import reasoning_gym
+
+    registry()
+    tasks = source["tasks"]
+    if len(tasks) == 1:
+        return reasoning_gym.create_dataset(tasks[0]["name"], size=source["size"], seed=source["seed"], **tasks[0]["config"])
+    from reasoning_gym.composite import DatasetSpec
+
+    specs = [DatasetSpec(t["name"], t["weight"], dict(t["config"])) for t in tasks]
+    return reasoning_gym.create_dataset("composite", size=source["size"], seed=source["seed"], datasets=specs)
+
+
+def _part(source: dict, heldout: bool) -> dict:
+    """The {tasks, size, seed} of the training set, or of the held-out set."""
+    if heldout:
+        return {"tasks": source["tasks"], "size": source["eval_size"], "seed": eval_seed(source)}
+    return {"tasks": source["tasks"], "size": source["size"], "seed": source["seed"]}
+
+
+@dataclass(frozen=True)
+class Generated:
+    rows: tuple  # dicts: prompt, answer, task, task_item
+    repeats: int  # held-out problems dropped because a training problem has the same question
+
+
+@functools.lru_cache(maxsize=8)
+def _generate(key: str, heldout: bool) -> Generated:
+    source = json.loads(key)
+    part = _part(source, heldout)
+    ds = build(part)
+    shown = {k: part[k] for k in ("tasks", "size", "seed")}
+    rows, repeats = [], 0
+    train = {r["prompt"] for r in _generate(key, False).rows} if heldout else set()
+    for i in range(part["size"]):
+        entry = ds[i]
+        if entry["question"] in train:
+            repeats += 1
+            continue
+        rows.append({"prompt": entry["question"], "answer": None if entry.get("answer") is None else str(entry["answer"]),
+                     "task": entry.get("metadata", {}).get("source_dataset", part["tasks"][0]["name"]),
+                     ITEM_COLUMN: json.dumps({"source": shown, "index": i}, sort_keys=True)})
+    return Generated(tuple(rows), repeats)
+
+
+def generate(source: dict, heldout: bool = False) -> Generated:
+    """The training problems (or the held-out ones, less any whose question a training problem has)."""
+    return _generate(json.dumps({k: source.get(k) for k in ("tasks", "size", "seed", "eval_size", "eval_seed")},
+                                sort_keys=True), heldout)
+
+
+def load(source: dict, heldout: bool = False):
+    """`generate` as a `datasets.Dataset` (columns prompt, answer, task, task_item), what `data.load_raw` returns."""
+    import datasets
+
+    rows = list(generate(source, heldout).rows)
+    return datasets.Dataset.from_list(rows)
+
+
+def describe(source: dict) -> str:
+    """How messages name the source.
+
+    >>> describe({"tasks": [{"name": "leg_counting", "weight": 1.0}], "size": 10, "seed": 1})
+    'reasoning-gym leg_counting (10 problems, seed 1)'
+    """
+    names = " + ".join(t["name"] for t in source["tasks"])
+    return f"reasoning-gym {names} ({source['size']} problems, seed {source['seed']})"
+
+
+def explain(source: dict, rewards: list[dict]) -> list[str]:
+    """--check's account of the source: each task with its config and scorer, the seeds of both sets, and how far
+    apart they are (the held-out problems are generated here to count any repeat)."""
+    known = registry()
+    total = sum(t["weight"] for t in source["tasks"])
+    lines = [f"# task source: reasoning-gym {version()}, generated here from seeds (nothing downloaded)"]
+    for t in source["tasks"]:
+        cls = known[t["name"]][0]
+        share = f", {t['weight'] / total:.0%} of problems" if len(source["tasks"]) > 1 else ""
+        scorer = (f"{cls.__name__}.score_answer, the task's own" if "score_answer" in vars(cls) else
+                  "reasoning-gym's default score_answer (exact: 1.0; the gold inside a longer answer: len(gold)/len(answer))")
+        lines.append(f"  task {t['name']}{share}: config {json.dumps(t['config']) if t['config'] else '{} (the defaults)'}; "
+                     f"scored by {scorer}")
+    seed, size, start, n = source["seed"], source["size"], eval_seed(source), source["eval_size"]
+    lines.append(f"  training: {size:,} problems from seeds {seed}..{seed + size - 1} (problem i from seed + i)")
+    held = generate(source, heldout=True)
+    if not held.rows:
+        raise RecipeError([Problem(f"{KEY}.eval_size", f"all {n} held-out problems ask a question training asks too: the "
+                                   "task's config allows fewer distinct problems than size + eval_size", n,
+                                   "a smaller size, or a config with more distinct problems (more digits, terms, ...)")])
+    repeats = f", {held.repeats} dropped whose question a training problem asks too" if held.repeats else ""
+    lines.append(f"  held-out (--eval, trainer.eval_strategy): {len(held.rows):,} problems from seeds {start}..{start + n - 1}"
+                 f", apart from training's{repeats}: no held-out question is a training question")
+    scorers = [r for r in rewards if r["name"] == "task_score"]
+    if scorers:
+        for r in scorers:
+            how = r["args"].get("answer_from", "tag")
+            where = {"tag": f"the last <{r['args'].get('tag', 'answer')}>...</{r['args'].get('tag', 'answer')}>",
+                     "last_line": "the last non-empty line", "last_number": "the last number in the text",
+                     "whole": "the whole completion"}.get(how, how)
+            lines.append(f"  reward task_score: the answer is {where}, scored by the task's score_answer "
+                         f"(its partial credit kept), at most {r['args'].get('timeout', 2.0)} s a completion")
+    else:
+        lines.append("  note: no task_score reward: the recipe's rewards do not use the tasks' own scorers")
+    return lines

@@ -44,10 +44,11 @@ class TaskScore:
 
     For data from `dataset.reasoning_gym`: each row's `task_item` names its problem, which is rebuilt and scored by
     the task's own `score_answer` (1.0 right, 0.0 wrong, and what the task gives between: the gold inside a longer
-    answer earns len(gold)/len(answer) by reasoning-gym's default scorer, countdown gives 0.01 to any answer that
-    is not a solution). The answer is taken as the prompt asks for it (`answer_from`: `tag`, the last
+    answer earns len(gold)/len(answer) by reasoning-gym's default scorer, countdown gives 0.05 to an expression that
+    is not a solution and 0.01 to none). The answer is taken as the prompt asks for it (`answer_from`: `tag`, the last
     `<answer>...</answer>`, as reasoning-gym's prompts ask; `last_line`; `last_number`; `whole`); a completion without one is scored
-    as the task scores no answer (None given to score_answer: 0.0 for the tasks shipped in recipes). Scoring runs in
+    as the task scores no answer (None given to score_answer: 0.0 for the tasks shipped in recipes, 0.01 for
+    countdown). Scoring runs in
     `workers` processes, each completion within `timeout` seconds (killed past it: 0.0). A row without a task item
     scores None, which TRL skips. A scorer that raises stops the run, naming this reward and the sample.
 

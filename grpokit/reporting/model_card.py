@@ -35,7 +35,9 @@ def model_card(recipe, output_dir: Path, global_step: int, trl_version: str, res
     True
     """
     base = recipe.model["name_or_path"]
-    dataset = recipe.dataset.get("name") or Path(recipe.dataset["path"]).name
+    from grpokit.data import source_name  # a file's name, or generated tasks named with their size and seed
+
+    dataset = recipe.dataset.get("name") or source_name(recipe.dataset)
     front = ["---", "library_name: " + ("peft" if recipe.lora else "transformers"), "pipeline_tag: text-generation",
              "tags: [grpokit, grpo, trl" + (", lora" if recipe.lora else "") + "]"]
     if _is_hub_id(base):
@@ -55,7 +57,7 @@ def model_card(recipe, output_dir: Path, global_step: int, trl_version: str, res
         f"This is {what}, trained with GRPO (the group-relative policy optimization of DeepSeekMath) by grpokit's "
         f"recipe `{recipe.name}` on TRL {trl_version}'s GRPOTrainer.", "",
         f"- base model: {base_link}",
-        f"- dataset: {data_link} (split `{recipe.dataset.get('split', 'train')}`)",
+        f"- dataset: {data_link}" + ("" if recipe.dataset.get("reasoning_gym") else f" (split `{recipe.dataset.get('split', 'train')}`)"),
         f"- rewards: {rewards}",
         f"- steps trained: {global_step}" + (f" (the last session resumed at step {resumed_at} and trained "
                                              f"{global_step - resumed_at})" if resumed_at else ""),

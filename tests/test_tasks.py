@@ -1,0 +1,203 @@
+"""`dataset.reasoning_gym`: reasoning-gym's procedural tasks as a recipe's data -- generated offline, checked against
+reasoning-gym at --check (every problem at once, exit 2, no weights), a held-out set that never meets training."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from helpers import ROOT, recipe_dict, write_recipe
+
+from grpokit import tasks
+from grpokit.cli import main
+
+CHAIN = {"name": "chain_sum", "weight": 1.0, "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}}
+
+
+def source(**changes) -> dict:
+    checked, problems = tasks.check_source({"tasks": [CHAIN], "size": 40, "seed": 1, "eval_size": 20, **changes})
+    assert not problems, [p.format() for p in problems]
+    return checked
+
+
+def task_recipe(tmp_path, rg: dict, **dataset) -> dict:
+    """The tiny-model recipe with a reasoning-gym source and its reward."""
+    return recipe_dict(dataset={"reasoning_gym": rg, **dataset},
+                       rewards=[{"name": "task_score", "args": {"answer_from": "last_number"}}],
+                       trainer={**recipe_dict()["trainer"], "output_dir": str(tmp_path / "run")})
+
+
+def check_lines(capsys) -> list[str]:
+    """The `  - file: key: ...` lines a failed --check printed."""
+    return [line.strip()[2:] for line in capsys.readouterr().err.splitlines() if line.strip().startswith("- ")]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The source
+
+
+def test_rows_are_the_tasks_problems_with_what_the_reward_rebuilds_them_from():
+    src = source()
+    rows = tasks.generate(src).rows
+    assert len(rows) == 40 and {r["task"] for r in rows} == {"chain_sum"}
+    first = rows[0]
+    assert first["prompt"].startswith("State the final answer") and first["answer"] == str(eval(first["prompt"].split(":")[1].rstrip(" =")))
+    item = json.loads(first["task_item"])
+    assert item == {"source": {"tasks": src["tasks"], "size": 40, "seed": 1}, "index": 0}
+    # the same seed makes the same problems, in a fresh dataset object too (the scorer process rebuilds them)
+    assert tasks.build(item["source"])[0]["question"] == first["prompt"]
+
+
+def test_a_weighted_mix_draws_from_each_task():
+    src = source(tasks=[CHAIN, {"name": "leg_counting", "weight": 3.0, "config": {"max_animals": 2, "min_animals": 1}}],
+                 size=200)
+    counts = {name: sum(r["task"] == name for r in tasks.generate(src).rows) for name in ("chain_sum", "leg_counting")}
+    assert counts["chain_sum"] + counts["leg_counting"] == 200
+    assert 20 < counts["chain_sum"] < 80, counts  # a quarter of 200, give or take the draw
+
+
+def test_the_heldout_set_comes_from_seeds_past_training_and_asks_no_training_question():
+    src = source()
+    assert tasks.eval_seed(src) == 41  # seed + size: the first seed training does not use
+    train = {r["prompt"] for r in tasks.generate(src).rows}
+    held = tasks.generate(src, heldout=True)
+    assert held.rows and not train & {r["prompt"] for r in held.rows}
+    assert all(json.loads(r["task_item"])["source"]["seed"] == 41 for r in held.rows)
+
+
+def test_a_heldout_question_training_also_asks_is_dropped_and_counted():
+    # one-digit sums have 200 distinct problems: 150 training ones ask many of the held-out set's questions
+    small = {**CHAIN, "config": {**CHAIN["config"], "max_digits": 1}}
+    src = source(tasks=[small], size=150, eval_size=50)
+    held = tasks.generate(src, heldout=True)
+    train = {r["prompt"] for r in tasks.generate(src).rows}
+    assert held.repeats > 0 and len(held.rows) + held.repeats == 50
+    assert not train & {r["prompt"] for r in held.rows}
+
+
+def test_neighbouring_seeds_would_repeat_training_so_they_are_refused():
+    # reasoning-gym draws problem i from seed + i: held-out seed 2 would be training's problems 1.. again
+    a = tasks.build({"tasks": [CHAIN], "size": 5, "seed": 1})
+    b = tasks.build({"tasks": [CHAIN], "size": 5, "seed": 2})
+    assert a[1]["question"] == b[0]["question"]
+    _, problems = tasks.check_source({"tasks": [CHAIN], "size": 40, "seed": 1, "eval_seed": 2})
+    assert [p.path for p in problems] == ["dataset.reasoning_gym.eval_seed"]
+    assert "seeds 2..101, which meet training's 1..40" in problems[0].message and "eval_seed >= 41" in problems[0].allowed
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --check: every problem at once, in the user's terms, before any weights load
+
+
+def test_typos_and_bad_values_are_all_reported_with_the_nearest_name(tmp_path, capsys, no_weights):
+    rg = {"tasks": [{"name": "chain_summ"},
+                    {"name": "leg_counting", "config": {"max_animal": 3, "seed": 4}},
+                    {"name": "countdown", "config": {"min_numbers": 1}},
+                    {"name": "basic_arithmetic", "config": {"max_terms": "six"}}],
+          "size": 100, "seed": 1, "eval_seed": 50, "eval_sise": 10}
+    path = write_recipe(tmp_path, task_recipe(tmp_path, rg))
+    assert main(["--recipe", str(path), "--check"]) == 2
+    lines = check_lines(capsys)
+    at = f"{path}: dataset.reasoning_gym"
+    expected = [
+        f"{at}.eval_sise: is not a known key; allowed: tasks, size, seed, eval_size, eval_seed; did you mean 'eval_size'?",
+        f"{at}.tasks[0].name: is not a reasoning-gym task (got 'chain_summ'); allowed: the {len(tasks.registry())} tasks of "
+        f"reasoning-gym {tasks.version()} (python -c \"import reasoning_gym; print(sorted(reasoning_gym.factory.DATASETS))\"); "
+        "did you mean 'chain_sum'?",
+        f"{at}.tasks[1].config.max_animal: is not a config key of task leg_counting; allowed: min_animals, max_animals, "
+        "min_instances, max_instances; did you mean 'max_animals'?",
+        f"{at}.tasks[1].config.seed: is set for every task by dataset.reasoning_gym.seed (and eval_seed)",
+        f"{at}.tasks[2].config.min_numbers: is refused by reasoning-gym's countdown config (got 1); allowed: min_numbers "
+        "must be greater than 1",
+        f"{at}.tasks[3].config.max_terms: has the wrong type (got 'six'); allowed: integer",
+        f"{at}.eval_seed: its held-out problems come from seeds 50..149, which meet training's 1..100 (reasoning-gym draws "
+        "problem i from seed + i), so held-out problems would repeat training ones (got 50); allowed: eval_seed >= 101; "
+        "e.g. 101 (or leave it out: seed + size)",
+    ]
+    assert sorted(lines) == sorted(expected), "\n".join(lines)
+
+
+@pytest.mark.parametrize("dataset, message", [
+    # a source is one of three: a file, a hub dataset, or generated tasks
+    ({"path": "x.jsonl"}, "give exactly one of dataset.name (hub), dataset.path (local file) or dataset.reasoning_gym"),
+    # generated tasks bring their own held-out set
+    ({"eval_path": "heldout.jsonl"}, "dataset.eval_path: names held-out data, but dataset.reasoning_gym generates its own"),
+    # a mix names each task once
+    ({"reasoning_gym": {"tasks": ["chain_sum", "chain_sum"]}}, "task 'chain_sum' is listed twice (also tasks[0])"),
+    # at least one task
+    ({"reasoning_gym": {"tasks": []}}, "dataset.reasoning_gym.tasks: must list at least one task"),
+    # a weight is a share, so positive
+    ({"reasoning_gym": {"tasks": [{"name": "chain_sum", "weight": 0}]}}, "dataset.reasoning_gym.tasks[0].weight"),
+])
+def test_source_rules(tmp_path, capsys, dataset, message):
+    data = task_recipe(tmp_path, {"tasks": ["chain_sum"], "size": 10})
+    data["dataset"].update(dataset)
+    path = write_recipe(tmp_path, data)
+    assert main(["--recipe", str(path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+def test_a_heldout_set_left_empty_fails_check(tmp_path, capsys):
+    # leg_counting with one animal and one instance has 37 distinct problems: 200 training ones ask them all
+    rg = {"tasks": [{"name": "leg_counting", "config": {"min_animals": 1, "max_animals": 1, "max_instances": 1}}],
+          "size": 200, "eval_size": 20}
+    path = write_recipe(tmp_path, task_recipe(tmp_path, rg))
+    assert main(["--recipe", str(path), "--check"]) == 2
+    assert "dataset.reasoning_gym.eval_size: all 20 held-out problems ask a question training asks too" in capsys.readouterr().err
+
+
+def test_check_explains_the_task_source(tmp_path, capsys, no_weights):
+    path = write_recipe(tmp_path, task_recipe(tmp_path, {"tasks": [CHAIN], "size": 40, "eval_size": 20}))
+    assert main(["--recipe", str(path), "--check"]) == 0
+    out = capsys.readouterr().out
+    section = out.split("# task source:")[1].split("\n\n")[0]
+    assert f"reasoning-gym {tasks.version()}, generated here from seeds (nothing downloaded)" in section
+    assert "task chain_sum: config" in section and "scored by ChainSumDataset.score_answer, the task's own" in section
+    assert "training: 40 problems from seeds 1..40" in section
+    assert re.search(r"held-out \(--eval, trainer.eval_strategy\): \d+ problems from seeds 41..60, apart from training's", section)
+    assert "no held-out question is a training question" in section
+    assert "reward task_score: the answer is the last number in the text" in section
+
+
+def test_the_recipe_data_line_names_the_task():
+    assert tasks.describe(source()) == "reasoning-gym chain_sum (40 problems, seed 1)"
+    from grpokit.data import source_name
+
+    assert source_name({"reasoning_gym": source()}) == "reasoning-gym chain_sum (40 problems, seed 1)"
+
+
+def test_shipped_task_recipes_pass_check_from_the_command_line():
+    """What the README promises a user types, offline, in a fresh process."""
+    from helpers import launch
+
+    result = launch("--recipe", "recipes/smollm2-135m/chain_sum.yaml", "--check")
+    assert result.returncode == 0, result.stderr
+    assert "# task source: reasoning-gym" in result.stdout and "check passed" in result.stdout
+    assert (ROOT / "recipes" / "smollm2-135m" / "leg_counting.yaml").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A real run
+
+
+@pytest.mark.slow
+def test_a_task_recipe_trains_on_the_tiny_model(tmp_path):
+    """Two real GRPOTrainer steps through launch's code path: generated problems, the task's own scorer, the stop rule;
+    the report names the task."""
+    from grpokit import config, training
+    from grpokit.config import validate
+
+    data = task_recipe(tmp_path, {"tasks": [CHAIN], "size": 16, "eval_size": 8})
+    data["rewards"].append({"name": "overlong_penalty", "args": {"buffer": 4}})
+    data["trainer"]["max_steps"] = 2
+    recipe = validate(config.load(write_recipe(tmp_path, data)))
+    training.train(recipe)
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    logged = [h for h in state["log_history"] if "rewards/task_score/mean" in h]
+    assert len(logged) == 2 and all(0.0 <= h["rewards/task_score/mean"] <= 1.0 for h in logged)
+    assert "data: reasoning-gym chain_sum (16 problems, seed 1)" in (tmp_path / "run" / "report.md").read_text()
+    assert "- dataset: `reasoning-gym chain_sum (16 problems, seed 1)`" in (tmp_path / "run" / "README.md").read_text()
+    # the recipe saved with the run reruns as is: the same source, so the same problems
+    assert validate(config.load(tmp_path / "run" / "recipe.yaml")).dataset == recipe.dataset

@@ -53,7 +53,7 @@ CASES = {
     "bad_enum_conversational": ["dataset.conversational: is not an allowed value", "got 'sometimes'"],
     # --- contradictory knobs
     "contradict_quantized_full_ft": ["model.quantization: a quantized model cannot be fully fine-tuned; add a lora section"],
-    "contradict_dataset_name_and_path": ["give exactly one of dataset.name (hub) or dataset.path (local file)"],
+    "contradict_dataset_name_and_path": ["give exactly one of dataset.name (hub), dataset.path (local file) or dataset.reasoning_gym"],
     "contradict_generation_knobs": ["trainer.generation_batch_size: cannot be set together with trainer.steps_per_generation"],
     "contradict_batch_groups": ["must be divisible by num_generations (3)", "e.g. per_device_train_batch_size: 9"],
     "contradict_bf16_fp16": ["trainer.fp16: cannot be true together with trainer.bf16"],

@@ -76,6 +76,23 @@ def test_a_heldout_question_training_also_asks_is_dropped_and_counted():
     assert not train & {r["prompt"] for r in held.rows}
 
 
+def test_eval_reads_the_heldout_problems_formatted_like_training(tmp_path):
+    from grpokit import config
+    from grpokit.config import validate
+    from grpokit.data import heldout_dataset
+    from grpokit.evaluate import _heldout_name, passes
+
+    data = task_recipe(tmp_path, {"tasks": [CHAIN], "size": 40, "eval_size": 20}, eval_limit=5,
+                       template="{prompt} Answer with just the number.")
+    recipe = validate(config.load(write_recipe(tmp_path, data)))
+    held = heldout_dataset(recipe, tokenizer=None, log=lambda _: None)
+    assert len(held) == 5 and all(p.endswith("Answer with just the number.") for p in held["prompt"])
+    assert {json.loads(i)["source"]["seed"] for i in held["task_item"]} == {41}
+    assert _heldout_name(recipe.dataset) == "reasoning-gym chain_sum (20 problems, seed 41), held out"
+    # a pass is the task's full credit: partial credit is paid for wrong answers
+    assert passes("task_score", 1.0) and not passes("task_score", 0.43) and passes("accuracy", 0.43)
+
+
 def test_neighbouring_seeds_would_repeat_training_so_they_are_refused():
     # reasoning-gym draws problem i from seed + i: held-out seed 2 would be training's problems 1.. again
     a = tasks.build({"tasks": [CHAIN], "size": 5, "seed": 1})

@@ -126,7 +126,7 @@ def _config_refused(name: str, config: dict, path: str, file: str | None) -> Pro
         built = config_cls(**config)
         if hasattr(built, "validate"):
             built.validate()
-    except (AssertionError, ValueError, TypeError) as err:
+    except Exception as err:  # noqa: BLE001 - reasoning-gym states its rules as asserts; any refusal is the config's
         rule = str(err) or "a value outside what the task accepts (its validate() gives no reason)"
         key = next((k for k in sorted(config, key=len, reverse=True) if k in rule), None)
         where = f"{path}.config.{key}" if key else f"{path}.config"
@@ -185,12 +185,20 @@ class Generated:
 def _generate(key: str, heldout: bool) -> Generated:
     source = json.loads(key)
     part = _part(source, heldout)
-    ds = build(part)
     shown = {k: part[k] for k in ("tasks", "size", "seed")}
     rows, repeats = [], 0
     train = {r["prompt"] for r in _generate(key, False).rows} if heldout else set()
-    for i in range(part["size"]):
-        entry = ds[i]
+    i, entries = 0, []
+    try:
+        ds = build(part)
+        for i in range(part["size"]):
+            entries.append(ds[i])
+    except Exception as err:  # noqa: BLE001 - a config the task accepted but cannot generate from: said, not a traceback
+        which = "held-out" if heldout else "training"
+        raise RecipeError([Problem(f"{KEY}.tasks", f"reasoning-gym could not generate {which} problem {i} (seed "
+                                   f"{part['seed']}): {type(err).__name__}: {str(err)[:200]}",
+                                   [t["name"] for t in part["tasks"]])]) from None
+    for i, entry in enumerate(entries):
         if entry["question"] in train:
             repeats += 1
             continue

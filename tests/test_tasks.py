@@ -144,6 +144,8 @@ def test_typos_and_bad_values_are_all_reported_with_the_nearest_name(tmp_path, c
     ({"reasoning_gym": {"tasks": ["chain_sum", "chain_sum"]}}, "task 'chain_sum' is listed twice (also tasks[0])"),
     # at least one task
     ({"reasoning_gym": {"tasks": []}}, "dataset.reasoning_gym.tasks: must list at least one task"),
+    # every problem is generated before training: a size is bounded
+    ({"reasoning_gym": {"tasks": ["chain_sum"], "size": 10**9}}, "dataset.reasoning_gym.size"),
     # a weight is a share, so positive
     ({"reasoning_gym": {"tasks": [{"name": "chain_sum", "weight": 0}]}}, "dataset.reasoning_gym.tasks[0].weight"),
 ])

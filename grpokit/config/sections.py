@@ -43,10 +43,12 @@ DATASET = {
 # `dataset.reasoning_gym` (grpokit/tasks.py): one reasoning-gym task or a weighted mix, generated from seeds.
 REASONING_GYM = {
     "tasks": Field(list, doc="[{name, weight, config}]: reasoning-gym task names, each with its own config keys"),
-    "size": Field(int, 1000, "training problems", min=1),
-    "seed": Field(int, 1, "problem i of training is drawn from seed + i", min=0),
-    "eval_size": Field(int, 100, "held-out problems for --eval and trainer.eval_strategy", min=1),
-    "eval_seed": Field(int | None, None, "the held-out set's first seed; default seed + size, the first past training's", min=0),
+    # Bounds: every problem is generated at --check and before training (a countdown problem takes ~10 ms).
+    "size": Field(int, 1000, "training problems", min=1, max=1_000_000),
+    "seed": Field(int, 1, "problem i of training is drawn from seed + i", min=0, max=2**31),
+    "eval_size": Field(int, 100, "held-out problems for --eval and trainer.eval_strategy", min=1, max=100_000),
+    "eval_seed": Field(int | None, None, "the held-out set's first seed; default seed + size, the first past training's",
+                       min=0, max=2**31),
 }
 TASK_ENTRY = {
     "name": Field(str, doc="a reasoning-gym task (reasoning_gym.factory.DATASETS)"),

@@ -133,3 +133,12 @@ def test_it_pickles_and_logs_under_its_name():
 
 
 import re  # noqa: E402 - used by the refusal table above
+
+
+@pytest.mark.parametrize("module", ["rewards.tasks", "grpokit.tasks"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted and not result.failed

@@ -70,7 +70,9 @@ def test_the_recipes_stop_rule_leaves_an_answer_that_stops_unpunished_and_costs_
     entry = next(e for e in r.rewards if e["name"] == "overlong_penalty")
     penalty = registry.build("overlong_penalty", **entry["args"])
     cap = r.trainer["max_completion_length"]
-    rows = [json.loads(line) for line in Path(r.dataset["eval_path"]).read_text().splitlines()]
+    from grpokit.datavalues import builtin_path
+
+    rows = [json.loads(line) for line in builtin_path(r.dataset["eval_path"]).read_text().splitlines()]
     answers = [row["answer"].split("\n")[0] for row in rows]  # "11 + 17 = 28"
     ids = [prep.tokenizer(a, add_special_tokens=False).input_ids + [prep.tokenizer.eos_token_id] for a in answers]
     assert penalty(completions=answers, completion_ids=ids) == [0.0] * len(answers)

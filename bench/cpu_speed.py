@@ -11,6 +11,8 @@ max_steps and saving) in a process of its own, with the environment a user would
 and each twice: on an idle machine, and beside one busy neighbour (a process spinning on one core, as a second
 job on a shared machine would). Seconds per step are the trainer's own `step_time` (trainer_state.json): the
 first step (it warms the kernels up) apart, the rest averaged; the 30-step estimate is first + 29 x the rest.
+The 1-minute load average before each run is recorded beside it: a figure taken on a machine that was not idle
+says so.
 Writes bench/results/cpu_speed.json and cpu_speed.md; no timing is asserted anywhere.
 """
 
@@ -61,6 +63,7 @@ def run_one(setting: dict, steps: int, work: Path) -> dict:
                TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
     argv = [sys.executable, str(ROOT / "launch.py"), "--recipe", str(RECIPE), f"trainer.max_steps={steps}",
             "trainer.save_strategy=no", f"trainer.output_dir={out}", f"model.dtype={setting['dtype']}", "--overwrite"]
+    load_before = os.getloadavg()[0]
     start = time.time()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
     wall = time.time() - start
@@ -74,7 +77,7 @@ def run_one(setting: dict, steps: int, work: Path) -> dict:
     per_step = sum(rest) / len(rest)
     return {"step_times_s": [round(t, 2) for t in times], "first_s": round(times[0], 2), "per_step_s": round(per_step, 2),
             f"est_{SHIPPED_STEPS}_steps_min": round((times[0] + (SHIPPED_STEPS - 1) * per_step) / 60, 1),
-            "process_wall_s": round(wall, 1)}
+            "process_wall_s": round(wall, 1), "load_average_before": round(load_before, 2)}
 
 
 def table(results: dict) -> list[str]:
@@ -89,7 +92,8 @@ def table(results: dict) -> list[str]:
             elif "failed" in r:
                 cells += ["failed", "-"]
             else:
-                cells += [f"{r['per_step_s']:.1f} (first {r['first_s']:.1f})", f"{r[f'est_{SHIPPED_STEPS}_steps_min']:.1f} min"]
+                cells += [f"{r['per_step_s']:.1f} (first {r['first_s']:.1f}; load {r['load_average_before']:.1f})",
+                          f"{r[f'est_{SHIPPED_STEPS}_steps_min']:.1f} min"]
         lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
     return lines
 

@@ -97,7 +97,6 @@ def check_source(raw, where_set=lambda p: None) -> tuple[dict, list[Problem]]:
             continue
         seen[name] = i
         config_cls = known[name][1]
-        before = len(problems.items)
         given = entry.get("config") or {}
         keys = [f.name for f in fields(config_cls) if f.init and f.name not in OWN_KEYS]
         for key in given:
@@ -107,10 +106,10 @@ def check_source(raw, where_set=lambda p: None) -> tuple[dict, list[Problem]]:
         given = {k: v for k, v in given.items() if k in keys or k in OWN_KEYS}
         config = validate_dataclass_keys(given, config_cls, f"{path}.config", problems, {},
                                          lambda p, d=dotted, s=path: where_set(p.replace(s, d)), refuse=OWN_KEYS)
-        if len(problems.items) == before:
-            problem = _config_refused(name, config, path, where_set(f"{dotted}.config"))
-            if problem:
-                problems.items.append(problem)
+        # the keys that passed are judged too (the others at their defaults), so a typo does not hide a bad value
+        problem = _config_refused(name, config, path, where_set(f"{dotted}.config"))
+        if problem:
+            problems.items.append(problem)
         tasks.append({"name": name, "weight": entry.get("weight", 1.0), "config": config})
     if "tasks" in source:
         source["tasks"] = tasks

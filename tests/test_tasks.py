@@ -109,7 +109,7 @@ def test_neighbouring_seeds_would_repeat_training_so_they_are_refused():
 
 def test_typos_and_bad_values_are_all_reported_with_the_nearest_name(tmp_path, capsys, no_weights):
     rg = {"tasks": [{"name": "chain_summ"},
-                    {"name": "leg_counting", "config": {"max_animal": 3, "seed": 4}},
+                    {"name": "leg_counting", "config": {"max_animal": 3, "seed": 4, "min_animals": 0}},
                     {"name": "countdown", "config": {"min_numbers": 1}},
                     {"name": "basic_arithmetic", "config": {"max_terms": "six"}}],
           "size": 100, "seed": 1, "eval_seed": 50, "eval_sise": 10}
@@ -125,6 +125,9 @@ def test_typos_and_bad_values_are_all_reported_with_the_nearest_name(tmp_path, c
         f"{at}.tasks[1].config.max_animal: is not a config key of task leg_counting; allowed: min_animals, max_animals, "
         "min_instances, max_instances; did you mean 'max_animals'?",
         f"{at}.tasks[1].config.seed: is set for every task by dataset.reasoning_gym.seed (and eval_seed)",
+        # a typo in a config does not hide a bad value beside it: the task's own rule, blamed on the key it names
+        f"{at}.tasks[1].config.min_animals: is refused by reasoning-gym's leg_counting config (got 0); allowed: "
+        "min_animals must be positive",
         f"{at}.tasks[2].config.min_numbers: is refused by reasoning-gym's countdown config (got 1); allowed: min_numbers "
         "must be greater than 1",
         f"{at}.tasks[3].config.max_terms: has the wrong type (got 'six'); allowed: integer",

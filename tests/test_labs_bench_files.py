@@ -362,3 +362,22 @@ def test_bench_results_never_replace_a_users_file(tmp_path):
     except (SystemExit, Exception):
         pass
     assert (out / "gpu_memory-2026-01-01.md").read_text() == "my hand-edited table\n"
+
+
+# --- bench/cpu_speed.py ---------------------------------------------------------------------------------------------
+
+def test_cpu_speed_refuses_a_users_results_file_before_any_run(tmp_path, capsys, monkeypatch):
+    cpu_speed = load_bench("cpu_speed")
+    monkeypatch.setattr(cpu_speed, "run_one", lambda *a: pytest.fail("a run started before the outputs were checked"))
+    theirs = tmp_path / "speed.json"
+    theirs.write_text("my notes\n")
+    assert cpu_speed.main(["--out", str(theirs)]) == 2
+    assert "exists and grpokit did not write it" in capsys.readouterr().err and theirs.read_text() == "my notes\n"
+
+
+def test_cpu_speed_measures_each_dtype_thread_count_and_wait_policy_it_is_asked_for():
+    cpu_speed = load_bench("cpu_speed")
+    labels = [s["label"] for s in cpu_speed.settings(2, [])]
+    assert len(labels) == 8 and "bfloat16, 2 thread(s), passive" in labels and "float32, 1 thread(s), active" in labels
+    assert [s["label"] for s in cpu_speed.settings(2, ["bfloat16, 1"])] == ["bfloat16, 1 thread(s), active",
+                                                                           "bfloat16, 1 thread(s), passive"]

@@ -241,6 +241,15 @@ def heldout_lines(rows: list[dict], run_dir: str | Path | None = None) -> list[s
     return [text]
 
 
+def _entropy_fall(c: dict) -> str:
+    """' Entropy fell from 1.83 to 0.05 nats per token: ...' for a collapse or a solved task (`collapse`), or ''."""
+    if not c["entropy"]:
+        return ""
+    first, last = c["entropy"]
+    text = f" Entropy fell from {first:.2f} to {last:.2f} nats per token"
+    return text + (": the policy writes (nearly) the same completion every time." if last < 0.1 * first else ".")
+
+
 def _no_gradient(z: dict) -> str:
     if z["dead"] == 0:
         return (f"No logged step had every group without spread; over the whole run {z['share']:.0%} of the groups "
@@ -304,21 +313,13 @@ def _signal(history: list[dict], z: dict) -> list[str]:
                 "steps since, every group's completions earned the same reward (`frac_reward_zero_std` = 1). That is "
                 "a task learnt, not a collapse (a collapse leaves the groups unanimous below the run's best): with no "
                 "spread left there is no gradient, so those steps trained nothing.")
-        if c["entropy"]:
-            first_e, last_e = c["entropy"]
-            text += f" Entropy fell from {first_e:.2f} to {last_e:.2f} nats per token"
-            text += ": the policy writes (nearly) the same completion every time." if last_e < 0.1 * first_e else "."
-        return [text, _no_gradient(z)]
+        return [text + _entropy_fall(c), _no_gradient(z)]
     if c is not None:
         when = ("at every one" if c["unanimous"] == c["steps"] else f"at {c['unanimous']}")
         text = (f"**The run collapsed at step {c['from_step']}.** From there to the end, {when} of {c['steps']} logged "
                 "steps, every group's completions got the same reward (`frac_reward_zero_std` = 1), so every advantage "
                 "was 0 and the policy gradient with it: those steps trained (almost) nothing.")
-        if c["entropy"]:
-            first, last = c["entropy"]
-            text += f" Entropy fell from {first:.2f} to {last:.2f} nats per token"
-            text += ": the policy writes (nearly) the same completion every time." if last < 0.1 * first else "."
-        lines = [text]
+        lines = [text + _entropy_fall(c)]
         if c["near_best"]:  # within 5% of the run's reward range from its best
             lines.append(f"The mean reward there was {_number(c['reward'])}, at the top of the run's range: the reward "
                          "cannot tell the completions apart any more, so there is nothing left to learn from it.")

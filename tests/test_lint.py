@@ -89,6 +89,18 @@ def test_group_collapse_under_greedy_decoding(tmp_path):
     assert "group-collapse" not in fired(recipe_with(tmp_path, {"generation_kwargs": {"top_k": 20}}))
 
 
+def test_task_answer_not_asked(tmp_path):
+    data = recipe_dict(dataset={"reasoning_gym": {"tasks": ["chain_sum"], "size": 20}}, rewards=[{"name": "task_score"}])
+    data["trainer"]["output_dir"] = str(tmp_path / "run")
+    unasked = validate(load(write_recipe(tmp_path, data)))
+    assert "task_score reads the answer from <answer>...</answer>, which neither" in fired(unasked)["task-answer-not-asked"]
+    data["dataset"]["template"] = "{prompt} Give the answer as <answer>...</answer>."  # asked: clean
+    assert "task-answer-not-asked" not in fired(validate(load(write_recipe(tmp_path, data))))
+    data["dataset"].pop("template")
+    data["rewards"] = [{"name": "task_score", "args": {"answer_from": "last_number"}}]  # read as the prompt asks
+    assert "task-answer-not-asked" not in fired(validate(load(write_recipe(tmp_path, data))))
+
+
 @pytest.mark.parametrize("temperature,warns", [(0.1, True), (0.3, True), (0.31, False), (1.0, False)])
 def test_low_temperature(tmp_path, temperature, warns):
     found = fired(recipe_with(tmp_path, {"temperature": temperature}))

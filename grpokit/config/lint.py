@@ -351,4 +351,19 @@ def _bf16_unsupported(recipe, args, facts):
         f"fails{engine}; set model.dtype: auto (float16 here, with loss scaling) and drop trainer.bf16"))
 
 
+@rule("task-answer-not-asked", "task_score reads an answer tag the prompt never asks for")
+def _task_answer_not_asked(recipe, args, facts):
+    asked = (recipe.dataset.get("template") or "") + (recipe.dataset.get("system_prompt") or "")
+    for i, r in enumerate(recipe.rewards):
+        tag = r["args"].get("tag", "answer")
+        if r["name"] != "task_score" or r["args"].get("answer_from", "tag") != "tag" or f"<{tag}>" in asked:
+            continue
+        return LintWarning("task-answer-not-asked", (f"rewards[{i}].args", "dataset.template", "dataset.system_prompt"), (
+            f"task_score reads the answer from <{tag}>...</{tag}>, which neither dataset.template nor "
+            "dataset.system_prompt asks for: a model that does not write the tag scores as if it gave no answer "
+            f"(0 for most tasks), every group alike, and learns nothing; ask for it (\"... as <{tag}>...</{tag}>\") or "
+            "set the reward's answer_from to what the prompt asks (last_line, last_number, whole)"))
+    return None
+
+
 RULE_NAMES = tuple(RULES)

@@ -77,7 +77,8 @@ def test_a_scorer_past_its_time_is_killed_and_scores_zero():
     pool = shared_pool(2)
     pool.start()
     reward = rewards.build("task_score", timeout=0.001)
-    reward(completions=["<answer>1</answer>"], task_item=[LEGS])  # the workers are up: the next call is timed alone
+    # both workers up and ready, given the time: the next call times the scorer alone
+    rewards.build("task_score")(completions=["<answer>1</answer>", "<answer>2</answer>"], task_item=[LEGS, LEGS])
     before = set(pool.pids())
     start = time.monotonic()
     assert reward(completions=["<answer>1 + 2</answer>"], task_item=[slow]) == [0.0]  # in time it earns 0.05 (below)

@@ -226,7 +226,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(opts.threads)
     knobs = load_recipe([]).trainer
     steps = shipped_steps(knobs, opts.steps)
-    runs = Path(opts.runs)
+    runs = Path(opts.runs).resolve()  # scored paths are named relative to the repository
     runs.mkdir(parents=True, exist_ok=True)
     if not opts.report_only:
         for seed in opts.seeds:

@@ -183,8 +183,9 @@ def plot(results: dict, path: Path) -> None:
     x = range(len(labels))
     ax2.bar([i - 0.27 for i in x], [base] * len(labels), width=0.27, label="base")
     ax2.bar(list(x), [r["after"]["pass@1"] for r in results["seeds"]], width=0.27, label=f"{results['steps']} steps (shipped)")
-    ax2.bar([i + 0.27 for i in x], [r["after_2x"]["pass@1"] for r in results["seeds"]], width=0.27,
-            label=f"{2 * results['steps']} steps")
+    if all(r["after_2x"] for r in results["seeds"]):  # not with --once: N steps only
+        ax2.bar([i + 0.27 for i in x], [r["after_2x"]["pass@1"] for r in results["seeds"]], width=0.27,
+                label=f"{2 * results['steps']} steps")
     ax2.axhline(base + TARGET_RISE, color="grey", linestyle=":", label=f"base + {TARGET_RISE:.2f}")
     ax2.set_xticks(list(x), labels)
     ax2.set_ylim(0, 1)
@@ -268,7 +269,8 @@ def main(argv=None) -> int:
         files.write_text(out, json.dumps(results, indent=2) + "\n", key="--out")
         plot(results, out.with_suffix(".png"))
         print(f"seed {seed}: pass@1 {results['base']['pass@1']:.3f} -> {shipped['pass@1']:.3f} ({shipped['rise']:+.3f}) at "
-              f"step {steps}, {doubled['pass@1']:.3f} ({doubled['rise']:+.3f}) at step {doubled['step']}", flush=True)
+              f"step {steps}" + (f", {doubled['pass@1']:.3f} ({doubled['rise']:+.3f}) at step {doubled['step']}" if doubled
+                                 else ""), flush=True)
     if out.resolve() == (RESULTS / "real_model.json").resolve():  # the results bench/README.md quotes
         write_readme_section(markdown(results))
     rises = [min(r["rise"], r["rise_2x"] if r["rise_2x"] is not None else r["rise"]) for r in results["seeds"]]

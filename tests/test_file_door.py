@@ -293,3 +293,47 @@ def test_a_file_the_door_wrote_stays_grpokits_when_copied_unchanged_and_not_once
     with pytest.raises(RecipeError, match="table.md"):
         files.write_text(clone / "table.md", "| c |\n")
     assert (clone / "table.md").read_text() == "| b |\nmy note\n"
+
+
+# --- the door's removals reach only grpokit's own names ------------------------------------------------------------
+
+def test_remove_build_removes_only_a_build_folder_of_grpokits_form_and_never_through_a_link(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("keep")
+    for name in ("model", "model.tmp-x", "model.tmp-"):  # not NAME.tmp-PID: refused, nothing removed
+        (tmp_path / name).mkdir()
+        with pytest.raises(ValueError, match="not a build folder grpokit makes"):
+            files.remove_build(tmp_path / name)
+        assert (tmp_path / name).is_dir()
+    (tmp_path / "model.tmp-123").symlink_to(theirs)  # a link of the right form: refused, its target untouched
+    with pytest.raises(ValueError):
+        files.remove_build(tmp_path / "model.tmp-123")
+    assert (theirs / "notes.txt").read_text() == "keep"
+
+
+def test_remove_bookkeeping_removes_grpokits_bookkeeping_names_only(tmp_path):
+    (tmp_path / "notes.txt").write_text("keep")
+    (tmp_path / ownership.LOCK_FILE).write_text("pid 1\n")
+    with pytest.raises(ValueError, match="not one of grpokit's bookkeeping files"):
+        files.remove_bookkeeping(tmp_path, ["notes.txt"])
+    files.remove_bookkeeping(tmp_path, [ownership.LOCK_FILE, ownership.MANIFEST])  # a missing one is no error
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+
+
+def test_build_folder_keeps_the_first_finished_folder_and_leaves_no_build_behind(tmp_path):
+    target = tmp_path / "cache" / "model"
+
+    def build(into):
+        (into / "weights").write_text("ours")
+
+    assert files.build_folder(target, build) == target and (target / "weights").read_text() == "ours"
+    files.build_folder(target, lambda into: (into / "weights").write_text("second"))  # another process was first
+    assert (target / "weights").read_text() == "ours" and sorted(os.listdir(target.parent)) == ["model"]
+
+    def fails(into):
+        raise RuntimeError("conversion failed")
+
+    with pytest.raises(RuntimeError):
+        files.build_folder(tmp_path / "cache" / "other", fails)
+    assert sorted(os.listdir(target.parent)) == ["model"]

@@ -19,12 +19,14 @@ from pathlib import Path
 from grpokit import files
 from grpokit.errors import Problem, RecipeError
 from grpokit.reporting.plots import PLOTS_DIR, load_log_history, reward_names, series
+from grpokit.reporting.tool_calls import CALLS, ends, over
 from grpokit.reporting.verdict import heldout, heldout_fall, window, windows, zero_spread
 
 COMPARE_FILE = "compare.png"  # <RUN>/plots/compare.png
 # (log key, panel title, y label), in reading order: what the runs optimised, then their health signals.
 COMPARED = (
     ("reward", "Reward", "mean reward"),
+    ("tools/call_frequency", "Tool calls", "calls per completion"),  # only runs given tools log it
     ("completions/mean_length", "Completion length", "mean tokens"),
     ("entropy", "Entropy", "nats per token"),
     ("clip_ratio/region_mean", "PPO clip ratio (region)", "fraction of tokens"),
@@ -135,12 +137,22 @@ def _heldout(run: Run) -> str:
     return text
 
 
+def _tool_calls(run: Run) -> str:
+    """Tool calls per completion over the run's closing window (the report's "end"); "—" for a run without tools."""
+    if not series(run.history, CALLS)[1]:
+        return "—"
+    return _cell(over(run.history, CALLS, ends(run.history)[1]))
+
+
 def table(runs: list[Run]) -> list[str]:
     """One row per run: steps, reward (last logged, best and closing window means), mean length at the end, steps
-    without gradient, held-out pass@1 where `--eval` scored it."""
+    without gradient, held-out pass@1 where `--eval` scored it; and tool calls per completion over the closing window
+    when any run was given tools (a column of "—" alone would only widen the table)."""
+    tools = any(series(run.history, CALLS)[1] for run in runs)
     lines = ["| run | steps | reward, last logged | reward, best window mean | reward, closing window mean | "
-             "mean length at end (tokens) | steps without gradient | held-out pass@1 |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+             "mean length at end (tokens) | steps without gradient | held-out pass@1 |"
+             + (" tool calls per completion, closing window |" if tools else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---|" + ("---:|" if tools else "")]
     for run in runs:
         _, rewards = series(run.history, "reward")
         means = windows(run.history, "reward") if rewards else []
@@ -150,7 +162,8 @@ def table(runs: list[Run]) -> list[str]:
         label = run.label.replace("|", "\\|").replace("`", "'")  # a folder name cannot break the table
         lines.append(f"| `{label}` | {run.state.get('global_step', '—')} | {_cell(rewards[-1] if rewards else None)} "
                      f"| {_span(max(means, key=lambda m: m[2])) if means else '—'} | {_span(means[-1]) if means else '—'} "
-                     f"| {_cell(lengths[-1] if lengths else None, 4)} | {dead} | {_heldout(run)} |")
+                     f"| {_cell(lengths[-1] if lengths else None, 4)} | {dead} | {_heldout(run)} |"
+                     + (f" {_tool_calls(run)} |" if tools else ""))
     return lines
 
 

@@ -6,7 +6,8 @@
 TRL's `GRPOTrainer` logs one dict per logging step into `trainer_state.json["log_history"]` (keys such as
 `reward`, `rewards/<name>/mean`, `kl`, `entropy`); `Trainer.save_state()` writes it into the output dir
 and every checkpoint writes it into `checkpoint-N/`. We draw one panel per metric group that the run
-actually logged, so a run with beta = 0 gets no KL panel rather than an empty one. A panel that is flat
+actually logged, so a run with beta = 0 gets no KL panel rather than an empty one, and only a run given tools
+(`tools/call_frequency`, `tools/failure_frequency`) gets tool panels, beside the reward. A panel that is flat
 by construction (clip ratios of an on-policy run, a constant learning rate) says why on the panel itself
 (`flat_reasons`), instead of leaving a reader to wonder about an empty-looking line.
 
@@ -35,6 +36,9 @@ class Panel:
 # Order is reading order in the grid: what the run optimised first, then its health signals.
 PANELS = (
     Panel("Reward", "mean reward", (("reward", "total (weighted)"), ("rewards/*/mean", "{name}"))),
+    # Beside the reward: whether the reward came with the tool (TRL logs these only for a run given tools).
+    Panel("Tool calls", "calls per completion", (("tools/call_frequency", "calls per completion"),)),
+    Panel("Tool call failures", "failed calls / calls", (("tools/failure_frequency", "failed share"),)),
     Panel("Reward std within batch", "std of reward", (("reward_std", "reward std"),)),
     Panel(
         "Groups with zero reward std",
@@ -149,6 +153,22 @@ def never_varied(history: list[dict]) -> dict[str, float]:
     return found
 
 
+# key -> the key that must be > 0 at a step for it to mean anything there: TRL logs a failure share of 0 at a step
+# without tool calls, where nothing could fail, and drawing it would read as "no call failed".
+ONLY_WHERE = {"tools/failure_frequency": "tools/call_frequency"}
+
+
+def defined_series(history: list[dict], key: str) -> tuple[list[float], list[float]]:
+    """`series`, less the steps where the metric is undefined (`ONLY_WHERE`)."""
+    steps, values = series(history, key)
+    name = key.removeprefix("eval_")
+    if name not in ONLY_WHERE:
+        return steps, values
+    given = dict(zip(*series(history, key[: len(key) - len(name)] + ONLY_WHERE[name])))
+    kept = [(s, v) for s, v in zip(steps, values) if given.get(s, 0) > 0]
+    return [s for s, _ in kept], [v for _, v in kept]
+
+
 def _expand(panel: Panel, history: list[dict]) -> list[tuple[str, str]]:
     out = []
     for key, label in panel.series:
@@ -170,7 +190,7 @@ def collect_panels(history: list[dict]) -> list[tuple[Panel, list[tuple[str, lis
         lines = []
         for key, label in _expand(panel, history):
             for prefix, suffix in (("", ""), ("eval_", " (eval)")):
-                steps, values = series(history, prefix + key)
+                steps, values = defined_series(history, prefix + key)
                 if steps:
                     lines.append((label + suffix, steps, values, bool(prefix)))
         if lines:
@@ -219,6 +239,11 @@ def flat_reasons(history: list[dict], args=None) -> dict[str, str]:
             scheduler = str(getattr(getattr(args, "lr_scheduler_type", None), "value", getattr(args, "lr_scheduler_type", "")))
             reasons[panel.title] = (f"constant by the recipe (lr_scheduler_type: constant), {value:g}"
                                     if scheduler == "constant" else f"constant, {value:g} at every logged step")
+        elif panel.title == "Tool calls" and value == 0:
+            reasons[panel.title] = "0 at every logged step: the model never called the tool"
+        elif panel.title == "Tool call failures" and value in (0, 1):
+            reasons[panel.title] = (f"{value:g} at every logged step with a call: "
+                                    + ("no call failed" if value == 0 else "every call failed; look at the tool's errors"))
         else:
             reasons[panel.title] = f"flat, {value:g} at every logged step"
     for name, value in never_varied(history).items():  # one line of a panel whose other lines move

@@ -45,29 +45,29 @@ TARGET_RISE = 0.25  # the bar: held-out pass@1 up by >= 25 points on every seed,
 STEADY_SCHEDULES = ("constant", "constant_with_warmup")  # a checkpoint at N of a 2N-step run is the N-step run
 
 
-def load_recipe(overrides: list[str]):
+def load_recipe(overrides: list[str], recipe: Path = RECIPE):
     from grpokit.config import load, validate
 
-    return validate(load(str(RECIPE), overrides))
+    return validate(load(str(recipe), overrides))
 
 
-def shipped_steps(trainer: dict, steps: int | None) -> int:
+def shipped_steps(trainer: dict, steps: int | None, recipe: Path = RECIPE) -> int:
     """N: the recipe's max_steps (or --steps); refuses a schedule under which step N of 2N differs from an N-step run."""
     if trainer.get("lr_scheduler_type", "linear") not in STEADY_SCHEDULES:
         raise RecipeError([Problem("trainer.lr_scheduler_type", "depends on max_steps, so a checkpoint of a longer run "
                                    "is not the shipped run", trainer.get("lr_scheduler_type"),
-                                   allowed=", ".join(STEADY_SCHEDULES), file=str(RECIPE))])
+                                   allowed=", ".join(STEADY_SCHEDULES), file=str(recipe))])
     return steps or trainer["max_steps"]
 
 
-def train_seed(seed: int, steps: int, run_dir: Path, once: bool = False) -> None:
+def train_seed(seed: int, steps: int, run_dir: Path, once: bool = False, recipe: Path = RECIPE) -> None:
     """Train the recipe for one seed into run_dir for 2 x `steps` (`once`: `steps`), keeping the checkpoint at `steps`."""
     from grpokit import training
     from grpokit.request import Request
 
     overrides = [f"trainer.seed={seed}", f"trainer.output_dir={run_dir}", f"trainer.max_steps={(1 if once else 2) * steps}",
                  f"trainer.save_steps={steps}", "trainer.save_total_limit=2"]
-    training.train(load_recipe(overrides), Request(overwrite=True))
+    training.train(load_recipe(overrides, recipe), Request(overwrite=True))
 
 
 def trained_state(run_dir: Path) -> tuple[Path, dict]:
@@ -99,7 +99,7 @@ def timing(state: dict) -> dict:
     step_times = [h["step_time"] for h in per_step if "step_time" in h]
     seconds = final["train_runtime"] if final else sum(step_times)
     truncated = [h.get("completions/clipped_ratio") for h in per_step]
-    return {"steps": n_steps, "finished": final is not None, "rewards": [round(h.get("rewards/accuracy/mean", h["reward"]), 4) for h in per_step],
+    return {"steps": n_steps, "finished": final is not None, "rewards": [round(pass_reward_mean(h), 4) for h in per_step],
             "truncated": [None if t is None else round(t, 4) for t in truncated],
             "seconds_training": round(seconds, 1), "seconds_per_step": round(seconds / max(1, n_steps), 1)}
 
@@ -144,17 +144,24 @@ def write_readme_section(text: str, readme: Path = README) -> None:
     files.replace_section(readme, BEGIN, END, text)
 
 
-def eval_run(run_dir: Path | None, out: Path) -> dict:
+def pass_reward_mean(logged: dict) -> float:
+    """A step's mean of the reward that decides a pass (grpokit.evaluate's rule), else its total reward."""
+    from grpokit.evaluate import PASS_REWARDS
+
+    return next((logged[f"rewards/{n}/mean"] for n in PASS_REWARDS if f"rewards/{n}/mean" in logged), logged["reward"])
+
+
+def eval_run(run_dir: Path | None, out: Path, recipe_path: Path = RECIPE) -> dict:
     from grpokit import evaluate
 
     if out.is_file():  # scored already (e.g. by `launch.py --eval` run in parallel): greedy, so the same figures
         saved = files.read_json(out, dict)
-        recipe = load_recipe([])
-        if (saved.get("model") == recipe.model["name_or_path"] and saved.get("heldout") == recipe.dataset["eval_path"]
+        recipe = load_recipe([], recipe_path)
+        if (saved.get("model") == recipe.model["name_or_path"] and saved.get("heldout") == evaluate._heldout_name(recipe.dataset)
                 and saved.get("run_dir") == (str(run_dir) if run_dir else None)):
             print(f"reusing {out}: " + evaluate.summary(saved), flush=True)
             return saved
-    recipe = load_recipe([f"trainer.output_dir={run_dir or RESULTS / 'real_model_runs' / 'base'}"])
+    recipe = load_recipe([f"trainer.output_dir={run_dir or out.parent / 'base'}"], recipe_path)
     result = evaluate.evaluate(recipe, str(run_dir) if run_dir else None, out=str(out))
     print(evaluate.summary(result), flush=True)
     return result
@@ -174,7 +181,7 @@ def plot(results: dict, path: Path) -> None:
         smooth = [sum(rewards[max(0, i - 4) : i + 1]) / len(rewards[max(0, i - 4) : i + 1]) for i in range(len(rewards))]
         ax1.plot(steps, smooth, color=line.get_color(), label=f"seed {run['seed']} (5-step mean)")
     ax1.set_xlabel("step")
-    ax1.set_ylabel(f"mean accuracy of the step's {results['completions_per_step']} completions")
+    ax1.set_ylabel(f"mean {results.get('pass_reward', 'accuracy')} of the step's {results['completions_per_step']} completions")
     ax1.set_title("training reward (sampled, temperature 1)")
     ax1.set_ylim(-0.02, 1.02)
     ax1.legend()
@@ -191,7 +198,7 @@ def plot(results: dict, path: Path) -> None:
     ax2.set_ylim(0, 1)
     ax2.set_title(f"held-out greedy pass@1 ({results['base']['prompts']} prompts)")
     ax2.legend()
-    fig.suptitle(f"{results['model']}: {RECIPE.relative_to(ROOT)}")
+    fig.suptitle(f"{results['model']}: {results['recipe']}")
     fig.tight_layout()
     try:
         files.save_figure(fig, path, key="--out", dpi=110)
@@ -202,6 +209,7 @@ def plot(results: dict, path: Path) -> None:
 @one_line_exit
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--recipe", default=str(RECIPE), help="the recipe the seeds train (default: the arithmetic recipe)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=None, help="N: override trainer.max_steps (default: the recipe's)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
@@ -213,10 +221,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(RESULTS / "real_model.json"))
     parser.add_argument("--how", default="", help="how the seeds were trained, for the results (e.g. '2 parallel processes, 1 thread each')")
     opts = parser.parse_args(argv)
-    out = Path(opts.out)
-    if opts.once and out.resolve() == (RESULTS / "real_model.json").resolve():
+    out, recipe_path = Path(opts.out), Path(opts.recipe).resolve()
+    if (opts.once or recipe_path != RECIPE) and out.resolve() == (RESULTS / "real_model.json").resolve():
         raise RecipeError([Problem("--once", "scores N steps only, and bench/README.md quotes N and 2N from "
-                                   "results/real_model.json: give --out FILE for these figures")])
+                                   "results/real_model.json (the arithmetic recipe, N and 2N): give --out FILE for these figures")])
     if not opts.train_only:  # before any training or scoring: the results files are new or grpokit's
         check_outputs([out, out.with_suffix(".png")])
         if out.resolve() == (RESULTS / "real_model.json").resolve():
@@ -225,43 +233,44 @@ def main(argv=None) -> int:
 
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    knobs = load_recipe([]).trainer
-    steps = shipped_steps(knobs, opts.steps)
+    knobs = load_recipe([], recipe_path).trainer
+    steps = shipped_steps(knobs, opts.steps, recipe_path)
     runs = Path(opts.runs).resolve()  # scored paths are named relative to the repository
     runs.mkdir(parents=True, exist_ok=True)
     if not opts.report_only:
         for seed in opts.seeds:
-            train_seed(seed, steps, runs / f"seed-{seed}", once=opts.once)
+            train_seed(seed, steps, runs / f"seed-{seed}", once=opts.once, recipe=recipe_path)
     if opts.train_only:
         return 0
     from grpokit.config.trainer_args import resolved_dtype
 
-    recipe = load_recipe([])
+    recipe = load_recipe([], recipe_path)
     results = {
-        "model": "builtin:smollm2-135m-instruct (SmolLM2-135M-Instruct, Q4_1 GGUF dequantized to float32)",
+        "model": "builtin:smollm2-135m-instruct (SmolLM2-135M-Instruct, Q4_1 GGUF dequantized)",
         "dtype": resolved_dtype(recipe.model, lora=recipe.lora is not None) + " (the frozen base; the LoRA adapter float32)",
         "threads": f"torch {torch.get_num_threads()} intra-op thread(s), OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}",
-        "recipe": str(RECIPE.relative_to(ROOT)),
+        "recipe": str(recipe_path.relative_to(ROOT)) if recipe_path.is_relative_to(ROOT) else str(recipe_path),
         "steps": steps,
         "completions_per_step": knobs["per_device_train_batch_size"],
         "cap": knobs["max_completion_length"],
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible, torch {torch.__version__}, "
                    f"cuda={torch.cuda.is_available()}",  # the training processes' threads: --threads, said in `when`
-        "measured": ("held-out greedy pass@1 by grpokit.evaluate (the recipe's accuracy reward > 0) on the recipe's "
-                     "dataset.eval_path, before training, at the checkpoint of step N (the recipe as shipped) and at "
+        "measured": ("held-out greedy pass@1 by grpokit.evaluate (a pass: the recipe's accuracy reward > 0, or "
+                     "task_score at full credit 1.0) on the recipe's held-out set, before training, at the checkpoint of step N (the recipe as shipped) and at "
                      "the end of the 2N-step run (or its latest checkpoint when stopped early: see steps / finished); "
                      "rewards per step from trainer_state.json (mean over the step's completions); seconds per step = "
                      "train_runtime (or the sum of step_time) / steps"),
         "when": f"Measured {time.strftime('%Y-%m-%d')}" + (f"; {opts.how}" if opts.how else "") + ".",
         "seeds": [],
     }
-    base = eval_run(None, runs / "base-eval.json")  # greedy: the same for every seed
+    base = eval_run(None, runs / "base-eval.json", recipe_path)  # greedy: the same for every seed
     results["base"] = {"pass@1": base["greedy"]["pass@1"], "passed": base["greedy"]["passed"], "prompts": base["prompts"]}
+    results["heldout"], results["pass_reward"] = base["heldout"], base["pass_reward"]
     for seed in opts.seeds:
         run_dir = runs / f"seed-{seed}"
         end, state = trained_state(run_dir)
-        shipped = score(end if opts.once else run_dir / f"checkpoint-{steps}", results["base"]["pass@1"])
-        doubled = None if opts.once else score(end, results["base"]["pass@1"])
+        shipped = score(end if opts.once else run_dir / f"checkpoint-{steps}", results["base"]["pass@1"], recipe_path)
+        doubled = None if opts.once else score(end, results["base"]["pass@1"], recipe_path)
         results["seeds"].append({"seed": seed, **timing(state), "after": shipped, "after_2x": doubled,
                                  "rise": shipped["rise"], "rise_2x": doubled and doubled["rise"],
                                  "reached_target": min(shipped["rise"], (doubled or shipped)["rise"]) >= TARGET_RISE})
@@ -279,13 +288,13 @@ def main(argv=None) -> int:
     return 0
 
 
-def score(adapter: Path, base: float) -> dict:
+def score(adapter: Path, base: float, recipe_path: Path = RECIPE) -> dict:
     """Held-out greedy pass@1 of one adapter (a checkpoint or a finished run), with its step and rise over the base."""
     if not (adapter / "trainer_state.json").is_file():
         raise files.problem(adapter, "holds no trainer state to score", "--steps", "was the run trained with this N?")
-    after = eval_run(adapter, adapter / "eval.json")
+    after = eval_run(adapter, adapter / "eval.json", recipe_path)
     step = read_state(adapter / "trainer_state.json")["global_step"]
-    return {"scored": str(adapter.relative_to(ROOT)), "step": step, "pass@1": after["greedy"]["pass@1"],
+    return {"scored": str(adapter.relative_to(ROOT)) if adapter.is_relative_to(ROOT) else str(adapter), "step": step, "pass@1": after["greedy"]["pass@1"],
             "passed": after["greedy"]["passed"], "rise": round(after["greedy"]["pass@1"] - base, 4),
             "examples": after["examples"][:2]}
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from grpokit import rundir
+from grpokit import rundir, tooluse
 from grpokit.config import Recipe, engine
 from grpokit.config.trainer_args import grpo_args
 from grpokit.config.validate import reward_column_problems
@@ -33,6 +33,7 @@ class Prepared:
     args: Any  # trl.GRPOConfig
     lora: Any  # peft.LoraConfig | None
     reward_funcs: list
+    tools: Any  # grpokit.tooluse.Toolset | None: the recipe's tools section, resolved
     model_path: str | None  # local dir, or hub id; None when not reachable
     tokenizer: Any = None
     dataset: Any = None
@@ -58,14 +59,19 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     args = grpo_args(recipe, num_processes=None if mode == "train" else recipe.num_processes)
     lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None
     reward_funcs = [rewards.build(r["name"], **r["args"]) for r in recipe.rewards]
+    toolset = tooluse.resolve(recipe.tools) if recipe.tools else None
     model_path, readable = _model_path(recipe, found)
     tokenizer = _tokenizer(recipe, model_path, found, log) if readable else None
+    if toolset is not None and tokenizer is not None:
+        found.problems.extend(tooluse.template_problems(tokenizer, recipe.model, recipe.where_set("model")))
     dataset = _dataset(recipe, model_path, tokenizer, args.max_completion_length, found, log)
+    if toolset is not None and dataset is not None:
+        found.problems.extend(tooluse.row_problems(toolset, dataset.column_names, recipe.where_set("tools.environment")))
     _generation_engine(args, found)
     if not found.training:  # --check; a run finds out when it locks the folder (rundir.RunLock), before any weights load
         _output_folder(recipe, found)
     found.problems.raise_if_any()
-    return Prepared(recipe, args, lora, reward_funcs, model_path, tokenizer, dataset, found.notes)
+    return Prepared(recipe, args, lora, reward_funcs, toolset, model_path, tokenizer, dataset, found.notes)
 
 
 @dataclass
@@ -161,7 +167,7 @@ def make_trainer(prep: Prepared, model):
     from trl import GRPOTrainer
 
     kwargs = dict(model=model, reward_funcs=prep.reward_funcs, args=prep.args, train_dataset=prep.dataset,
-                  processing_class=prep.tokenizer, peft_config=prep.lora)
+                  processing_class=prep.tokenizer, peft_config=prep.lora, **(prep.tools.trainer_kwargs() if prep.tools else {}))
     if str(getattr(prep.args.eval_strategy, "value", prep.args.eval_strategy)) != "no":  # TRL's own periodic eval
         from grpokit.data import heldout_dataset
 

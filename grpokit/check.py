@@ -31,6 +31,11 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
 
         print()
         print("\n".join(tasks.explain(recipe.dataset["reasoning_gym"], recipe.rewards)))
+    if prep.tools is not None:
+        from grpokit import tooluse
+
+        print()
+        print("\n".join(tooluse.explain(prep.tools, recipe, prep.args)))
     print("\n# what this recipe computes, from the resolved GRPOConfig, in the terms of DeepSeekMath's GRPO objective,"
           "\n# DAPO and Dr. GRPO (eq. 8.1-8.3 and each knob: docs/grpo.md, \"GRPO in one screen\")")
     print("\n".join(explain_table(recipe, prep.args)))

@@ -182,6 +182,10 @@ def load_tokenizer(path: str, recipe: Recipe, offline_only: bool = False):
     if is_gguf_file(path):  # the tokenizer and chat template from the GGUF's metadata; no tensor is read
         kwargs["gguf_file"], path = Path(path).name, str(Path(path).parent)
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    if recipe.model.get("chat_template"):  # one of TRL's by name, checked at validation (tooluse.template_names)
+        from grpokit.tooluse import template_text
+
+        tokenizer.chat_template = template_text(recipe.model["chat_template"])
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

@@ -98,8 +98,9 @@ def text(completion) -> str:
     """The text of a completion, in every shape TRL can pass; never raises.
 
     * a string is its own text; None, and an empty conversation `[]`, have none ("")
-    * a conversation (a list of message dicts) has the text of its last message: with tools, the
-      completion is the whole exchange and the final answer is the last turn
+    * a conversation (a list of message dicts) has the text of its last message not written by a tool:
+      with tools, the completion is the whole exchange and the answer is the model's last turn; a tool's
+      result (role "tool") is never read as the model's answer
     * a message's `content` may be a string, None (a tool-call-only turn: ""), a number (its digits), one
       content block, or a list of blocks; a block is a string or a dict whose `text` is read the same way
       (None, a number, a list); blocks without text (images) add nothing
@@ -109,13 +110,16 @@ def text(completion) -> str:
     ('4', '4')
     >>> text([]), text([{"role": "assistant", "content": None}])
     ('', '')
+    >>> text([{"role": "assistant", "content": "", "tool_calls": []}, {"role": "tool", "content": "42"}])
+    ''
     """
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list):
         if not completion or not isinstance(completion[-1], dict):
             return ""  # a list of plain strings or Nones is not a conversation
-        return _content_text(completion[-1].get("content"), 0)
+        said = [m for m in completion if isinstance(m, dict) and m.get("role") != "tool"]  # a tool result is never the answer
+        return _content_text(said[-1].get("content"), 0) if said else ""
     if isinstance(completion, dict):
         return _content_text(completion.get("content"), 0)
     return _content_text(completion, 0)

@@ -29,6 +29,7 @@ import re
 import sys
 import sysconfig
 import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -37,6 +38,22 @@ from rewards._errors import RewardNameError
 
 _MISSING = object()
 MARK = "__grpokit_reward__"  # set in a class's own __dict__ by @reward_class / @register
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a recipe names user code as, and what it may be: the words its messages use, and the targets allowed."""
+
+    label: str  # "user reward": how a message names it
+    own: str  # what a recipe may name, in a message's words
+    attr: str  # the name's last part in the forms a message shows: 'path/to/file.py:<attr>'
+    functions: bool = True
+    classes: bool = True
+    marked_classes: bool = True  # a class must carry @reward_class: its constructor runs at --check with the recipe's args
+
+
+REWARD = Kind("user reward", "a function `def f(completions, **kwargs)` or a class marked @reward_class, defined in that "
+              "file or module", "function")
 
 
 def reward_class(cls):
@@ -125,10 +142,10 @@ def installation_part(path: Path) -> str | None:
     return None
 
 
-def _refuse_stdlib(name: str, what: str) -> RewardNameError:
+def _refuse_stdlib(name: str, what: str, kind: "Kind") -> RewardNameError:
     return RewardNameError(
-        f"user reward {name!r}: {what} is part of Python's standard library, which a recipe may not call "
-        "(a recipe is data); name a function of your own: 'path/to/file.py:function' or 'package.module:function'"
+        f"{kind.label} {name!r}: {what} is part of Python's standard library, which a recipe may not call "
+        f"(a recipe is data); name {kind.own}: 'path/to/file.py:{kind.attr}' or 'package.module:{kind.attr}'"
     )
 
 
@@ -139,17 +156,17 @@ def _refuse_stdlib(name: str, what: str) -> RewardNameError:
 _user_files: dict[Path, tuple[tuple[int, int], object]] = {}
 
 
-def _load_user_file(name: str, path: Path):
+def _load_user_file(name: str, path: Path, kind: "Kind"):
     """Execute a user's reward file once per version of it (validation, --check and training all ask)."""
     resolved = path.resolve()
     if _in_stdlib(resolved):
-        raise _refuse_stdlib(name, str(path))
+        raise _refuse_stdlib(name, str(path), kind)
     if resolved.suffix != ".py":
-        raise RewardNameError(f"user reward {name!r}: {str(path)!r} is not a .py file; a reward file is Python source "
+        raise RewardNameError(f"{kind.label} {name!r}: {str(path)!r} is not a .py file; a reward file is Python source "
                           "named path/to/file.py")
     part = installation_part(resolved)
     if part:
-        raise RewardNameError(f"user reward {name!r}: {str(path)!r} is not a file of your own: {part}; a recipe may run "
+        raise RewardNameError(f"{kind.label} {name!r}: {str(path)!r} is not a file of your own: {part}; a recipe may run "
                           "only a reward file you wrote ('path/to/file.py:function') or a function of an installed "
                           "package ('package.module:function')")
     stat = resolved.stat()
@@ -163,76 +180,80 @@ def _load_user_file(name: str, path: Path):
     try:
         spec.loader.exec_module(module)
     except SyntaxError as err:
-        raise RewardNameError(f"user reward {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
+        raise RewardNameError(f"{kind.label} {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
     except Exception as err:  # noqa: BLE001 - any import-time failure is the user's file, say so
-        raise RewardNameError(f"user reward {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
+        raise RewardNameError(f"{kind.label} {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
     # Registered so that instances of classes defined in the file pickle by reference.
     sys.modules[mod_name] = module
     _user_files[resolved] = (version, module)
     return module
 
 
-def _import_module(name: str, where: str):
+def _import_module(name: str, where: str, kind: "Kind"):
     if where.partition(".")[0] in _STDLIB_NAMES:
-        raise _refuse_stdlib(name, f"module {where!r}")
+        raise _refuse_stdlib(name, f"module {where!r}", kind)
     if "__main__" in where.split("."):  # a program's entry point: importing it runs the program (argv, usage, exit)
-        raise RewardNameError(f"user reward {name!r}: {where!r} is a `__main__` module, a program's entry point that runs "
+        raise RewardNameError(f"{kind.label} {name!r}: {where!r} is a `__main__` module, a program's entry point that runs "
                           "when imported, never a reward module; name the module that defines the function")
     try:
         return importlib.import_module(where)
     except ModuleNotFoundError as err:
-        raise RewardNameError(f"user reward {name!r}: module {where!r} not found ({err})") from None
+        raise RewardNameError(f"{kind.label} {name!r}: module {where!r} not found ({err})") from None
     except SyntaxError as err:
-        raise RewardNameError(f"user reward {name!r}: syntax error in {err.filename} line {err.lineno}: {err.msg}") from None
+        raise RewardNameError(f"{kind.label} {name!r}: syntax error in {err.filename} line {err.lineno}: {err.msg}") from None
     except Exception as err:  # noqa: BLE001
-        raise RewardNameError(f"user reward {name!r}: importing {where!r} failed: {type(err).__name__}: {err}") from None
+        raise RewardNameError(f"{kind.label} {name!r}: importing {where!r} failed: {type(err).__name__}: {err}") from None
 
 
-def load_user_target(name: str) -> Callable:
-    """The function or marked class `name` points to, after checking it is one a recipe may name."""
+def load_user_target(name: str, kind: "Kind" = None) -> Callable:
+    """The function or class `name` points to, after checking it is one a recipe may name as `kind` (a reward,
+    unless told: a tool function, an environment class)."""
+    kind = kind or REWARD
     where, _, attr = name.rpartition(":")
     if not where or not attr:
-        raise RewardNameError(f"user reward {name!r} must be 'path/to/file.py:function' or 'package.module:function'")
+        raise RewardNameError(f"{kind.label} {name!r} must be 'path/to/file.py:function' or 'package.module:function'")
     if user_reward_file(name):
         path = Path(where).expanduser()
         if not path.is_file():
-            raise RewardNameError(f"user reward {name!r}: file {str(path)!r} does not exist")
-        module = _load_user_file(name, path)
+            raise RewardNameError(f"{kind.label} {name!r}: file {str(path)!r} does not exist")
+        module = _load_user_file(name, path, kind)
     else:
-        module = _import_module(name, where)
+        module = _import_module(name, where, kind)
     try:  # a lazy package (trl, transformers) imports the submodule here: its own code, like the import
         target = getattr(module, attr, _MISSING)
     except Exception as err:  # noqa: BLE001
-        raise RewardNameError(f"user reward {name!r}: reading {attr!r} from {where} failed: {type(err).__name__}: {err}") from None
+        raise RewardNameError(f"{kind.label} {name!r}: reading {attr!r} from {where} failed: {type(err).__name__}: {err}") from None
     if target is _MISSING:
         public = [n for n, v in vars(module).items() if not n.startswith("_") and callable(v)]
         hint = nearest(attr, public)
         raise RewardNameError(
-            f"user reward {name!r}: {where} has no {attr!r}" + (f"; did you mean {hint!r}?" if hint else "")
+            f"{kind.label} {name!r}: {where} has no {attr!r}" + (f"; did you mean {hint!r}?" if hint else "")
         )
-    _check_allowed(name, where, module.__name__, attr, target)
+    _check_allowed(name, where, module.__name__, attr, target, kind)
     return target
 
 
-def _check_allowed(name: str, where: str, module_name: str, attr: str, target) -> None:
-    """Refuse any target but a function or marked class defined in the module named; calls nothing."""
-    own = "a function `def f(completions, **kwargs)` or a class marked @reward_class, defined in that file or module"
+def _check_allowed(name: str, where: str, module_name: str, attr: str, target, kind: "Kind") -> None:
+    """Refuse any target but what `kind` allows (a function, or a class: marked, for a reward), defined in the
+    module named; calls nothing."""
     if inspect.isbuiltin(target) or isinstance(target, (types.MethodDescriptorType, types.WrapperDescriptorType,
                                                         types.BuiltinFunctionType)):
-        raise RewardNameError(f"user reward {name!r}: {attr!r} is a built-in (C) function, not a Python function of {where}; "
-                          f"a recipe may name only {own}")
-    if not (inspect.isfunction(target) or inspect.isclass(target)):
-        raise RewardNameError(f"user reward {name!r}: {attr!r} is a {type(target).__name__}, not a function or class; "
-                          f"a recipe may name only {own}")
+        raise RewardNameError(f"{kind.label} {name!r}: {attr!r} is a built-in (C) function, not a Python function of {where}; "
+                          f"a recipe may name only {kind.own}")
+    wanted = (inspect.isfunction(target) and kind.functions) or (inspect.isclass(target) and kind.classes)
+    if not wanted:
+        what = ("a class" if inspect.isclass(target) else "a function" if inspect.isfunction(target)
+                else f"a {type(target).__name__}, not a function or class")
+        raise RewardNameError(f"{kind.label} {name!r}: {attr!r} is {what}; a recipe may name only {kind.own}")
     defined_in = getattr(target, "__module__", None) or "?"
     if defined_in != module_name and not defined_in.startswith(module_name + "."):
-        raise RewardNameError(f"user reward {name!r}: {attr!r} is defined in {defined_in}, not in {where} (it was imported there); "
-                          f"a recipe may name only {own}")
+        raise RewardNameError(f"{kind.label} {name!r}: {attr!r} is defined in {defined_in}, not in {where} (it was imported there); "
+                          f"a recipe may name only {kind.own}")
     if defined_in.partition(".")[0] in _STDLIB_NAMES:
-        raise _refuse_stdlib(name, f"{attr!r} (defined in {defined_in})")
-    if inspect.isclass(target) and not is_marked(target):
+        raise _refuse_stdlib(name, f"{attr!r} (defined in {defined_in})", kind)
+    if inspect.isclass(target) and kind.marked_classes and not is_marked(target):
         raise RewardNameError(
-            f"user reward {name!r}: class {attr!r} is not marked as a reward, and building it would run its constructor "
+            f"{kind.label} {name!r}: class {attr!r} is not marked as a reward, and building it would run its constructor "
             "with the recipe's args; if it is your reward class, decorate it: "
             "`from rewards import reward_class` then `@reward_class` above `class " + attr + "`"
         )

@@ -232,12 +232,19 @@ def _anchor_paths(data: dict, folder: Path) -> None:
         model["name_or_path"] = str((folder / Path(model["name_or_path"]).expanduser()).resolve())
     from rewards import user_reward_file
 
-    for reward in data.get("rewards") or []:
-        name = reward.get("name") if isinstance(reward, dict) else None
+    def anchored(name):
         found = user_reward_file(name) if isinstance(name, str) else None
-        if found:
-            where, attr = found
-            reward["name"] = f"{(folder / Path(where).expanduser()).resolve()}:{attr}"
+        return f"{(folder / Path(found[0]).expanduser()).resolve()}:{found[1]}" if found else name
+
+    for reward in data.get("rewards") or []:
+        if isinstance(reward, dict) and "name" in reward:
+            reward["name"] = anchored(reward["name"])
+    tools = data.get("tools")
+    if isinstance(tools, dict):  # the environment and tool functions follow a user reward's rule (grpokit/tooluse.py)
+        if "environment" in tools:
+            tools["environment"] = anchored(tools["environment"])
+        if isinstance(tools.get("functions"), list):
+            tools["functions"] = [anchored(name) for name in tools["functions"]]
 
 
 def _load_chain(path: Path, seen: list[Path], set_by: dict) -> tuple[dict, list[Path]]:

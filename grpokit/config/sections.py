@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from grpokit.config.schema import Field
 
-SECTIONS = ("model", "lora", "dataset", "rewards", "trainer", "sampling", "lint")
+SECTIONS = ("model", "lora", "dataset", "rewards", "tools", "trainer", "sampling", "lint")
 REQUIRED_SECTIONS = ("model", "dataset", "rewards")
 
 MODEL = {
@@ -19,6 +19,8 @@ MODEL = {
     "attn_implementation": Field(str | None, None, choices=("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")),
     "trust_remote_code": Field(bool, False),
     "revision": Field(str | None, None),
+    "chat_template": Field(str | None, None, "one of TRL's chat templates by name (trl.chat_template_utils), in place of the "
+                           "model's own: e.g. qwen2_5, whose tool calls TRL parses, for a ChatML model"),
 }
 
 DATASET = {
@@ -60,6 +62,15 @@ SAMPLING = {
     "dynamic": Field(bool, False, "DAPO dynamic sampling: train only on groups whose metric varies"),
     "max_rounds": Field(int, 4, "generation rounds per batch before going on with what it has", min=1),
     "metric": Field(str, "reward", "'reward' (the weighted total) or the name of one reward"),
+}
+
+# `tools` (grpokit/tooluse.py): TRL's multi-turn tool use. Names follow a user reward's rules: path/to/file.py:Name
+# (relative to the recipe) or package.module:Name; trainer.max_tool_calling_iterations bounds the rounds.
+TOOLS = {
+    "environment": Field(str | None, None, "a class with reset(**row) whose public methods are tools, one instance per "
+                         "rollout (TRL's environment_factory); get_reward(), if defined, is one more reward"),
+    "environment_args": Field(dict, {}, "keyword arguments for the environment's constructor"),
+    "functions": Field(list[str], [], "tool functions: typed arguments and a docstring describing each (TRL's tools)"),
 }
 
 LINT = {  # rule names are checked against grpokit.config.lint.RULES by validate
@@ -113,6 +124,7 @@ TRAINER_BOUNDS = {
     "vllm_gpu_memory_utilization": Field(gt=0.0, max=1.0),
     "entropy_coef": Field(min=0.0),
     "seed": Field(min=0),
+    "max_tool_calling_iterations": Field(min=1),
 }
 TRAINER_REFUSED = {
     "model_init_kwargs": "is set by grpokit from the model section (dtype, quantization, attn_implementation)",

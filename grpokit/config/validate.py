@@ -17,7 +17,7 @@ from grpokit.config.lint import RULE_NAMES
 from grpokit.config.loader import CLI, Loaded, where_set_in
 from grpokit.config.schema import non_finite, validate_dataclass_keys, validate_fields
 from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, MODEL, PER_GROUP, REQUIRED_SECTIONS, REWARD_ENTRY,
-                                     SAMPLING, SECTIONS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
+                                     SAMPLING, SECTIONS, TOOLS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
 from grpokit.config.trainer_args import build_grpo_config
 from grpokit.dist import num_processes_from_env
 from grpokit.errors import Problem, Problems, nearest
@@ -37,6 +37,7 @@ class Recipe:
     sampling: dict
     num_processes: int = 1
     lint: dict = field(default_factory=lambda: {"ignore": []})
+    tools: dict | None = None  # the `tools` section (grpokit/tooluse.py), None without one
     set_by: dict = field(default_factory=dict)  # key path -> the file (or "command line") that set it
 
     def where_set(self, key_path: str) -> str:
@@ -58,6 +59,7 @@ class Recipe:
             "rewards": self.rewards,
             "trainer": self.trainer,
             "sampling": self.sampling,
+            **({"tools": self.tools} if self.tools else {}),
             **({"lint": self.lint} if self.lint.get("ignore") else {}),
         }
 
@@ -130,6 +132,7 @@ def validate(loaded: Loaded, num_processes: int | None = None, data_files: bool 
     lora = _validate_lora(data.get("lora"), model, problems, where_set)
     trainer = _validate_trainer(data.get("trainer"), path, problems, where_set)
     rewards = _validate_rewards(data.get("rewards"), trainer, problems, where_set)
+    tools = _validate_tools(data, model, trainer, problems, where_set)
     if rewards:
         check_sampling_metric(sampling, [r["logged_as"] for r in rewards], problems, where_set)
     n_proc = num_processes or num_processes_from_env()
@@ -139,7 +142,7 @@ def validate(loaded: Loaded, num_processes: int | None = None, data_files: bool 
     problems.raise_if_any()
     for r in rewards:
         r.pop("logged_as")
-    return Recipe(path, recipe_name(path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint,
+    return Recipe(path, recipe_name(path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint, tools,
                   dict(loaded.set_by))
 
 
@@ -150,7 +153,7 @@ def _check_section_names(data: dict, problems: Problems, where_set) -> None:
             problems.add(str(key), "is not a recipe section", allowed=", ".join(SECTIONS), suggestion=nearest(str(key), SECTIONS),
                          file=where_set(str(key)))
     for key in REQUIRED_SECTIONS:
-        if data.get(key) is None:
+        if data.get(key) is None and not (key == "rewards" and data.get("tools")):  # an environment may own the reward
             problems.add(key, "section is required")
 
 
@@ -315,6 +318,30 @@ def _validate_rewards(raw, trainer: dict, problems: Problems, where_set) -> list
         seen[e.name] = i
         out.append({"name": entry["name"], "weight": entry["weight"], "args": args, "logged_as": e.name})
     return out
+
+
+def _validate_tools(data: dict, model: dict, trainer: dict, problems: Problems, where_set) -> dict | None:
+    """The `tools` section (grpokit/tooluse.py) and the keys that act with it: `model.chat_template` names one of TRL's
+    templates, `trainer.max_tool_calling_iterations` needs tools, and a run without a `rewards` section needs an
+    environment whose `get_reward` scores each rollout."""
+    from grpokit import tooluse
+
+    name = model.get("chat_template")
+    if name is not None and name not in tooluse.template_names():
+        problems.add("model.chat_template", "is not one of TRL's chat templates", name, ", ".join(tooluse.template_names()),
+                     nearest(name, tooluse.template_names()), file=where_set("model.chat_template"))
+    if data.get("tools") is None:
+        if trainer.get("max_tool_calling_iterations") is not None:
+            problems.add("trainer.max_tool_calling_iterations", "bounds tool-calling rounds, and the recipe has no tools "
+                         "section", trainer["max_tool_calling_iterations"], file=where_set("trainer.max_tool_calling_iterations"))
+        return None
+    section = validate_fields(data["tools"], TOOLS, "tools", problems, where_set)
+    toolset = tooluse.check(section, problems, where_set) if section else None
+    if data.get("rewards") is None and toolset is not None and not toolset.owns_reward:
+        problems.add("rewards", "section is required: the recipe names no reward, and its tools.environment "
+                     f"{'(' + toolset.environment.__name__ + ') ' if toolset.environment else ''}defines no get_reward() "
+                     "to score a rollout", file=where_set("tools"))
+    return section
 
 
 def _dotted(path: str) -> str:

@@ -256,4 +256,8 @@ def render(rows: list[tuple[str, str]]) -> list[str]:
 
 def explain_table(recipe, args) -> list[str]:
     """What a validated recipe computes, from its real `GRPOConfig` `args`, as table lines (--check and report.md)."""
-    return render(explain(args, rewards=recipe.rewards, sampling=recipe.sampling, lora=recipe.lora, model=recipe.model))
+    rows = explain(args, rewards=recipe.rewards, sampling=recipe.sampling, lora=recipe.lora, model=recipe.model)
+    if (getattr(recipe, "tools", None) or {}).get("environment"):  # TRL adds the environment's own reward to the list (grpokit/tooluse.py)
+        rows = [(term, f"{text}; plus the environment's get_reward() where it defines one (weight 1: see tool use)")
+                if term == "rewards" else (term, text) for term, text in rows]
+    return render(rows)

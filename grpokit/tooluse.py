@@ -1,0 +1,300 @@
+"""Multi-turn tool use (recipe section `tools`): the user's environment class and tool functions, resolved and checked
+before any weights load, handed to TRL, and explained.
+
+TRL 1.16 runs the rollouts inside `GRPOTrainer`: `tools=[functions]`, `environment_factory=` (a class whose
+`reset(**row)` starts a rollout, returning None or text added to the prompt, and whose public methods are tools;
+`get_reward()`, when defined, is one more reward) and `trainer.max_tool_calling_iterations`. A rollout: the model
+writes; each tool call in its text is parsed by the tokenizer's response parser, run, and its result appended as a
+`tool` message; the model writes on, up to `max_tool_calling_iterations` rounds. The loss sees every turn as one
+completion, with the tool results' tokens masked out (TRL's `tool_mask`): the model is trained on what it wrote, never
+on what a tool returned. `max_completion_length` bounds the whole exchange, tool results included.
+
+Loading follows a user reward's rules (`rewards._user`): `path/to/file.py:Name` (relative to the recipe) or
+`package.module:Name`, never the standard library, and nothing is called at `--check`: an environment's constructor
+runs only when training builds one instance per rollout.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from dataclasses import dataclass, field
+from typing import Callable
+
+from grpokit.errors import Problem, Problems, nearest
+
+# Class members TRL does not expose as tools (`GRPOTrainer.__init__` lists them on the class): `reset` starts a
+# rollout, `get_reward` scores it, and a name starting with `_` is private.
+NOT_TOOLS = ("reset", "get_reward")
+
+
+def _kinds():
+    from rewards._user import Kind
+
+    environment = Kind("environment", "a class with a `reset` method, defined in that file or module", "Class",
+                       functions=False, marked_classes=False)
+    tool = Kind("tool", "a function with typed arguments and a docstring describing each, defined in that file or module",
+                "function", classes=False)
+    return environment, tool
+
+
+@dataclass
+class Toolset:
+    """What a recipe's `tools` section resolves to: what TRL's `GRPOTrainer` takes, and what `--check` explains."""
+
+    environment: type | None = None
+    environment_args: dict = field(default_factory=dict)
+    functions: list[Callable] = field(default_factory=list)
+
+    def methods(self) -> list[str]:
+        """The environment's tool methods, as TRL finds them: public functions on the class but reset and get_reward."""
+        if self.environment is None:
+            return []
+        return [n for n, _ in inspect.getmembers(self.environment, predicate=inspect.isfunction)
+                if not n.startswith("_") and n not in NOT_TOOLS]
+
+    def tool_names(self) -> list[str]:
+        return [f.__name__ for f in self.functions] + self.methods()
+
+    @property
+    def owns_reward(self) -> bool:
+        return self.environment is not None and callable(getattr(self.environment, "get_reward", None))
+
+    def trainer_kwargs(self) -> dict:
+        """`tools=` and `environment_factory=` for `GRPOTrainer`: one environment instance per rollout, built with the
+        recipe's `environment_args`."""
+        kwargs: dict = {}
+        if self.functions:
+            kwargs["tools"] = list(self.functions)
+        if self.environment is not None:
+            env, args = self.environment, dict(self.environment_args)
+            kwargs["environment_factory"] = lambda: env(**args)
+        return kwargs
+
+
+def resolve(section: dict) -> Toolset:
+    """The classes and functions a validated `tools` section names (`check` has refused every other)."""
+    from rewards._user import load_user_target
+
+    environment_kind, tool_kind = _kinds()
+    env = section.get("environment")
+    return Toolset(load_user_target(env, environment_kind) if env else None, dict(section.get("environment_args") or {}),
+                   [load_user_target(name, tool_kind) for name in section.get("functions") or []])
+
+
+def check(section: dict, problems: Problems, where_set) -> Toolset | None:
+    """Every problem of a `tools` section at once: what it names loads and is what TRL needs, each tool's schema can
+    be built, the constructor takes `environment_args`. Nothing the section names is called."""
+    from rewards import RewardNameError
+    from rewards._user import load_user_target
+
+    environment_kind, tool_kind = _kinds()
+    toolset, before = Toolset(environment_args=dict(section.get("environment_args") or {})), len(problems.items)
+    if section.get("environment"):
+        try:
+            toolset.environment = load_user_target(section["environment"], environment_kind)
+        except RewardNameError as err:
+            problems.add("tools.environment", str(err), file=where_set("tools.environment"))
+    for i, name in enumerate(section.get("functions") or []):
+        try:
+            toolset.functions.append(load_user_target(name, tool_kind))
+        except RewardNameError as err:
+            problems.add(f"tools.functions[{i}]", str(err), file=where_set("tools.functions"))
+    if toolset.environment is not None:
+        problems.extend(_environment_problems(toolset, where_set))
+    elif toolset.environment_args and not section.get("environment"):
+        problems.add("tools.environment_args", "are the environment's constructor arguments, and tools.environment is not set",
+                     toolset.environment_args, file=where_set("tools.environment_args"))
+    for i, fn in enumerate(toolset.functions):
+        problems.extend(_schema_problems(fn, fn.__name__, f"tools.functions[{i}]", where_set("tools.functions")))
+    if len(problems.items) == before and not toolset.tool_names():
+        problems.add("tools", "names no tool: give tools.functions, or an environment with a public method (TRL exposes "
+                     "each public method as a tool)", file=where_set("tools"))
+    return toolset if len(problems.items) == before else None
+
+
+def _environment_problems(toolset: Toolset, where_set) -> list[Problem]:
+    env, where = toolset.environment, where_set("tools.environment")
+    found = []
+    reset = inspect.getattr_static(env, "reset", None)
+    if not inspect.isfunction(reset):
+        found.append(Problem("tools.environment", f"{env.__name__} has no `reset` method: TRL calls reset(**row) with the "
+                             "dataset row to start each rollout (return None, or text to add to the prompt)", file=where))
+    get_reward = inspect.getattr_static(env, "get_reward", None)
+    if get_reward is not None and _required_arguments(get_reward):
+        found.append(Problem("tools.environment", f"{env.__name__}.get_reward takes argument(s) "
+                             f"{', '.join(_required_arguments(get_reward))}: TRL calls get_reward() with none, once per "
+                             "finished rollout", file=where))
+    try:
+        inspect.signature(env).bind(**toolset.environment_args)
+    except TypeError as err:
+        params = [n for n in inspect.signature(env).parameters]
+        bad = next((k for k in toolset.environment_args if k not in params), None)
+        hint = nearest(bad, params) if bad else None
+        found.append(Problem("tools.environment_args", f"do not fit {env.__name__}'s constructor: {err}",
+                             toolset.environment_args, allowed=", ".join(params) or "none", suggestion=hint,
+                             file=where_set("tools.environment_args")))
+    except ValueError:  # a signature Python cannot read (a C type): TRL would still call it; nothing to check
+        pass
+    for name in toolset.methods():
+        method = types.MethodType(inspect.getattr_static(env, name), object())  # bound, so `self` leaves the schema
+        found.extend(_schema_problems(method, f"{env.__name__}.{name}", "tools.environment", where))
+    return found
+
+
+def _required_arguments(function) -> list[str]:
+    params = list(inspect.signature(function).parameters.values())[1:]  # past self
+    return [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _schema_problems(function, shown: str, key: str, where: str) -> list[Problem]:
+    """What transformers' `get_json_schema` (the schema the chat template renders for the model) refuses in a tool."""
+    from transformers.utils import get_json_schema
+    from transformers.utils.chat_template_utils import DocstringParsingException, TypeHintParsingException
+
+    try:
+        get_json_schema(function)
+    except (DocstringParsingException, TypeHintParsingException) as err:
+        return [Problem(key, f"tool {shown}: {err}; a tool needs a type hint on every argument and a Google-style "
+                        "docstring: a description, then `Args:` with a line per argument", file=where)]
+    except Exception as err:  # noqa: BLE001 - any other refusal is said with the tool's name
+        return [Problem(key, f"tool {shown}: its schema cannot be built ({type(err).__name__}: {err})", file=where)]
+    return []
+
+
+def row_problems(toolset: Toolset, columns: list[str], file: str | None) -> list[Problem]:
+    """TRL calls the environment's `reset(**row)` with every column of the prepared dataset: its signature must take
+    them."""
+    if toolset.environment is None or not inspect.isfunction(inspect.getattr_static(toolset.environment, "reset", None)):
+        return []
+    reset = inspect.getattr_static(toolset.environment, "reset")
+    try:
+        inspect.signature(reset).bind(None, **{c: None for c in columns})
+    except TypeError as err:
+        return [Problem("tools.environment", f"{toolset.environment.__name__}.reset cannot take the dataset's row ({err}): "
+                        f"TRL calls reset(**row) with every column ({', '.join(columns)}); add **kwargs to take those it "
+                        "does not read", file=file)]
+    return []
+
+
+# ----------------------------------------------------------------------------------------------------
+# The chat template: it must render a tool call and its result, and TRL must parse the model's calls from it
+
+
+def template_names() -> list[str]:
+    """TRL's shipped chat templates (`trl.chat_template_utils.<name>_chat_template`), the names `model.chat_template`
+    takes."""
+    import trl.chat_template_utils as utils
+
+    return sorted(n[: -len("_chat_template")] for n in vars(utils)
+                  if n.endswith("_chat_template") and not n.endswith("_training_chat_template")
+                  and isinstance(getattr(utils, n), str))
+
+
+def template_text(name: str) -> str:
+    import trl.chat_template_utils as utils
+
+    return getattr(utils, f"{name}_chat_template")
+
+
+def parsed_by_trl(name: str) -> bool:
+    """Whether TRL can parse tool calls written in its template `name` (`add_response_schema` knows it)."""
+    from trl.chat_template_utils import add_response_schema
+
+    probe = types.SimpleNamespace(chat_template=template_text(name))
+    try:
+        add_response_schema(probe)
+    except ValueError:
+        return False
+    return True
+
+
+_PLAIN = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
+
+
+def same_format(tokenizer) -> list[str]:
+    """TRL's templates that TRL can parse tool calls from and that render a plain conversation exactly as this
+    tokenizer's own template does: the ones a user can set without changing what the model reads."""
+    try:
+        own = tokenizer.apply_chat_template(_PLAIN, tokenize=False)
+    except Exception:  # noqa: BLE001 - no usable template of its own: nothing to match
+        return []
+    found = []
+    for name in template_names():
+        try:
+            if parsed_by_trl(name) and tokenizer.apply_chat_template(_PLAIN, tokenize=False, chat_template=template_text(name)) == own:
+                found.append(name)
+        except Exception:  # noqa: BLE001 - a template that cannot render this plain exchange matches nothing
+            continue
+    return found
+
+
+def template_problems(tokenizer, model: dict, file: str | None) -> list[Problem]:
+    """The tokenizer's chat template (after `model.chat_template`) renders tool calls and their results, and TRL can
+    parse the model's calls from it; else one problem saying which TRL template fits this model, and how to set it."""
+    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+    set_name = model.get("chat_template")
+    where = "model.chat_template" if set_name else "model.name_or_path"
+    fits = same_format(tokenizer) if not set_name else []
+    fix = (f"; TRL's templates that read like this model's own and whose calls TRL parses: {', '.join(fits)}: set "
+           f"model.chat_template: {fits[0]}" if fits else "; set model.chat_template to one of TRL's templates written "
+           "in this model's format (its role markers), e.g. qwen2_5 for ChatML models (Qwen2.5, SmolLM2)")
+    if not supports_tool_calling(tokenizer):
+        return [Problem(where, "the chat template cannot render a tool call and its result (TRL's supports_tool_calling)"
+                        + fix, set_name or model.get("name_or_path"), file=file)]
+    has_parser = getattr(tokenizer, "response_template", None) is not None or getattr(tokenizer, "response_schema", None) is not None
+    if not has_parser:
+        try:
+            add_response_schema(tokenizer)
+        except ValueError:
+            return [Problem(where, "TRL cannot parse tool calls written in this chat template (no response parser for it)"
+                            + fix, set_name or model.get("name_or_path"), file=file)]
+    return []
+
+
+# ----------------------------------------------------------------------------------------------------
+# --check's account of a rollout
+
+
+def explain(toolset: Toolset, recipe, args) -> list[str]:
+    """What one rollout is under this recipe: its turns, which tokens are trained on and which are masked, what bounds
+    it, and where its reward comes from."""
+    iterations = args.max_tool_calling_iterations
+    rounds = f"at most {iterations} round(s) (trainer.max_tool_calling_iterations)" if iterations else \
+        "no bound on rounds (trainer.max_tool_calling_iterations unset): only the length stops it"
+    lines = ["# tool use: how a rollout goes (TRL's multi-turn loop, inside GRPOTrainer)"]
+    if toolset.environment is not None:
+        env = toolset.environment.__name__
+        args_shown = ", ".join(f"{k}={v!r}" for k, v in toolset.environment_args.items())
+        lines.append(f"  environment   {env}({args_shown}), one instance per rollout; {env}.reset(**row) starts it with the "
+                     "dataset row (text it returns is added to the prompt)")
+    for fn in toolset.functions:
+        lines.append(f"  tool          {fn.__name__}{inspect.signature(fn)} (function)")
+    for name in toolset.methods():
+        lines.append(f"  tool          {toolset.environment.__name__}.{name}"
+                     f"{_shown_signature(inspect.getattr_static(toolset.environment, name))} (environment method)")
+    template = recipe.model.get("chat_template") or "the model's own"
+    lines += [f"  turns         the model writes; each tool call in its text is parsed ({template} chat template's "
+              "parser), run, and its result appended as a `tool` message; the model writes on: " + rounds,
+              "  trained on    every token the model wrote, in every turn; a tool result's tokens are in the completion but "
+              "masked out of the loss (TRL's tool_mask): the model is never trained to write what a tool returned",
+              f"  length        max_completion_length {args.max_completion_length} tokens bounds the whole exchange, tool "
+              "results included: a result that would pass it is dropped and the rollout ends",
+              "  reward        " + _reward_source(toolset, recipe),
+              "  logged        tools/call_frequency (calls per completion) and tools/failure_frequency (failed calls per "
+              "call), in report.md's Tool use part and the plots"]
+    return lines
+
+
+def _shown_signature(function) -> str:
+    shown = str(inspect.signature(function))
+    return shown.replace("(self, ", "(").replace("(self)", "()")
+
+
+def _reward_source(toolset: Toolset, recipe) -> str:
+    parts = [f"{r['name']} (x{r['weight']:g})" for r in recipe.rewards]
+    if toolset.owns_reward:
+        parts.append(f"{toolset.environment.__name__}.get_reward() (x1, TRL's weight for it), once per finished rollout")
+    return (" + ".join(parts) + "; a reward reading the completion's text reads the model's last turn, never a "
+            "tool's result (rewards.text)")

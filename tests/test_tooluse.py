@@ -1,0 +1,334 @@
+"""Multi-turn tool use from a recipe (`tools` section, grpokit/tooluse.py): every malformed environment or tool is one
+line at --check before any weights load; the rollout is explained; real GRPOTrainer steps on the tiny model call a tool,
+mask its result out of the loss, and score the model's last turn."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from grpokit import config, tooluse
+from grpokit.config import validate
+from grpokit.errors import RecipeError
+from tests.helpers import recipe_dict, write_recipe
+
+GOOD_ENV = '''
+CALLS = []  # (a, b) of every call any instance ran: what a test reads back
+
+
+class Calculator:
+    """Adds numbers for the model; rewards a rollout that used it."""
+
+    def __init__(self, digits: int = 3):
+        self.digits = digits
+        self.calls = 0
+
+    def reset(self, **row):
+        self.calls = 0
+
+    def add(self, a: int, b: int) -> int:
+        """Add two integers.
+
+        Args:
+            a: the first number
+            b: the second number
+        """
+        self.calls += 1
+        CALLS.append((a, b))
+        return a + b
+
+    def get_reward(self) -> float:
+        return float(self.calls > 0)
+
+
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers.
+
+    Args:
+        a: the first number
+        b: the second number
+    """
+    return a * b
+'''
+
+
+def tool_recipe(folder, tools: dict, source: str = GOOD_ENV, **sections) -> dict:
+    """The tiny recipe with a `tools` section naming code in `folder/env.py`, TRL's qwen2_5 template (whose tool calls
+    TRL parses) and room for a call, its result and an answer."""
+    (folder / "env.py").write_text(textwrap.dedent(source))
+    data = recipe_dict(**sections)
+    data["model"]["chat_template"] = "qwen2_5"
+    data["tools"] = tools
+    data["trainer"].update(max_completion_length=192, max_tool_calling_iterations=1, output_dir=str(folder / "run"))
+    return data
+
+
+def problems_of(folder, data) -> list[str]:
+    with pytest.raises(RecipeError) as err:
+        validate(config.load(write_recipe(folder, data)))
+    return [f"{p.path}: {p.message}" for p in err.value.problems]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validation, before any weights: one line per fault, all at once
+
+
+BROKEN = '''
+class NoReset:
+    def add(self, a: int, b: int) -> int:
+        """Add.
+
+        Args:
+            a: first
+            b: second
+        """
+        return a + b
+
+
+class Env:
+    def __init__(self, digits: int = 3):
+        pass
+
+    def reset(self, **row):
+        pass
+
+    def untyped(self, a) -> int:
+        """Untyped.
+
+        Args:
+            a: a number
+        """
+        return a
+
+    def get_reward(self, completion) -> float:
+        return 0.0
+
+
+def undocumented(a: int) -> int:
+    return a
+
+
+def half_documented(a: int, b: int) -> int:
+    """Add.
+
+    Args:
+        a: first
+    """
+    return a + b
+'''
+
+
+@pytest.mark.parametrize("tools, expected", [
+    # no reset: TRL cannot start a rollout
+    ({"environment": "env.py:NoReset"}, ["tools.environment: NoReset has no `reset` method"]),
+    # an untyped method argument, and get_reward taking an argument TRL never passes
+    ({"environment": "env.py:Env"}, ["tools.environment: tool Env.untyped: Argument a is missing a type hint",
+                                     "tools.environment: Env.get_reward takes argument(s) completion"]),
+    # a constructor argument the class does not take: the nearest name
+    ({"environment": "env.py:Env", "environment_args": {"digts": 4}, "functions": []},
+     ["tools.environment_args: do not fit Env's constructor"]),
+    # functions: no docstring, an argument the docstring leaves out, the standard library
+    ({"functions": ["env.py:undocumented", "env.py:half_documented", "os:getcwd"]},
+     ["tools.functions[0]: tool undocumented: Cannot generate JSON schema for undocumented because it has no docstring",
+      "tools.functions[1]: tool half_documented: Cannot generate JSON schema for half_documented because the docstring has "
+      "no description for the argument 'b'",
+      "tools.functions[2]: tool 'os:getcwd': module 'os' is part of Python's standard library"]),
+    # a class where a function goes, and a function where the environment class goes
+    ({"environment": "env.py:undocumented", "functions": ["env.py:Env"]},
+     ["tools.environment: environment", "'undocumented' is a function; a recipe may name only a class with a `reset`",
+      "tools.functions[0]: tool", "'Env' is a class; a recipe may name only a function"]),
+    # nothing to call
+    ({}, ["tools: names no tool"]),
+])
+def test_each_malformed_environment_or_tool_is_one_clear_line(tmp_path, no_weights, tools, expected):
+    lines = problems_of(tmp_path, tool_recipe(tmp_path, tools, source=BROKEN))
+    for part in expected:
+        assert any(part in line for line in lines), (part, lines)
+
+
+def test_a_typo_in_an_environment_argument_gets_the_nearest_name(tmp_path, no_weights):
+    with pytest.raises(RecipeError) as err:
+        validate(config.load(write_recipe(tmp_path, tool_recipe(tmp_path, {"environment": "env.py:Calculator",
+                                                                        "environment_args": {"digts": 4}}))))
+    [problem] = err.value.problems
+    assert (problem.path, problem.suggestion) == ("tools.environment_args", "digits")
+
+
+def test_tool_knobs_without_tools_and_template_typos_are_refused(tmp_path, no_weights):
+    data = recipe_dict()
+    data["model"]["chat_template"] = "qwen25"
+    data["trainer"]["max_tool_calling_iterations"] = 2
+    with pytest.raises(RecipeError) as err:
+        validate(config.load(write_recipe(tmp_path, data)))
+    found = {p.path: p for p in err.value.problems}
+    assert found["model.chat_template"].suggestion == "qwen2_5"
+    assert "has no tools section" in found["trainer.max_tool_calling_iterations"].message
+
+
+def test_rewards_come_from_the_list_or_from_the_environment(tmp_path, no_weights):
+    # get_reward scores each rollout: no rewards section needed
+    owned = tool_recipe(tmp_path, {"environment": "env.py:Calculator"}, rewards=None)
+    assert validate(config.load(write_recipe(tmp_path, owned))).rewards == []
+    # plain functions score nothing by themselves
+    lines = problems_of(tmp_path, tool_recipe(tmp_path, {"functions": ["env.py:multiply"]}, rewards=None))
+    assert any(line.startswith("rewards: section is required") for line in lines), lines
+
+
+def test_tool_files_are_found_beside_the_recipe_from_any_folder(tmp_path, monkeypatch, no_weights):
+    data = tool_recipe(tmp_path, {"environment": "env.py:Calculator", "functions": ["env.py:multiply"]})
+    path = write_recipe(tmp_path, data)
+    monkeypatch.chdir("/")
+    recipe = validate(config.load(path))
+    assert recipe.tools["environment"] == f"{tmp_path.resolve()}/env.py:Calculator"
+    toolset = tooluse.resolve(recipe.tools)
+    assert toolset.tool_names() == ["multiply", "add"] and toolset.owns_reward
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The chat template, at --check (the tokenizer loads; no weights)
+
+
+def test_a_template_that_cannot_render_tool_calls_is_refused_at_check(tmp_path, capsys, no_weights):
+    from grpokit import cli
+
+    data = tool_recipe(tmp_path, {"environment": "env.py:Calculator"})
+    del data["model"]["chat_template"]  # the tiny model's own template drops tool calls
+    assert cli.main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "model.name_or_path: the chat template cannot render a tool call and its result" in err
+    assert "set model.chat_template" in err and "Traceback" not in err
+
+
+def test_check_explains_the_rollout(tmp_path, capsys, no_weights):
+    from grpokit import cli
+
+    data = tool_recipe(tmp_path, {"environment": "env.py:Calculator", "environment_args": {"digits": 4},
+                                  "functions": ["env.py:multiply"]})
+    assert cli.main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "# tool use: how a rollout goes" in out
+    assert "Calculator(digits=4), one instance per rollout" in out
+    assert "tool          multiply(a: int, b: int) -> int (function)" in out
+    assert "tool          Calculator.add(a: int, b: int) -> int (environment method)" in out
+    assert "at most 1 round(s)" in out and "masked out of the loss" in out
+    assert "Calculator.get_reward() (x1" in out
+
+
+def test_smollm2s_own_template_gets_the_trl_template_that_reads_like_it():
+    """SmolLM2 writes ChatML, as Qwen2.5 does: TRL's qwen2_5 template renders a plain conversation exactly as SmolLM2's
+    own does, and TRL parses its tool calls."""
+    from grpokit.models import load_tokenizer, model_source
+
+    recipe = validate(config.load(str(tooluse_recipe_path())))
+    recipe.model.pop("chat_template")
+    tokenizer = load_tokenizer(model_source(recipe, convert=False)[0], recipe, offline_only=True)
+    assert "qwen2_5" in tooluse.same_format(tokenizer)
+    [problem] = tooluse.template_problems(tokenizer, recipe.model, None)
+    assert "set model.chat_template: " in problem.message
+
+
+def tooluse_recipe_path():
+    from tests.helpers import ROOT
+
+    return ROOT / "recipes" / "smollm2-135m" / "calculator.yaml"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Real GRPOTrainer steps: a tool call parsed and run, its result masked, the model's last turn scored
+
+CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 20, "b": 22}}\n</tool_call>'
+
+
+@pytest.fixture
+def scripted_calls(monkeypatch):
+    """The tiny model is random and never writes a tool call: every other first-turn completion is replaced by CALL
+    (the tokens a model that had learned the format would write); all else it generates itself."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    real = LlamaForCausalLM.generate
+
+    def generate(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        prompt_ids = kwargs.get("input_ids", args[0] if args else None)
+        tokenizer = generate.tokenizer
+        rows = []
+        for i, row in enumerate(out):
+            prompt = tokenizer.decode(prompt_ids[i], skip_special_tokens=False)
+            first_turn = "<tool_response>" not in prompt
+            ids = (tokenizer(CALL, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+                   if first_turn and i % 2 == 0 else row[prompt_ids.shape[1]:].tolist())
+            rows.append(ids)
+        width = max(len(r) for r in rows)
+        pad = tokenizer.pad_token_id
+        completion = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=out.dtype)
+        return torch.cat([prompt_ids, completion], dim=1)
+
+    monkeypatch.setattr(LlamaForCausalLM, "generate", generate)
+    return generate
+
+
+@pytest.mark.slow
+def test_real_steps_call_the_tool_mask_its_result_and_score_the_last_turn(tmp_path, monkeypatch, scripted_calls):
+    import trl
+
+    from grpokit import training
+    from grpokit.models import load_tokenizer
+
+    seen = {"masks": [], "completions": []}
+    real_loss = trl.GRPOTrainer.compute_loss
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        seen["masks"].append((inputs["completion_ids"].tolist(), inputs["tool_mask"].tolist()))
+        return real_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(trl.GRPOTrainer, "compute_loss", compute_loss)
+    reader = tmp_path / "reader.py"
+    reader.write_text(textwrap.dedent('''
+        import json, os
+        from rewards import text
+
+        def last_turn(completions, **kwargs):
+            with open(os.environ["SEEN_COMPLETIONS"], "a") as f:
+                for c in completions:
+                    f.write(json.dumps({"roles": [m.get("role") for m in c], "text": text(c)}) + "\\n")
+            return [0.0 for _ in completions]
+    '''))
+    monkeypatch.setenv("SEEN_COMPLETIONS", str(tmp_path / "seen.jsonl"))
+    data = tool_recipe(tmp_path, {"environment": "env.py:Calculator"},
+                       rewards=[{"name": "reader.py:last_turn", "weight": 0.0}])
+    data["trainer"].update(per_device_train_batch_size=4, num_generations=4, max_steps=2)
+    recipe = validate(config.load(write_recipe(tmp_path, data)))
+    scripted_calls.tokenizer = load_tokenizer(str(__import__("grpokit.tiny", fromlist=["x"]).ensure_tiny_model()), recipe)
+    training.train(recipe)
+
+    import importlib
+    env = importlib.import_module(next(n for n, m in __import__("sys").modules.items()
+                                       if n.startswith("grpokit_user_reward_") and hasattr(m, "Calculator")))
+    assert (20, 22) in env.CALLS  # the parsed call ran the environment's method with the model's arguments
+    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    steps = [h for h in history if "tools/call_frequency" in h]
+    assert steps and all(h["tools/call_frequency"] > 0 for h in steps)
+    assert all(h["tools/failure_frequency"] == 0 for h in steps)
+    assert any(h.get("rewards/Calculator/mean", 0) > 0 for h in steps)  # get_reward scored the rollouts that called
+    tokenizer = scripted_calls.tokenizer
+    masked_any = False
+    for ids, masks in seen["masks"]:
+        for row, mask in zip(ids, masks):
+            called = tokenizer.decode(row, skip_special_tokens=False)
+            if CALL not in called:
+                assert all(m == 1 for m in mask)  # nothing but the model's own tokens
+                continue
+            result = "".join(tokenizer.decode([t]) for t, m in zip(row, mask) if m == 0)
+            trained = "".join(tokenizer.decode([t]) for t, m in zip(row, mask) if m == 1)
+            assert "42" in result and "<tool_response>" in result  # the tool's result: never trained on
+            assert CALL in trained  # the model's call: trained on
+            masked_any = True
+    assert masked_any
+    seen_rows = [json.loads(line) for line in (tmp_path / "seen.jsonl").read_text().splitlines()]
+    after_tool = [r for r in seen_rows if "tool" in r["roles"]]
+    assert after_tool and all(r["roles"][-1] == "assistant" and "42\n</tool_response>" not in r["text"] for r in after_tool)
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "Tool use" in report

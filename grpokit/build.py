@@ -64,6 +64,12 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     tokenizer = _tokenizer(recipe, model_path, found, log) if readable else None
     if toolset is not None and tokenizer is not None:
         found.problems.extend(tooluse.template_problems(tokenizer, recipe.model, recipe.where_set("model")))
+        from grpokit.data import is_conversational
+
+        if recipe.dataset and not is_conversational(recipe.dataset, tokenizer):  # TRL parses tool calls only from chat-format completions
+            found.problems.add("dataset.conversational", "is false, and tools need chat-format prompts: TRL parses tool "
+                               "calls only from conversational completions; set it to auto or true",
+                               recipe.dataset.get("conversational"), file=recipe.where_set("dataset.conversational"))
     dataset = _dataset(recipe, model_path, tokenizer, args.max_completion_length, found, log)
     if toolset is not None and dataset is not None:
         found.problems.extend(tooluse.row_problems(toolset, dataset.column_names, recipe.where_set("tools.environment")))
@@ -124,6 +130,8 @@ def _dataset(recipe: Recipe, model_path: str | None, tokenizer, completion_lengt
     when they cannot be read."""
     from grpokit import data
 
+    if not recipe.dataset:  # the tools.environment makes every prompt (reset): TRL feeds it empty rows
+        return None
     try:
         log("loading dataset")
         set_in = recipe.blame(next((k for k in ("dataset.path", "dataset.reasoning_gym", "dataset.name")

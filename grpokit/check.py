@@ -36,6 +36,11 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
 
         print()
         print("\n".join(tooluse.explain(prep.tools, recipe, prep.args)))
+    if prep.tools is not None and prep.tokenizer is not None and prompt_length is not None:
+        from grpokit import tooluse
+
+        schema = tooluse.schema_tokens(prep.tokenizer, prep.tools)
+        prompt_length, prompt_how = prompt_length + schema, f"{prompt_how}, + {schema} tokens of tool schemas every prompt carries"
     print("\n# what this recipe computes, from the resolved GRPOConfig, in the terms of DeepSeekMath's GRPO objective,"
           "\n# DAPO and Dr. GRPO (eq. 8.1-8.3 and each knob: docs/grpo.md, \"GRPO in one screen\")")
     print("\n".join(explain_table(recipe, prep.args)))
@@ -61,11 +66,19 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
                   f"Triton scores every position): peak {cpu.allocated_gb:.2f} GiB of host memory in the "
                   f"{cpu.peak.name} phase ({cpu.peak.moment})")
         if prompt_length is None:
-            print("  note: prompt length not measured (dataset not reachable) and not bounded: assumed 256 tokens")
+            why = "the environment's reset() makes each prompt" if not recipe.dataset else "dataset not reachable"
+            print(f"  note: prompt length not measured ({why}) and not bounded: assumed 256 tokens")
         else:
             print(f"  note: prompt length = {prompt_how}, {prompt_length} tokens")
+        if prep.tools is not None:
+            print(f"  note: completion = every turn and tool result of a rollout, which max_completion_length "
+                  f"({prep.args.max_completion_length}) bounds as a whole: the plan's completion bound holds for tool use")
     except (ConfigNotFound, ValueError) as err:
         print(f"Memory plan: not available -- {err}")
+    if prep.tools is not None and prep.tokenizer is not None:
+        from grpokit import tooluse
+
+        facts["tool_round_tokens"] = tooluse.round_tokens(prep.tokenizer, prep.tools)
     warnings = lint.lint(recipe, prep.args, answer_lengths=lint.answer_lengths(prep), **facts)
     if warnings:
         print("\n# lint: knobs that cannot act or work against each other (grpokit/config/lint.py)")

@@ -102,6 +102,8 @@ def source_name(spec: dict) -> str:
         from grpokit import tasks
 
         return tasks.describe(spec["reasoning_gym"])
+    if not spec:
+        return "prompts made by the tools.environment's reset()"
     return f"{spec.get('name')} ({spec.get('split', 'train')})"
 
 

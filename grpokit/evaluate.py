@@ -70,13 +70,19 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     names = [r["name"] for r in recipe.rewards]
     weights = [r["weight"] for r in recipe.rewards]
     funcs = [registry.build(r["name"], **r["args"]) for r in recipe.rewards]
-    pass_index = next((names.index(n) for n in PASS_REWARDS if n in names), 0)
+    pass_index = next((names.index(n) for n in PASS_REWARDS if n in names), 0 if names else None)
     model = _load(model_path, run_dir, trained, recipe, log)
 
     rows = [dict(row) for row in prompts]
     log(f"eval: {len(rows)} held-out prompts, greedy" + (f", then {samples} samples each" if samples else "")
-        + f"; at most {args.max_completion_length} new tokens")
-    greedy = _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k=1, sample=False, log=log)
+        + f"; at most {args.max_completion_length} new tokens" + (", tool calls run (TRL's loop)" if recipe.tools else ""))
+    if recipe.tools:  # multi-turn: TRL's own rollouts (grpokit.rollouts); the pass reward may be the environment's
+        from grpokit import rollouts
+
+        greedy = rollouts.score(recipe, model, tokenizer, rows, names, weights, pass_index, str(path.parent), log)
+        names, pass_index = names + [greedy["pass_reward"]], len(names)
+    else:
+        greedy = _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k=1, sample=False, log=log)
     result: dict[str, Any] = {
         "recipe": recipe_path,
         "model": recipe.model["name_or_path"],
@@ -90,6 +96,8 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
         "measured": (f"greedy decoding of each held-out prompt; a completion passes when reward {names[pass_index]!r} is "
                      f"{_pass_rule(names[pass_index])}; rewards are the recipe's own, unweighted means (reward = weighted sum)"),
     }
+    if greedy.get("tools"):
+        result["tools"] = greedy["tools"]
     if samples:
         _seed(args.seed)
         sampled = _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k=samples, sample=True, log=log)
@@ -140,6 +148,10 @@ def summary(result: dict) -> str:
     g = result["greedy"]
     rule = ">= 1 (full credit)" if result["pass_reward"] == "task_score" else "> 0"
     line = f"pass@1 {g['pass@1']:.3f} ({g['passed']}/{result['prompts']} held-out prompts, greedy; passes: {result['pass_reward']} {rule})"
+    tools = result.get("tools")
+    if tools:
+        line += (f"; tool calls per completion {tools['calls_per_completion']:.2f}, "
+                 f"{tools['completions_calling']:.0%} of completions called a tool")
     s = result.get("sampled")
     if s:
         k = s["k"]
@@ -199,6 +211,13 @@ def _check_inputs(recipe: Recipe, run_dir: str | None, samples: int, out: Path, 
         raise RecipeError([Problem("--eval-samples", "must be 0 (greedy only) or a number of samples per prompt",
                                    samples, f"0 to {MAX_SAMPLES}", file=recipe_path)])
     problems = [] if chosen else forbidden_problems(out.parent, recipe.path, recipe_path)
+    if recipe.tools and samples:
+        problems.append(Problem("--eval-samples", "is greedy only for a recipe with tools: its rollouts run through TRL's "
+                                "loop, one greedy completion per prompt", samples, "0", file=recipe_path))
+    if not recipe.dataset:
+        problems.append(Problem("dataset", "--eval needs held-out prompts, and this recipe has no dataset (its "
+                                "tools.environment makes the prompts); add a dataset section with held-out data "
+                                "(dataset.path and dataset.eval_path)", file=recipe_path))
     if not chosen and run_dir:
         problems = [Problem("--eval", p.message, run_dir, file=recipe_path) for p in problems]
     problem = output_path_problem(out, "file")

@@ -298,3 +298,33 @@ def _reward_source(toolset: Toolset, recipe) -> str:
         parts.append(f"{toolset.environment.__name__}.get_reward() (x1, TRL's weight for it), once per finished rollout")
     return (" + ".join(parts) + "; a reward reading the completion's text reads the model's last turn, never a "
             "tool's result (rewards.text)")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Token costs, measured with the chat template: what the memory plan and the lint add for tool use
+
+
+def _tools_for_template(toolset: Toolset) -> list:
+    """The tools as the template renders them: functions, and the environment's methods bound to a stand-in (the
+    schema reads only the signature and docstring; no environment is built)."""
+    env = toolset.environment
+    return list(toolset.functions) + [types.MethodType(inspect.getattr_static(env, n), object()) for n in toolset.methods()]
+
+
+def _length(tokenizer, messages, **kwargs) -> int:
+    return len(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False, add_generation_prompt=True, **kwargs))
+
+
+def schema_tokens(tokenizer, toolset: Toolset) -> int:
+    """Tokens the tools' schemas add to every prompt (TRL renders each prompt with `tools=`)."""
+    user = [{"role": "user", "content": "x"}]
+    return _length(tokenizer, user, tools=_tools_for_template(toolset)) - _length(tokenizer, user)
+
+
+def round_tokens(tokenizer, toolset: Toolset) -> int:
+    """Tokens one round of tool use costs before any output: a call with no arguments, its empty result, and the
+    prompt for the model's next turn, as this chat template wraps them."""
+    name = toolset.tool_names()[0]
+    user = [{"role": "user", "content": "x"}]
+    call = {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": name, "arguments": {}}}]}
+    return _length(tokenizer, user + [call, {"role": "tool", "name": name, "content": ""}]) - _length(tokenizer, user)

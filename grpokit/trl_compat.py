@@ -45,6 +45,8 @@ SOURCE_MARKERS = {
         "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)",
         '"num_items_in_batch": num_items_in_batch',
         "process_slice = slice(",
+        'self._logs["completion"].extend(gather_object(completions))',  # read back by generate_and_score
+        'self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())',
     ),
     "_calculate_rewards": ("rewards_per_func = gather(rewards_per_func)",),
     "_compute_loss": ('"tool_mask" not in inputs', 'inputs["num_items_in_batch"]'),
@@ -219,6 +221,29 @@ def last_generation_logs(trainer) -> dict | None:
     """The last generation batch TRL keeps for its completions table (`GRPOTrainer._logs`: prompt, completion,
     rewards, advantages), or None; read by the run report."""
     return getattr(trainer, "_logs", None) or None
+
+
+def generate_and_score(trainer, rows: list[dict]) -> tuple[list[dict], float]:
+    """One batch of dataset rows through `GRPOTrainer._generate_and_score_completions` (generation, the tool loop,
+    every reward), read back per sample from the logs TRL keeps for its completions table: (samples, the batch's
+    share of failed tool calls). A sample: its row, prompt, completion (a tool rollout's messages) and each reward
+    by TRL's name for it (None where a reward returned None). Used by `--eval` of a recipe with tools
+    (grpokit.rollouts); `len(rows)` must not pass `trainer.args.generation_batch_size`, the logs' length."""
+    import math
+
+    logs = last_generation_logs(trainer)
+    for key in ("prompt", "completion", "advantages"):
+        logs[key].clear()
+    logs["rewards"].clear()
+    mode = "train" if trainer.model.training else "eval"
+    before = len(trainer._metrics[mode].get("tools/failure_frequency", []))
+    trainer._generate_and_score_completions(rows)
+    failures = trainer._metrics[mode].get("tools/failure_frequency", [])[before:]
+    rewards = {name: list(values) for name, values in logs["rewards"].items()}
+    samples = [{"row": row, "prompt": prompt, "completion": completion,
+                "rewards": {n: (None if math.isnan(v[i]) else v[i]) for n, v in rewards.items()}}
+               for i, (row, prompt, completion) in enumerate(zip(rows, logs["prompt"], logs["completion"], strict=True))]
+    return samples, (failures[-1] if failures else 0.0)
 
 
 # ----------------------------------------------------------------------------------------------------

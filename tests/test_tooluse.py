@@ -332,3 +332,115 @@ def test_real_steps_call_the_tool_mask_its_result_and_score_the_last_turn(tmp_pa
     assert after_tool and all(r["roles"][-1] == "assistant" and "42\n</tool_response>" not in r["text"] for r in after_tool)
     report = (tmp_path / "run" / "report.md").read_text()
     assert "Tool use" in report
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Costs and knobs, at --check
+
+
+def test_the_plan_counts_the_tool_schemas_and_the_lint_the_rounds(tmp_path, capsys, no_weights):
+    from grpokit import cli
+
+    data = tool_recipe(tmp_path, {"environment": "env.py:Calculator"})
+    data["trainer"].update(max_completion_length=64, max_tool_calling_iterations=3)
+    data["rewards"].append({"name": "overlong_penalty", "args": {"buffer": 8}})
+    assert cli.main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "tokens of tool schemas every prompt carries" in out
+    assert "the plan's completion bound holds for tool use" in out
+    assert "warning [tool-budget]" in out and "3 round(s) of tool calls take at least" in out
+    assert "warning [overlong-counts-tools]" in out
+
+
+def test_unbounded_rounds_are_said(tmp_path, capsys, no_weights):
+    from grpokit import cli
+
+    data = tool_recipe(tmp_path, {"environment": "env.py:Calculator"})
+    del data["trainer"]["max_tool_calling_iterations"]
+    assert cli.main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0
+    assert "warning [tool-budget] trainer.max_tool_calling_iterations: is unset" in capsys.readouterr().out
+
+
+def test_tools_need_chat_format_prompts(tmp_path, capsys, no_weights):
+    from grpokit import cli
+
+    data = tool_recipe(tmp_path, {"environment": "env.py:Calculator"})
+    data["dataset"]["conversational"] = False
+    assert cli.main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
+    assert "dataset.conversational: is false, and tools need chat-format prompts" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# An environment that makes its own prompts: no dataset
+
+PROMPTING_ENV = GOOD_ENV + '''
+
+class Quiz(Calculator):
+    """Asks its own question: reset() returns the text TRL adds to an empty prompt."""
+
+    def reset(self, **row):
+        self.calls = 0
+        return "What is 20 + 22? Use the add tool."
+'''
+
+
+def test_an_environment_without_a_dataset_needs_max_steps(tmp_path, no_weights):
+    data = tool_recipe(tmp_path, {"environment": "env.py:Quiz"}, source=PROMPTING_ENV, dataset=None, rewards=None)
+    del data["trainer"]["max_steps"]
+    data["trainer"]["eval_strategy"] = "steps"
+    lines = problems_of(tmp_path, data)
+    assert any(line.startswith("trainer.max_steps: must be set (> 0): the recipe has no dataset") for line in lines), lines
+    assert any(line.startswith("trainer.eval_strategy: evaluates on held-out prompts") for line in lines), lines
+
+
+@pytest.mark.slow
+def test_an_environment_that_makes_its_prompts_trains_without_a_dataset(tmp_path, capsys, scripted_calls):
+    from grpokit import cli
+    from grpokit.models import load_tokenizer
+    from grpokit.tiny import ensure_tiny_model
+
+    data = tool_recipe(tmp_path, {"environment": "env.py:Quiz"}, source=PROMPTING_ENV, dataset=None, rewards=None)
+    data["trainer"].update(per_device_train_batch_size=4, num_generations=4, max_steps=1)
+    path = write_recipe(tmp_path, data)
+    recipe = validate(config.load(path))
+    scripted_calls.tokenizer = load_tokenizer(str(ensure_tiny_model()), recipe)
+    assert cli.main(["--recipe", str(path), "--check"]) == 0
+    assert "the environment's reset() makes each prompt" in capsys.readouterr().out
+    assert cli.main(["--recipe", str(path)]) == 0
+    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    assert history[0]["tools/call_frequency"] > 0 and "rewards/Quiz/mean" in history[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --eval of a recipe with tools: greedy rollouts through TRL's own loop
+
+
+@pytest.mark.slow
+def test_eval_runs_the_tools_and_reports_their_use(tmp_path, scripted_calls):
+    from grpokit import evaluate
+    from grpokit.models import load_tokenizer
+    from grpokit.tiny import ensure_tiny_model
+
+    data = tool_recipe(tmp_path, {"environment": "env.py:Calculator"}, rewards=None)
+    data["dataset"]["eval_path"] = data["dataset"]["path"]
+    data["dataset"]["eval_limit"] = 6
+    recipe = validate(config.load(write_recipe(tmp_path, data)))
+    scripted_calls.tokenizer = load_tokenizer(str(ensure_tiny_model()), recipe)
+    result = evaluate.evaluate(recipe, out=str(tmp_path / "eval.json"))
+    # every other prompt's first turn is the scripted call: 3 of 6 call the tool, and the environment rewards those
+    assert result["tools"]["calls_per_completion"] == pytest.approx(0.5)
+    assert result["tools"]["failures_per_call"] == 0
+    assert result["pass_reward"] == "Calculator" and result["greedy"]["passed"] == 3
+    assert result["examples"][0]["tool_calls"] == 1 and result["examples"][0]["completion"][1]["role"] == "tool"
+    assert "tool calls per completion 0.50" in evaluate.summary(result)
+
+
+def test_eval_refuses_what_it_cannot_do_with_tools(tmp_path, no_weights):
+    from grpokit import evaluate
+
+    data = tool_recipe(tmp_path, {"environment": "env.py:Quiz"}, source=PROMPTING_ENV, dataset=None, rewards=None)
+    recipe = validate(config.load(write_recipe(tmp_path, data)))
+    with pytest.raises(RecipeError) as err:
+        evaluate.evaluate(recipe, samples=4, out=str(tmp_path / "eval.json"))
+    paths = [p.path for p in err.value.problems]
+    assert paths == ["--eval-samples", "dataset"]

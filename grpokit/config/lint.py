@@ -68,16 +68,18 @@ def on_policy(args) -> bool:
 
 
 def lint(recipe, args, *, answer_lengths: list[int] | None = None, gpu: dict | None = None,
-         prompt_length: int | None = None, vllm_plan=None, vllm_plan_asleep=None) -> list[LintWarning]:
+         prompt_length: int | None = None, vllm_plan=None, vllm_plan_asleep=None,
+         tool_round_tokens: int | None = None) -> list[LintWarning]:
     """The warnings for a validated `Recipe` and its `GRPOConfig`, minus the rules its `lint.ignore` names.
 
     Facts, each optional (rules that need one stay silent without it): `answer_lengths`, token lengths of the
     dataset's reference answers (see `answer_lengths`); `gpu`, the visible GPU (`{"name", "bf16"}`);
     `prompt_length`, the longest prompt the plan assumes; `vllm_plan`, the memory plan with vLLM colocated
-    (`grpokit.planning.vllm_share.plan_for`), and `vllm_plan_asleep`, the same with sleep mode on.
+    (`grpokit.planning.vllm_share.plan_for`), and `vllm_plan_asleep`, the same with sleep mode on; `tool_round_tokens`,
+    the tokens one round of tool use costs in the chat template before any output (`grpokit.tooluse.round_tokens`).
     """
     facts = {"answer_lengths": answer_lengths or None, "gpu": gpu, "prompt_length": prompt_length,
-             "vllm_plan": vllm_plan, "vllm_plan_asleep": vllm_plan_asleep}
+             "vllm_plan": vllm_plan, "vllm_plan_asleep": vllm_plan_asleep, "tool_round_tokens": tool_round_tokens}
     ignored = set((getattr(recipe, "lint", None) or {}).get("ignore", ()))
     found = (r.check(recipe, args, facts) for name, r in RULES.items() if name not in ignored)
     return [w for w in found if w is not None]
@@ -364,6 +366,44 @@ def _task_answer_not_asked(recipe, args, facts):
             f"(0 for most tasks), every group alike, and learns nothing; ask for it (\"... as <{tag}>...</{tag}>\") or "
             "set the reward's answer_from to what the prompt asks (last_line, last_number, whole)"))
     return None
+
+
+# -- multi-turn tool use (the recipe's tools section, grpokit/tooluse.py)
+
+
+@rule("tool-budget", "tool-calling rounds leave little of max_completion_length for the answer, or are unbounded")
+def _tool_budget(recipe, args, facts):
+    per_round = facts.get("tool_round_tokens")
+    if not getattr(recipe, "tools", None) or per_round is None:
+        return None
+    budget, rounds = args.max_completion_length, args.max_tool_calling_iterations
+    if rounds is None:
+        return LintWarning("tool-budget", ("trainer.max_tool_calling_iterations",), (
+            f"is unset: rounds of tool calls stop only when the model stops calling or the {budget}-token "
+            f"max_completion_length is used up, each round taking at least {per_round} tokens of it (a call and its "
+            "result's wrapping in this chat template, measured, before the tool's own output); set it (1-3 for a "
+            "single-tool task) so a model that loops on calls is cut off early"))
+    used = rounds * per_round
+    if used * 2 <= budget:
+        return None
+    return LintWarning("tool-budget", ("trainer.max_tool_calling_iterations", "trainer.max_completion_length"), (
+        f"{rounds} round(s) of tool calls take at least {used} of the {budget}-token max_completion_length ({per_round} "
+        "per round: a call and its result's wrapping in this chat template, measured, before the tool's own output "
+        "and the model's own words), which bounds the whole exchange: the answer after the last result may be cut "
+        f"off; raise max_completion_length to at least {used * 2} or allow fewer rounds"))
+
+
+@rule("overlong-counts-tools", "the overlong penalty counts tool results' tokens as the model's length")
+def _overlong_counts_tools(recipe, args, facts):
+    found = _overlong(recipe)
+    if not found or not getattr(recipe, "tools", None):
+        return None
+    i = recipe.rewards.index(found[0])
+    return LintWarning("overlong-counts-tools", (f"rewards[{i}]",), (
+        "with tools, TRL passes a reward the ids of the whole exchange: the overlong penalty counts the tool results' "
+        "tokens (masked out of the loss, yet part of the length) as if the model wrote them, so a rollout that called "
+        "a tool with a long result is punished for it; size args.buffer and max_completion_length for the results, "
+        "or drop the penalty"))
 
 
 RULE_NAMES = tuple(RULES)

@@ -123,7 +123,8 @@ def validate(loaded: Loaded, num_processes: int | None = None, data_files: bool 
     problems = Problems(file=str(path))
     _check_section_names(data, problems, where_set)
     model = _plain_section(data, "model", MODEL, problems, where_set)
-    dataset = _plain_section(data, "dataset", DATASET, problems, where_set)
+    # an environment that makes its own prompts (reset() returns them) needs no dataset: TRL feeds it empty rows
+    dataset = {} if environment_only(data) else _plain_section(data, "dataset", DATASET, problems, where_set)
     sampling = _plain_section(data, "sampling", SAMPLING, problems, where_set)
     lint = _plain_section(data, "lint", LINT, problems, where_set)
     _check_lint_rules(lint, problems, where_set)
@@ -153,7 +154,8 @@ def _check_section_names(data: dict, problems: Problems, where_set) -> None:
             problems.add(str(key), "is not a recipe section", allowed=", ".join(SECTIONS), suggestion=nearest(str(key), SECTIONS),
                          file=where_set(str(key)))
     for key in REQUIRED_SECTIONS:
-        if data.get(key) is None and not (key == "rewards" and data.get("tools")):  # an environment may own the reward
+        if data.get(key) is None and not (key == "rewards" and data.get("tools")) and not (key == "dataset" and environment_only(data)):
+            # an environment may own the reward (get_reward) and make the prompts (reset)
             problems.add(key, "section is required")
 
 
@@ -336,12 +338,31 @@ def _validate_tools(data: dict, model: dict, trainer: dict, problems: Problems, 
                          "section", trainer["max_tool_calling_iterations"], file=where_set("trainer.max_tool_calling_iterations"))
         return None
     section = validate_fields(data["tools"], TOOLS, "tools", problems, where_set)
+    if environment_only(data):
+        _check_environment_only(trainer, problems, where_set)
     toolset = tooluse.check(section, problems, where_set) if section else None
     if data.get("rewards") is None and toolset is not None and not toolset.owns_reward:
         problems.add("rewards", "section is required: the recipe names no reward, and its tools.environment "
                      f"{'(' + toolset.environment.__name__ + ') ' if toolset.environment else ''}defines no get_reward() "
                      "to score a rollout", file=where_set("tools"))
     return section
+
+
+def environment_only(data: dict) -> bool:
+    """A recipe with a tools.environment and no dataset section: the environment's reset() makes every prompt."""
+    return data.get("dataset") is None and isinstance(data.get("tools"), dict) and bool(data["tools"].get("environment"))
+
+
+def _check_environment_only(trainer: dict, problems: Problems, where_set) -> None:
+    """Without a dataset TRL drives the loop with empty rows: only max_steps says how long, and nothing is held out."""
+    if not (isinstance(trainer.get("max_steps"), int) and trainer["max_steps"] > 0):
+        problems.add("trainer.max_steps", "must be set (> 0): the recipe has no dataset, its tools.environment makes the "
+                     "prompts, so no dataset length can say how long to train", trainer.get("max_steps"),
+                     file=where_set("trainer.max_steps"))
+    if trainer.get("eval_strategy", "no") not in ("no", None):
+        problems.add("trainer.eval_strategy", "evaluates on held-out prompts, and the recipe has no dataset (its environment "
+                     "makes the prompts); add a dataset section with held-out data, or leave eval_strategy at 'no'",
+                     trainer["eval_strategy"], file=where_set("trainer.eval_strategy"))
 
 
 def _dotted(path: str) -> str:

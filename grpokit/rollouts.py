@@ -1,0 +1,76 @@
+"""`--eval` of a recipe with tools: greedy multi-turn rollouts of the held-out prompts through TRL's own loop.
+
+A tool rollout is TRL's (`GRPOTrainer`'s generation, tool-call parsing, environment resets and `get_reward`), so
+`--eval` runs the very same code on the held-out rows rather than a copy of it: a trainer is built around the
+loaded model with greedy decoding (`generation_kwargs: do_sample false`), one completion per prompt, no reference
+model, and asked to generate and score each batch (TRL internals, fenced in `grpokit.trl_compat`). What it
+scored is read back per sample: the rewards (the environment's own among them), and the tool calls each
+completion made (its `tool` messages).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+
+
+def score(recipe, model, tokenizer, rows: list[dict], names: list[str], weights: list[float], pass_index: int | None,
+          out_dir: str, log) -> dict:
+    """Greedy rollouts of `rows` with the recipe's tools, scored by the recipe's rewards (and the environment's
+    `get_reward`); the same figures as `grpokit.evaluate`'s single-turn scoring, plus tool use."""
+    from grpokit import trl_compat
+    from grpokit.evaluate import EXAMPLES, _user_text, passes
+
+    trainer = _trainer(recipe, model, tokenizer, rows, out_dir)
+    logged = trainer.reward_func_names  # the recipe's rewards as TRL names them, then the environment's
+    pass_name = logged[pass_index] if pass_index is not None else logged[-1]
+    pass_rule = names[pass_index] if pass_index is not None else pass_name
+    per_reward = {n: [] for n in logged}
+    totals, calls, passed, examples, failed = [], [], 0, [], 0.0
+    size = trainer.args.generation_batch_size  # the logs TRL keeps hold one generation batch
+    for first in range(0, len(rows), size):
+        batch = rows[first: first + size]
+        samples, failure_share = trl_compat.generate_and_score(trainer, batch)
+        failed += failure_share * sum(1 for s in samples for m in s["completion"] if isinstance(m, dict) and m.get("role") == "tool")
+        for sample in samples:
+            values = sample["rewards"]
+            for n in logged:
+                if values.get(n) is not None:
+                    per_reward[n].append(values[n])
+            totals.append(sum(w * (values.get(n) or 0.0) for w, n in zip(list(weights) + [1.0] * len(logged), logged)))
+            calls.append(sum(1 for m in sample["completion"] if isinstance(m, dict) and m.get("role") == "tool"))
+            ok = passes(pass_rule, values.get(pass_name))
+            passed += ok
+            if len(examples) < EXAMPLES:
+                examples.append({"prompt": _user_text(sample["prompt"]), "answer": sample["row"].get("answer"),
+                                 "completion": sample["completion"], "rewards": values, "tool_calls": calls[-1]})
+        log(f"eval (greedy, with tools): {min(first + len(batch), len(rows))}/{len(rows)} prompts")
+    n = len(rows)
+    rewards = {name: (sum(v) / len(v) if v else None) for name, v in per_reward.items()}
+    rewards["reward"] = sum(totals) / len(totals) if totals else None
+    tools = {"calls_per_completion": sum(calls) / n, "completions_calling": sum(1 for c in calls if c) / n,
+             "failures_per_call": failed / sum(calls) if sum(calls) else None}
+    return {"pass@k": passed / n, "passed_prompts": passed, "mean": passed / n, "rewards": rewards,
+            "examples": examples, "tools": tools, "pass_reward": pass_name}
+
+
+def _trainer(recipe, model, tokenizer, rows: list[dict], out_dir: str):
+    """A GRPOTrainer that only generates: greedy, one completion per prompt, no reference model, no logging."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    import rewards as registry
+    from grpokit.config.trainer_args import grpo_args
+    from grpokit.tooluse import resolve
+
+    greedy = {**(recipe.trainer.get("generation_kwargs") or {}), "do_sample": False, "temperature": None, "top_p": None,
+              "top_k": None}
+    knobs = {**recipe.trainer, "output_dir": out_dir, "beta": 0.0, "num_generations_eval": 1,
+             "generation_kwargs": greedy, "report_to": [], "eval_strategy": "no", "use_vllm": False}
+    args = grpo_args(replace(recipe, trainer=knobs))
+    funcs = [registry.build(r["name"], **r["args"]) for r in recipe.rewards]
+    toolset = resolve(recipe.tools)
+    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=Dataset.from_list(rows),
+                          processing_class=tokenizer, **toolset.trainer_kwargs())
+    trainer.model.eval()  # TRL reads the mode from the model: eval uses num_generations_eval
+    return trainer

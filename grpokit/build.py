@@ -139,6 +139,9 @@ def _dataset(recipe: Recipe, model_path: str | None, tokenizer, completion_lengt
         raw = data.load_raw(recipe.dataset, set_in=set_in)
         target = data.TargetModel(tokenizer, data.is_conversational(recipe.dataset, tokenizer),
                                   data.context_length(model_path), completion_length)
+        if recipe.dataset.get("few_shot") and not target.conversational:
+            found.problems.add("dataset.few_shot", "are chat messages, and the prompts are plain text (dataset.conversational "
+                               "false, or the tokenizer has no chat template)", file=recipe.where_set("dataset.few_shot"))
         dataset = data.prepare(raw, recipe.dataset, target, log=log, set_in=set_in)
         found.problems.extend(reward_column_problems(recipe.rewards, dataset.column_names, str(recipe.path)))
         return dataset

@@ -259,12 +259,12 @@ def format_prompts(ds, spec: dict, conversational: bool):
     is. A source column already named `prompt` is used as it is (or with the template).
     """
     prompt_col, answer_col = spec.get("prompt_column", "prompt"), spec.get("answer_column")
-    template, system = spec.get("template"), spec.get("system_prompt")
+    template, system, shots = spec.get("template"), spec.get("system_prompt"), few_shot_messages(spec.get("few_shot"))
 
     def build(row):
         content = render(template, row) if template else row[prompt_col]
         if conversational and isinstance(content, str):
-            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
+            messages = ([{"role": "system", "content": system}] if system else []) + shots + [{"role": "user", "content": content}]
             out = {"prompt": messages}
         else:
             if isinstance(content, list):  # already chat messages
@@ -281,6 +281,25 @@ def format_prompts(ds, spec: dict, conversational: bool):
         # column's type (datasets 5.2, even with remove_columns), so a numeric gold str(5) would come back as the int 5.
         ds = ds.remove_columns([c for c in ("answer",) if c in ds.column_names]).rename_column(_NEW_ANSWER, "answer")
     return ds
+
+
+def few_shot_messages(shots: list | None) -> list[dict]:
+    """`dataset.few_shot` as chat messages in TRL's form: an assistant's `tool_calls` entries `{name, arguments}`
+    become `{type: function, function: {name, arguments}}`; a message without tool calls carries none.
+
+    >>> few_shot_messages([{"role": "assistant", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}])
+    [{'role': 'assistant', 'content': '', 'tool_calls': [{'type': 'function', 'function': {'name': 'add', 'arguments': {'a': 1, 'b': 2}}}]}]
+    """
+    out = []
+    for shot in shots or []:
+        message = {"role": shot["role"], "content": shot.get("content") or ""}
+        if shot.get("name"):
+            message["name"] = shot["name"]
+        if shot.get("tool_calls"):
+            message["tool_calls"] = [{"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments") or {}}}
+                                     for c in shot["tool_calls"]]
+        out.append(message)
+    return out
 
 
 def drop_long_prompts(ds, spec: dict, model: TargetModel, said: _Said):

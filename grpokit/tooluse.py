@@ -270,7 +270,7 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
         lines.append(f"  environment   {env}({args_shown}), one instance per rollout; {env}.reset(**row) starts it with the "
                      "dataset row (text it returns is added to the prompt)")
     for fn in toolset.functions:
-        lines.append(f"  tool          {fn.__name__}{inspect.signature(fn)} (function)")
+        lines.append(f"  tool          {fn.__name__}{_shown_signature(fn, method=False)} (function)")
     for name in toolset.methods():
         lines.append(f"  tool          {toolset.environment.__name__}.{name}"
                      f"{_shown_signature(inspect.getattr_static(toolset.environment, name))} (environment method)")
@@ -287,9 +287,14 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
     return lines
 
 
-def _shown_signature(function) -> str:
-    shown = str(inspect.signature(function))
-    return shown.replace("(self, ", "(").replace("(self)", "()")
+def _shown_signature(function, method: bool = True) -> str:
+    """`(a: int, b: int) -> int`: annotations as types even under `from __future__ import annotations`, no `self`."""
+    try:
+        signature = inspect.signature(function, eval_str=True)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve is shown as written
+        signature = inspect.signature(function)
+    params = list(signature.parameters.values())[1 if method else 0:]
+    return str(signature.replace(parameters=params))
 
 
 def _reward_source(toolset: Toolset, recipe) -> str:

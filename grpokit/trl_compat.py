@@ -38,6 +38,8 @@ SIGNATURES = {
     "_prepare_inputs": ("self", "generation_batch"),
     "_compute_loss": ("self", "model", "inputs"),
     "_remove_unused_columns": ("self", "dataset", "description"),
+    "_tool_call_loop": ("self", "prompts", "prompt_ids", "completion_ids", "completions", "logprobs", "images",
+                        "multimodal_fields"),
 }
 SOURCE_MARKERS = {
     "_generate_and_score_completions": (
@@ -49,6 +51,8 @@ SOURCE_MARKERS = {
         'self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())',
     ),
     "_calculate_rewards": ("rewards_per_func = gather(rewards_per_func)",),
+    # how a failed tool call reaches the completion (rewards/tools.py reads it): str({"error": message})
+    "_tool_call_loop": ('result = {"error": str(e)}', "content = result if isinstance(result, list) else str(result)"),
     "_compute_loss": ('"tool_mask" not in inputs', 'inputs["num_items_in_batch"]'),
     "_prepare_inputs": ("split_tensor_dict(generation_batch, self.args.steps_per_generation)",),
 }

@@ -333,7 +333,7 @@ class Guarded:
 
 
 _BUILTIN_MODULES = ("rewards.toy", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition", "rewards.code",
-                    "rewards.tasks")
+                    "rewards.tasks", "rewards.tools")
 _loaded = False
 
 

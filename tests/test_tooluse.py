@@ -444,3 +444,72 @@ def test_eval_refuses_what_it_cannot_do_with_tools(tmp_path, no_weights):
         evaluate.evaluate(recipe, samples=4, out=str(tmp_path / "eval.json"))
     paths = [p.path for p in err.value.problems]
     assert paths == ["--eval-samples", "dataset"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Worked examples before the question (dataset.few_shot), the shipped Calculator, the tool_use reward
+
+
+@pytest.mark.parametrize("shot, fault", [
+    ({"role": "bot", "content": "hi"}, "its role 'bot' is not one of system, user, assistant, tool"),
+    ({"role": "user", "tool_calls": [{"name": "add"}]}, "has tool_calls, which only an assistant message makes"),
+    ({"role": "assistant", "tool_calls": [{"arguments": {}}]}, "its tool_calls must be a list of {name: text"),
+    ({"role": "assistant"}, "has neither content nor tool_calls"),
+    ({"role": "user", "content": "hi", "tools": []}, "has key(s) tools a chat message does not"),
+])
+def test_each_malformed_few_shot_message_is_named(tmp_path, no_weights, shot, fault):
+    data = recipe_dict()
+    data["dataset"]["few_shot"] = [{"role": "user", "content": "fine"}, shot]
+    lines = problems_of(tmp_path, data)
+    assert any(line.startswith(f"dataset.few_shot[1]: {fault}") for line in lines), lines
+
+
+def test_few_shot_messages_come_between_the_system_prompt_and_the_question():
+    from datasets import Dataset
+
+    from grpokit.data import format_prompts
+
+    spec = {"prompt_column": "q", "system_prompt": "S", "few_shot": [
+        {"role": "user", "content": "2 * 3?"}, {"role": "assistant", "tool_calls": [{"name": "multiply", "arguments": {"a": 2, "b": 3}}]}]}
+    [prompt] = format_prompts(Dataset.from_list([{"q": "4 * 5?"}]), spec, conversational=True)["prompt"]
+    assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user"]
+    assert prompt[2]["tool_calls"] == [{"type": "function", "function": {"name": "multiply", "arguments": {"a": 2, "b": 3}}}]
+    assert prompt[3]["content"] == "4 * 5?"
+
+
+def test_the_calculator_computes_exactly_and_refuses_what_its_schema_does_not_allow():
+    from grpokit.environments import Calculator
+
+    calc = Calculator(max_digits=6)
+    calc.reset(prompt="x", answer="y")
+    assert (calc.multiply(7311, 64), calc.add(52450, 272493), calc.subtract(2, 5)) == (467904, 324943, -3)
+    with pytest.raises(TypeError, match="multiply takes integers, got str '12'"):
+        calc.multiply("12", 3)
+    with pytest.raises(ValueError, match="limited to 6 digits"):
+        calc.add(10**7, 1)
+    assert calc.calls == [("multiply", 7311, 64), ("add", 52450, 272493), ("subtract", 2, 5)]
+    calc.reset()
+    assert calc.calls == []
+
+
+@pytest.mark.parametrize("completion, args, expected", [
+    ([{"role": "assistant", "content": ""}, {"role": "tool", "content": "42"}, {"role": "assistant", "content": "42"}], {}, 1.0),
+    # the call failed: TRL wrote the error as the result
+    ([{"role": "assistant", "content": ""}, {"role": "tool", "content": "{'error': 'bad'}"}], {}, 0.0),
+    ([{"role": "assistant", "content": ""}, {"role": "tool", "content": "{'error': 'bad'}"}], {"count_failed": True}, 1.0),
+    # one call where two are asked for
+    ([{"role": "assistant", "content": ""}, {"role": "tool", "content": "42"}], {"min_calls": 2}, 0.0),
+    ([{"role": "assistant", "content": "41"}], {}, 0.0),  # answered without a call
+    ("41", {}, 0.0),  # plain text: no tools at all
+])
+def test_tool_use_pays_for_calls_that_returned(completion, args, expected):
+    import rewards
+
+    assert rewards.build("tool_use", **args)(completions=[completion]) == [expected]
+
+
+def test_the_shipped_calculator_recipe_checks_its_tools_offline(no_weights):
+    recipe = validate(config.load(str(tooluse_recipe_path())))
+    toolset = tooluse.resolve(recipe.tools)
+    assert toolset.tool_names() == ["add", "multiply", "subtract"] and not toolset.owns_reward
+    assert recipe.model["chat_template"] == "qwen2_5" and recipe.trainer["max_tool_calling_iterations"] == 1

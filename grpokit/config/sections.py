@@ -32,6 +32,8 @@ DATASET = {
     "prompt_column": Field(str, "prompt"),
     "template": Field(str | None, None, "text with {column} placeholders; default: the prompt column as is"),
     "system_prompt": Field(str | None, None),
+    "few_shot": Field(list, [], "chat messages put before every prompt's user message (after system_prompt): worked "
+                      "examples, e.g. a question and the assistant's tool call: {role, content, tool_calls}"),
     "answer_column": Field(str | None, None, "gold answer column; exposed to rewards as `answer`"),
     "conversational": Field(str | bool, "auto", "auto: chat format when the tokenizer has a chat template",
                             choices=("auto", True, False)),

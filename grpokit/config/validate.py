@@ -185,6 +185,11 @@ def _check_data_sources(dataset: dict, problems: Problems, where_set, data_files
                      "(procedural tasks)", {k: dataset.get(k) for k in sources if dataset.get(k)} or None, file=where_set("dataset"))
     if dataset.get("reasoning_gym"):
         _check_task_source(dataset, problems, where_set)
+    for i, shot in enumerate(dataset.get("few_shot") or []):
+        fault = few_shot_fault(shot)
+        if fault:
+            problems.add(f"dataset.few_shot[{i}]", fault, shot, "{role: system|user|assistant|tool, content: text, "
+                         "tool_calls (assistant): [{name, arguments: {...}}], name (tool)}", file=where_set("dataset.few_shot"))
     if dataset.get("eval_path") and dataset.get("eval_split"):
         problems.add("dataset.eval_split", "give one of dataset.eval_path (local file) or dataset.eval_split (hub split)",
                      dataset["eval_split"], file=where_set("dataset.eval_split"))
@@ -198,6 +203,38 @@ def _check_data_sources(dataset: dict, problems: Problems, where_set, data_files
         from grpokit.datavalues import data_file_problems  # what a data file may be is known there, beside its cells
 
         problems.extend(data_file_problems(dataset, where_set))
+
+
+FEW_SHOT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def few_shot_fault(shot) -> str | None:
+    """What is wrong with one `dataset.few_shot` message, or None.
+
+    >>> few_shot_fault({"role": "assistant", "tool_calls": [{"name": "add", "arguments": {"a": 1}}]}) is None
+    True
+    >>> few_shot_fault({"role": "bot", "content": "hi"})
+    "its role 'bot' is not one of system, user, assistant, tool"
+    """
+    if not isinstance(shot, dict):
+        return "is not a message mapping"
+    unknown = [k for k in shot if k not in ("role", "content", "tool_calls", "name")]
+    if unknown:
+        return f"has key(s) {', '.join(map(str, unknown))} a chat message does not"
+    if shot.get("role") not in FEW_SHOT_ROLES:
+        return f"its role {shot.get('role')!r} is not one of {', '.join(FEW_SHOT_ROLES)}"
+    if shot.get("content") is not None and not isinstance(shot["content"], str):
+        return "its content is not text"
+    calls = shot.get("tool_calls")
+    if calls is not None:
+        if shot["role"] != "assistant":
+            return "has tool_calls, which only an assistant message makes"
+        if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
+                                                  and isinstance(c.get("arguments", {}), dict) for c in calls):
+            return "its tool_calls must be a list of {name: text, arguments: mapping}"
+    elif not isinstance(shot.get("content"), str):
+        return "has neither content nor tool_calls"
+    return None
 
 
 def _check_task_source(dataset: dict, problems: Problems, where_set) -> None:

@@ -99,9 +99,11 @@ def timing(state: dict) -> dict:
     step_times = [h["step_time"] for h in per_step if "step_time" in h]
     seconds = final["train_runtime"] if final else sum(step_times)
     truncated = [h.get("completions/clipped_ratio") for h in per_step]
+    calls = [h["tools/call_frequency"] for h in per_step if "tools/call_frequency" in h]
     return {"steps": n_steps, "finished": final is not None, "rewards": [round(pass_reward_mean(h), 4) for h in per_step],
             "truncated": [None if t is None else round(t, 4) for t in truncated],
-            "seconds_training": round(seconds, 1), "seconds_per_step": round(seconds / max(1, n_steps), 1)}
+            "seconds_training": round(seconds, 1), "seconds_per_step": round(seconds / max(1, n_steps), 1),
+            **({"tool_calls": [round(c, 4) for c in calls]} if calls else {})}
 
 
 README = ROOT / "bench" / "README.md"
@@ -251,7 +253,7 @@ def main(argv=None) -> int:
         "threads": f"torch {torch.get_num_threads()} intra-op thread(s), OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}",
         "recipe": str(recipe_path.relative_to(ROOT)) if recipe_path.is_relative_to(ROOT) else str(recipe_path),
         "steps": steps,
-        "completions_per_step": knobs["per_device_train_batch_size"],
+        "completions_per_step": knobs["per_device_train_batch_size"] * knobs.get("gradient_accumulation_steps", 1),
         "cap": knobs["max_completion_length"],
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible, torch {torch.__version__}, "
                    f"cuda={torch.cuda.is_available()}",  # the training processes' threads: --threads, said in `when`
@@ -264,7 +266,8 @@ def main(argv=None) -> int:
         "seeds": [],
     }
     base = eval_run(None, runs / "base-eval.json", recipe_path)  # greedy: the same for every seed
-    results["base"] = {"pass@1": base["greedy"]["pass@1"], "passed": base["greedy"]["passed"], "prompts": base["prompts"]}
+    results["base"] = {"pass@1": base["greedy"]["pass@1"], "passed": base["greedy"]["passed"], "prompts": base["prompts"],
+                       **({"tools": base["tools"]} if base.get("tools") else {})}
     results["heldout"], results["pass_reward"] = base["heldout"], base["pass_reward"]
     for seed in opts.seeds:
         run_dir = runs / f"seed-{seed}"
@@ -296,7 +299,7 @@ def score(adapter: Path, base: float, recipe_path: Path = RECIPE) -> dict:
     step = read_state(adapter / "trainer_state.json")["global_step"]
     return {"scored": str(adapter.relative_to(ROOT)) if adapter.is_relative_to(ROOT) else str(adapter), "step": step, "pass@1": after["greedy"]["pass@1"],
             "passed": after["greedy"]["passed"], "rise": round(after["greedy"]["pass@1"] - base, 4),
-            "examples": after["examples"][:2]}
+            "examples": after["examples"][:2], **({"tools": after["tools"]} if after.get("tools") else {})}
 
 
 if __name__ == "__main__":

@@ -79,7 +79,8 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     if recipe.tools:  # multi-turn: TRL's own rollouts (grpokit.rollouts); the pass reward may be the environment's
         from grpokit import rollouts
 
-        greedy = rollouts.score(recipe, model, tokenizer, rows, names, weights, pass_index, str(path.parent), log)
+        greedy = rollouts.score(recipe, model, tokenizer, rows, names, weights, pass_index, str(path.parent), log,
+                                passes=passes, user_text=_user_text, examples_kept=EXAMPLES)
         names, pass_index = names + [greedy["pass_reward"]], len(names)
     else:
         greedy = _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k=1, sample=False, log=log)

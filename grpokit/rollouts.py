@@ -15,11 +15,11 @@ from dataclasses import replace
 
 
 def score(recipe, model, tokenizer, rows: list[dict], names: list[str], weights: list[float], pass_index: int | None,
-          out_dir: str, log) -> dict:
+          out_dir: str, log, *, passes, user_text, examples_kept: int) -> dict:
     """Greedy rollouts of `rows` with the recipe's tools, scored by the recipe's rewards (and the environment's
-    `get_reward`); the same figures as `grpokit.evaluate`'s single-turn scoring, plus tool use."""
+    `get_reward`); the same figures as `grpokit.evaluate`'s single-turn scoring, plus tool use. `passes(name, value)`
+    decides a pass, `user_text(prompt)` shows a prompt: evaluate's own rules, handed down."""
     from grpokit import trl_compat
-    from grpokit.evaluate import EXAMPLES, _user_text, passes
 
     trainer = _trainer(recipe, model, tokenizer, rows, out_dir)
     logged = trainer.reward_func_names  # the recipe's rewards as TRL names them, then the environment's
@@ -41,8 +41,8 @@ def score(recipe, model, tokenizer, rows: list[dict], names: list[str], weights:
             calls.append(sum(1 for m in sample["completion"] if isinstance(m, dict) and m.get("role") == "tool"))
             ok = passes(pass_rule, values.get(pass_name))
             passed += ok
-            if len(examples) < EXAMPLES:
-                examples.append({"prompt": _user_text(sample["prompt"]), "answer": sample["row"].get("answer"),
+            if len(examples) < examples_kept:
+                examples.append({"prompt": user_text(sample["prompt"]), "answer": sample["row"].get("answer"),
                                  "completion": sample["completion"], "rewards": values, "tool_calls": calls[-1]})
         log(f"eval (greedy, with tools): {min(first + len(batch), len(rows))}/{len(rows)} prompts")
     n = len(rows)

@@ -57,7 +57,7 @@ def verdict(result: dict) -> str:
 
 def markdown(results: dict[str, dict]) -> str:
     first = next(iter(results.values()))
-    lines = [f"`tasks.py`: SmolLM2-135M-Instruct ({first['dtype']}) on three reasoning-gym tasks, each recipe as shipped "
+    lines = [f"`tasks.py`: SmolLM2-135M-Instruct, base in {first['dtype']}, on {len(results)} reasoning-gym task(s), each recipe as shipped "
              f"({first['steps']} steps of {first['completions_per_step']} completions), scored by held-out greedy pass@1 "
              "(a pass: the task's own score_answer at full credit) on problems from another range of seeds than "
              f"training's. Machine: {first['machine']}. {first.get('when', '')}".rstrip(), "",
@@ -74,6 +74,10 @@ def markdown(results: dict[str, dict]) -> str:
               "trainer's own runtime over its steps, under the load described above. Per task: `results/tasks/<task>.json` "
               "(every figure, how it was measured) and `results/tasks/<task>.png` (per-step reward of each seed); all "
               "tasks side by side: `results/tasks.png`."]
+    missing = [t for t in TASKS if t not in results]
+    if missing:
+        lines += ["", f"Not measured yet: {', '.join(missing)} (their recipes train; `bench/tasks.py --tasks "
+                  f"{' '.join(missing)}` measures them)."]
     return "\n".join(lines)
 
 

@@ -277,3 +277,33 @@ def test_bf16_unsupported(tmp_path):
     assert "bf16-unsupported" not in fired(r, gpu={"name": "NVIDIA L4", "bf16": True})
     assert "bf16-unsupported" not in fired(r)  # no GPU here: nothing to say
     assert "bf16-unsupported" not in fired(recipe_with(tmp_path), gpu=t4)  # dtype auto picks float16 there
+
+
+# -- tool use (the tools section): rounds against the completion budget, and the overlong penalty's count
+
+
+def tool_recipe_with(tmp_path, trainer, rewards=None):
+    (tmp_path / "env.py").write_text(
+        "class Env:\n    def reset(self, **row):\n        pass\n\n"
+        "    def add(self, a: int, b: int) -> int:\n        \"\"\"Add.\n\n        Args:\n            a: x\n            b: y\n        \"\"\"\n"
+        "        return a + b\n")
+    data = recipe_dict(**({"rewards": rewards} if rewards else {}))
+    data["tools"] = {"environment": "env.py:Env"}
+    data["trainer"].update(trainer, output_dir=str(tmp_path / "run"))
+    return validate(load(write_recipe(tmp_path, data)))
+
+
+def test_tool_budget_measures_rounds_against_the_completion_budget(tmp_path):
+    tight = tool_recipe_with(tmp_path, {"max_completion_length": 64, "max_tool_calling_iterations": 2})
+    assert "2 round(s) of tool calls take at least 60 of the 64-token" in fired(tight, tool_round_tokens=30)["tool-budget"]
+    roomy = tool_recipe_with(tmp_path, {"max_completion_length": 256, "max_tool_calling_iterations": 2})
+    assert "tool-budget" not in fired(roomy, tool_round_tokens=30)
+    unbounded = tool_recipe_with(tmp_path, {"max_completion_length": 256})
+    assert "is unset: rounds of tool calls stop only" in fired(unbounded, tool_round_tokens=30)["tool-budget"]
+    assert "tool-budget" not in fired(tight)  # without the measured round cost it says nothing
+
+
+def test_overlong_counts_tools_only_with_tools_and_the_penalty(tmp_path):
+    penalty = [{"name": "char_fraction", "args": {"char": "a"}}, {"name": "overlong_penalty", "args": {"buffer": 4}}]
+    assert "overlong-counts-tools" in fired(tool_recipe_with(tmp_path, {"max_tool_calling_iterations": 1}, penalty))
+    assert "overlong-counts-tools" not in fired(recipe_with(tmp_path, rewards=penalty))

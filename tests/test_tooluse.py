@@ -304,9 +304,8 @@ def test_real_steps_call_the_tool_mask_its_result_and_score_the_last_turn(tmp_pa
     scripted_calls.tokenizer = load_tokenizer(str(__import__("grpokit.tiny", fromlist=["x"]).ensure_tiny_model()), recipe)
     training.train(recipe)
 
-    import importlib
-    env = importlib.import_module(next(n for n, m in __import__("sys").modules.items()
-                                       if n.startswith("grpokit_user_reward_") and hasattr(m, "Calculator")))
+    import sys
+    env = next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str((tmp_path / "env.py").resolve()))
     assert (20, 22) in env.CALLS  # the parsed call ran the environment's method with the model's arguments
     history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
     steps = [h for h in history if "tools/call_frequency" in h]

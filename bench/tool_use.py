@@ -25,6 +25,7 @@ from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 RECIPE = ROOT / "recipes" / "smollm2-135m" / "calculator.yaml"
 OUT = ROOT / "bench" / "results" / "tool_use.json"
 README = ROOT / "bench" / "README.md"
+WANTED_SEEDS = 3
 BEGIN, END = "<!-- tool_use.py writes this section from results/tool_use.json -->", "<!-- end of tool_use.py's section -->"
 
 
@@ -54,6 +55,9 @@ def markdown(r: dict) -> str:
               "(at most 1 with the recipe's max_tool_calling_iterations); the training column is TRL's "
               "`tools/call_frequency` over the sampled completions. Every figure and how it was measured: "
               "`results/tool_use.json`; per-step training reward: `results/tool_use.png`."]
+    if len(r["seeds"]) < WANTED_SEEDS:
+        lines += ["", f"Measured so far: {len(r['seeds'])} of the {WANTED_SEEDS} seeds this page wants; one seed is a "
+                  "reading, not a verdict."]
     return "\n".join(lines)
 
 

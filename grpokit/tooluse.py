@@ -137,9 +137,16 @@ def _environment_problems(toolset: Toolset, where_set) -> list[Problem]:
     except ValueError:  # a signature Python cannot read (a C type): TRL would still call it; nothing to check
         pass
     for name in toolset.methods():
-        method = types.MethodType(inspect.getattr_static(env, name), object())  # bound, so `self` leaves the schema
+        method = tool_view(env, name)
         found.extend(_schema_problems(method, f"{env.__name__}.{name}", "tools.environment", where))
     return found
+
+
+def tool_view(env: type, name: str):
+    """An environment method as the model sees it, without building the environment: bound to a stand-in, so `self`
+    leaves the schema (a staticmethod has none to leave)."""
+    raw = inspect.getattr_static(env, name)
+    return raw.__func__ if isinstance(raw, staticmethod) else types.MethodType(raw, object())
 
 
 def _required_arguments(function) -> list[str]:
@@ -273,7 +280,7 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
         lines.append(f"  tool          {fn.__name__}{_shown_signature(fn, method=False)} (function)")
     for name in toolset.methods():
         lines.append(f"  tool          {toolset.environment.__name__}.{name}"
-                     f"{_shown_signature(inspect.getattr_static(toolset.environment, name))} (environment method)")
+                     f"{_shown_signature(tool_view(toolset.environment, name), method=False)} (environment method)")
     template = recipe.model.get("chat_template") or "the model's own"
     lines += [f"  turns         the model writes; each tool call in its text is parsed ({template} chat template's "
               "parser), run, and its result appended as a `tool` message; the model writes on: " + rounds,
@@ -313,7 +320,7 @@ def _tools_for_template(toolset: Toolset) -> list:
     """The tools as the template renders them: functions, and the environment's methods bound to a stand-in (the
     schema reads only the signature and docstring; no environment is built)."""
     env = toolset.environment
-    return list(toolset.functions) + [types.MethodType(inspect.getattr_static(env, n), object()) for n in toolset.methods()]
+    return list(toolset.functions) + [tool_view(env, n) for n in toolset.methods()]
 
 
 def _length(tokenizer, messages, **kwargs) -> int:

@@ -408,8 +408,12 @@ def test_ctrl_c_during_check_is_one_line_and_exit_130():
     import subprocess
     import sys
 
+    def as_from_a_shell():  # a shell starts a command with SIGINT at its default and unblocked, whatever this process has
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
     proc = subprocess.Popen([sys.executable, "launch.py", "--recipe", str(FIXTURES / "valid.yaml"), "--check"], cwd=ROOT,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=as_from_a_shell)
     first = proc.stdout.readline()  # "[grpokit] recipe: ...", said before the heavy libraries are imported
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)

@@ -4,6 +4,7 @@ formatted rows, what the recipe computes in GRPO's terms, and its memory plan. L
 
 from __future__ import annotations
 
+from grpokit import tooluse
 from grpokit.config import Recipe, dump, lint
 from grpokit.data import preparation_of
 from grpokit.planning import memory, vllm_share
@@ -17,6 +18,34 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
     prep = prepare(recipe, log=lambda _line: None)  # quiet: what it dropped and why is printed below, from the dataset
     print(f"# {recipe.name}: resolved recipe ({recipe.path})")
     print(dump(recipe.as_dict()).rstrip())
+    prompt_length, prompt_how = _formatted_rows(prep, recipe)
+    if recipe.dataset.get("reasoning_gym"):
+        from grpokit import tasks
+
+        print()
+        print("\n".join(tasks.explain(recipe.dataset["reasoning_gym"], recipe.rewards)))
+    facts = {"gpu": gpu_facts()}
+    if prep.tools is not None:
+        prompt_length, prompt_how = _tool_use(prep, recipe, prompt_length, prompt_how, facts)
+    print("\n# what this recipe computes, from the resolved GRPOConfig, in the terms of DeepSeekMath's GRPO objective,"
+          "\n# DAPO and Dr. GRPO (eq. 8.1-8.3 and each knob: docs/grpo.md, \"GRPO in one screen\")")
+    print("\n".join(explain_table(recipe, prep.args)))
+    print()
+    facts["prompt_length"] = prompt_length
+    _memory_plan(prep, recipe, prompt_length, prompt_how, gpu_memory_gb, facts)
+    warnings = lint.lint(recipe, prep.args, answer_lengths=lint.answer_lengths(prep), **facts)
+    if warnings:
+        print("\n# lint: knobs that cannot act or work against each other (grpokit/config/lint.py)")
+        print("\n".join(w.format() for w in warnings))
+    for note in prep.notes:
+        print(f"\nnote: {note}")
+    print("\ncheck passed: no weights loaded, nothing trained.")
+    return 0
+
+
+def _formatted_rows(prep, recipe: Recipe) -> tuple[int | None, str]:
+    """Print the first formatted rows and what preparation dropped; (the prompt length the plan assumes, how it was
+    found): measured on the rows when they could be read, else dataset.max_prompt_tokens."""
     prompt_length, prompt_how = recipe.dataset.get("max_prompt_tokens"), "dataset.max_prompt_tokens, the longest a prompt may be"
     if prep.dataset is not None:
         print(f"\n# first formatted rows ({len(prep.dataset)} prompts)")
@@ -26,26 +55,26 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
         measured = longest_prompt(prep)
         if measured is not None:
             prompt_length, prompt_how = measured
-    if recipe.dataset.get("reasoning_gym"):
-        from grpokit import tasks
+    return prompt_length, prompt_how
 
-        print()
-        print("\n".join(tasks.explain(recipe.dataset["reasoning_gym"], recipe.rewards)))
-    if prep.tools is not None:
-        from grpokit import tooluse
 
-        print()
-        print("\n".join(tooluse.explain(prep.tools, recipe, prep.args)))
-    if prep.tools is not None and prep.tokenizer is not None and prompt_length is not None:
-        from grpokit import tooluse
-
-        schema = tooluse.schema_tokens(prep.tokenizer, prep.tools)
-        prompt_length, prompt_how = prompt_length + schema, f"{prompt_how}, + {schema} tokens of tool schemas every prompt carries"
-    print("\n# what this recipe computes, from the resolved GRPOConfig, in the terms of DeepSeekMath's GRPO objective,"
-          "\n# DAPO and Dr. GRPO (eq. 8.1-8.3 and each knob: docs/grpo.md, \"GRPO in one screen\")")
-    print("\n".join(explain_table(recipe, prep.args)))
+def _tool_use(prep, recipe: Recipe, prompt_length: int | None, prompt_how: str, facts: dict) -> tuple[int | None, str]:
+    """Print how a rollout goes; add what tools cost in tokens, measured with the chat template: the schemas every
+    prompt carries (to the plan's prompt length, returned) and one round of a call (to the lint's `facts`)."""
     print()
-    facts = {"gpu": gpu_facts(), "prompt_length": prompt_length}
+    print("\n".join(tooluse.explain(prep.tools, recipe, prep.args)))
+    if prep.tokenizer is None:
+        return prompt_length, prompt_how
+    facts["tool_round_tokens"] = tooluse.round_tokens(prep.tokenizer, prep.tools)
+    if prompt_length is None:
+        return prompt_length, prompt_how
+    schema = tooluse.schema_tokens(prep.tokenizer, prep.tools)
+    return prompt_length + schema, f"{prompt_how}, + {schema} tokens of tool schemas every prompt carries"
+
+
+def _memory_plan(prep, recipe: Recipe, prompt_length: int | None, prompt_how: str, gpu_memory_gb: float, facts: dict) -> None:
+    """Print the memory plan (vLLM's share when it generates, the CPU path on a machine without CUDA) and keep in
+    `facts` the plans the lint reads."""
     try:
         import torch
 
@@ -75,18 +104,6 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
                   f"({prep.args.max_completion_length}) bounds as a whole: the plan's completion bound holds for tool use")
     except (ConfigNotFound, ValueError) as err:
         print(f"Memory plan: not available -- {err}")
-    if prep.tools is not None and prep.tokenizer is not None:
-        from grpokit import tooluse
-
-        facts["tool_round_tokens"] = tooluse.round_tokens(prep.tokenizer, prep.tools)
-    warnings = lint.lint(recipe, prep.args, answer_lengths=lint.answer_lengths(prep), **facts)
-    if warnings:
-        print("\n# lint: knobs that cannot act or work against each other (grpokit/config/lint.py)")
-        print("\n".join(w.format() for w in warnings))
-    for note in prep.notes:
-        print(f"\nnote: {note}")
-    print("\ncheck passed: no weights loaded, nothing trained.")
-    return 0
 
 
 def gpu_facts() -> dict | None:

@@ -76,26 +76,19 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     rows = [dict(row) for row in prompts]
     log(f"eval: {len(rows)} held-out prompts, greedy" + (f", then {samples} samples each" if samples else "")
         + f"; at most {args.max_completion_length} new tokens" + (", tool calls run (TRL's loop)" if recipe.tools else ""))
-    if recipe.tools:  # multi-turn: TRL's own rollouts (grpokit.rollouts); the pass reward may be the environment's
-        from grpokit import rollouts
-
-        greedy = rollouts.score(recipe, model, tokenizer, rows, names, weights, pass_index, str(path.parent), log,
-                                passes=passes, user_text=_user_text, examples_kept=EXAMPLES)
-        names, pass_index = names + [greedy["pass_reward"]], len(names)
-    else:
-        greedy = _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k=1, sample=False, log=log)
+    greedy, pass_name = _greedy(recipe, model, tokenizer, rows, funcs, names, weights, pass_index, args, str(path.parent), log)
     result: dict[str, Any] = {
         "recipe": recipe_path,
         "model": recipe.model["name_or_path"],
         "run_dir": str(run_dir) if run_dir else None,
         "heldout": _heldout_name(recipe.dataset),
         "prompts": len(rows),
-        "pass_reward": names[pass_index],
+        "pass_reward": pass_name,
         "max_new_tokens": args.max_completion_length,
         "steps": run_steps(recipe, run_dir) if trained else None,
         "greedy": {"pass@1": greedy["pass@k"], "passed": greedy["passed_prompts"], "rewards": greedy["rewards"]},
-        "measured": (f"greedy decoding of each held-out prompt; a completion passes when reward {names[pass_index]!r} is "
-                     f"{_pass_rule(names[pass_index])}; rewards are the recipe's own, unweighted means (reward = weighted sum)"),
+        "measured": (f"greedy decoding of each held-out prompt; a completion passes when reward {pass_name!r} is "
+                     f"{_pass_rule(pass_name)}; rewards are the recipe's own, unweighted means (reward = weighted sum)"),
     }
     if greedy.get("tools"):
         result["tools"] = greedy["tools"]
@@ -110,6 +103,19 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     files.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", recipe_path=recipe_path)
     log(f"wrote {path}")
     return result
+
+
+def _greedy(recipe: Recipe, model, tokenizer, rows, funcs, names, weights, pass_index, args, out_dir: str, log) -> tuple[dict, str]:
+    """The greedy completion of every held-out row, scored, and the name of the reward that decides a pass. A recipe
+    with tools rolls out through TRL's own multi-turn loop (grpokit.rollouts), where the environment's get_reward
+    may decide the pass."""
+    if not recipe.tools:
+        return _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k=1, sample=False, log=log), names[pass_index]
+    from grpokit import rollouts
+
+    greedy = rollouts.score(recipe, model, tokenizer, rows, funcs, names, weights, pass_index, out_dir, log,
+                            passes=passes, user_text=_user_text, examples_kept=EXAMPLES)
+    return greedy, greedy["pass_reward"]
 
 
 # The reward that decides a pass, first found first: a verifier's 1.0, or a task's own full score.

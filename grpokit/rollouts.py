@@ -14,15 +14,17 @@ from dataclasses import replace
 
 
 
-def score(recipe, model, tokenizer, rows: list[dict], names: list[str], weights: list[float], pass_index: int | None,
-          out_dir: str, log, *, passes, user_text, examples_kept: int) -> dict:
-    """Greedy rollouts of `rows` with the recipe's tools, scored by the recipe's rewards (and the environment's
-    `get_reward`); the same figures as `grpokit.evaluate`'s single-turn scoring, plus tool use. `passes(name, value)`
-    decides a pass, `user_text(prompt)` shows a prompt: evaluate's own rules, handed down."""
+def score(recipe, model, tokenizer, rows: list[dict], funcs: list, names: list[str], weights: list[float],
+          pass_index: int | None, out_dir: str, log, *, passes, user_text, examples_kept: int) -> dict:
+    """Greedy rollouts of `rows` with the recipe's tools, scored by the recipe's reward functions `funcs` (and the
+    environment's `get_reward`); the same figures as `grpokit.evaluate`'s single-turn scoring, plus tool use.
+    `passes(name, value)` decides a pass, `user_text(prompt)` shows a prompt: evaluate's own rules, handed down."""
     from grpokit import trl_compat
+    from rewards.tools import tool_results
 
-    trainer = _trainer(recipe, model, tokenizer, rows, out_dir)
-    logged = trainer.reward_func_names  # the recipe's rewards as TRL names them, then the environment's
+    trainer = _trainer(recipe, model, tokenizer, rows, funcs, out_dir)
+    logged = trainer.reward_func_names  # the recipe's rewards as TRL names them, then the environment's (weight 1)
+    weight_of = dict(zip(logged, list(weights) + [1.0] * (len(logged) - len(weights))))
     pass_name = logged[pass_index] if pass_index is not None else logged[-1]
     pass_rule = names[pass_index] if pass_index is not None else pass_name
     per_reward = {n: [] for n in logged}
@@ -31,14 +33,15 @@ def score(recipe, model, tokenizer, rows: list[dict], names: list[str], weights:
     for first in range(0, len(rows), size):
         batch = rows[first: first + size]
         samples, failure_share = trl_compat.generate_and_score(trainer, batch)
-        failed += failure_share * sum(1 for s in samples for m in s["completion"] if isinstance(m, dict) and m.get("role") == "tool")
-        for sample in samples:
+        batch_calls = [tool_results(sample["completion"])[0] for sample in samples]
+        failed += failure_share * sum(batch_calls)
+        for sample, made in zip(samples, batch_calls):
             values = sample["rewards"]
             for n in logged:
                 if values.get(n) is not None:
                     per_reward[n].append(values[n])
-            totals.append(sum(w * (values.get(n) or 0.0) for w, n in zip(list(weights) + [1.0] * len(logged), logged)))
-            calls.append(sum(1 for m in sample["completion"] if isinstance(m, dict) and m.get("role") == "tool"))
+            totals.append(sum(weight_of[n] * (values.get(n) or 0.0) for n in logged))
+            calls.append(made)
             ok = passes(pass_rule, values.get(pass_name))
             passed += ok
             if len(examples) < examples_kept:
@@ -54,12 +57,11 @@ def score(recipe, model, tokenizer, rows: list[dict], names: list[str], weights:
             "examples": examples, "tools": tools, "pass_reward": pass_name}
 
 
-def _trainer(recipe, model, tokenizer, rows: list[dict], out_dir: str):
+def _trainer(recipe, model, tokenizer, rows: list[dict], funcs: list, out_dir: str):
     """A GRPOTrainer that only generates: greedy, one completion per prompt, no reference model, no logging."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    import rewards as registry
     from grpokit.config.trainer_args import grpo_args
     from grpokit.tooluse import resolve
 
@@ -68,7 +70,6 @@ def _trainer(recipe, model, tokenizer, rows: list[dict], out_dir: str):
     knobs = {**recipe.trainer, "output_dir": out_dir, "beta": 0.0, "num_generations_eval": 1,
              "generation_kwargs": greedy, "report_to": [], "eval_strategy": "no", "use_vllm": False}
     args = grpo_args(replace(recipe, trainer=knobs))
-    funcs = [registry.build(r["name"], **r["args"]) for r in recipe.rewards]
     toolset = resolve(recipe.tools)
     trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, **toolset.trainer_kwargs())

@@ -205,10 +205,9 @@ def _import_module(name: str, where: str, kind: "Kind"):
         raise RewardNameError(f"{kind.label} {name!r}: importing {where!r} failed: {type(err).__name__}: {err}") from None
 
 
-def load_user_target(name: str, kind: "Kind" = None) -> Callable:
+def load_user_target(name: str, kind: Kind = REWARD) -> Callable:
     """The function or class `name` points to, after checking it is one a recipe may name as `kind` (a reward,
     unless told: a tool function, an environment class)."""
-    kind = kind or REWARD
     where, _, attr = name.rpartition(":")
     if not where or not attr:
         raise RewardNameError(f"{kind.label} {name!r} must be 'path/to/file.py:function' or 'package.module:function'")

@@ -222,6 +222,9 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", default=str(RESULTS / "real_model_runs"), help="where the seeds' runs go")
     parser.add_argument("--out", default=str(RESULTS / "real_model.json"))
     parser.add_argument("--how", default="", help="how the seeds were trained, for the results (e.g. '2 parallel processes, 1 thread each')")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the seeds --out already holds that --seeds does not score (measured earlier on the same "
+                             "recipe, steps and held-out set, base figures equal; their runs may be gone)")
     opts = parser.parse_args(argv)
     out, recipe_path = Path(opts.out), Path(opts.recipe).resolve()
     if (opts.once or recipe_path != RECIPE) and out.resolve() == (RESULTS / "real_model.json").resolve():
@@ -244,7 +247,7 @@ def main(argv=None) -> int:
             train_seed(seed, steps, runs / f"seed-{seed}", once=opts.once, recipe=recipe_path)
     if opts.train_only:
         return 0
-    from grpokit.config.trainer_args import resolved_dtype
+    from grpokit.config.trainer_args import cpu_computes_bf16, resolved_dtype
 
     recipe = load_recipe([], recipe_path)
     results = {
@@ -255,8 +258,9 @@ def main(argv=None) -> int:
         "steps": steps,
         "completions_per_step": knobs["per_device_train_batch_size"] * knobs.get("gradient_accumulation_steps", 1),
         "cap": knobs["max_completion_length"],
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible, torch {torch.__version__}, "
-                   f"cuda={torch.cuda.is_available()}",  # the training processes' threads: --threads, said in `when`
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible"
+                   + (", bf16 instructions" if cpu_computes_bf16() else ", no bf16 instructions")
+                   + f", torch {torch.__version__}, cuda={torch.cuda.is_available()}",  # the training processes' threads: --threads, said in `when`
         "measured": ("held-out greedy pass@1 by grpokit.evaluate (a pass: the recipe's accuracy reward > 0, or "
                      "task_score at full credit 1.0) on the recipe's held-out set, before training, at the checkpoint of step N (the recipe as shipped) and at "
                      "the end of the 2N-step run (or its latest checkpoint when stopped early: see steps / finished); "
@@ -269,6 +273,8 @@ def main(argv=None) -> int:
     results["base"] = {"pass@1": base["greedy"]["pass@1"], "passed": base["greedy"]["passed"], "prompts": base["prompts"],
                        **({"tools": base["tools"]} if base.get("tools") else {})}
     results["heldout"], results["pass_reward"] = base["heldout"], base["pass_reward"]
+    if opts.keep:
+        results["seeds"] = kept_seeds(files.read_json(out, dict), results, opts.seeds) if out.is_file() else []
     for seed in opts.seeds:
         run_dir = runs / f"seed-{seed}"
         end, state = trained_state(run_dir)
@@ -277,6 +283,7 @@ def main(argv=None) -> int:
         results["seeds"].append({"seed": seed, **timing(state), "after": shipped, "after_2x": doubled,
                                  "rise": shipped["rise"], "rise_2x": doubled and doubled["rise"],
                                  "reached_target": min(shipped["rise"], (doubled or shipped)["rise"]) >= TARGET_RISE})
+        results["seeds"].sort(key=lambda r: r["seed"])
         # after each seed: a killed bench keeps what it measured
         files.write_text(out, json.dumps(results, indent=2) + "\n", key="--out")
         plot(results, out.with_suffix(".png"))
@@ -289,6 +296,21 @@ def main(argv=None) -> int:
     print(f"held-out pass@1 {results['base']['pass@1']:.3f}; smallest rise per seed (N or 2N steps) "
           + ", ".join(f"{r:+.3f}" for r in rises) + f"; wrote {out} and {out.with_suffix('.png')}")
     return 0
+
+
+SAME = ("recipe", "dtype", "steps", "completions_per_step", "cap", "heldout", "pass_reward", "base")
+
+
+def kept_seeds(previous: dict, results: dict, scoring: list[int]) -> list[dict]:
+    """The seeds an earlier call measured and this one does not score, when both measured the same thing: the recipe,
+    the base model's dtype (a CPU without bf16 instructions trains in float32), its steps, the held-out set, the pass rule and the base model's figures (greedy, so equal when nothing changed).
+    Anything else would mix two measurements under one heading: refused, naming what differs."""
+    differ = [k for k in SAME if previous.get(k) != results.get(k)]
+    if differ:
+        raise RecipeError([Problem("--keep", f"the seeds in the --out file were measured otherwise ({', '.join(differ)}: "
+                                   + "; ".join(f"{k} {previous.get(k)!r} there, {results.get(k)!r} now" for k in differ)
+                                   + ")", allowed="score every seed again, or give another --out")])
+    return [r for r in previous.get("seeds", []) if r["seed"] not in scoring]
 
 
 def score(adapter: Path, base: float, recipe_path: Path = RECIPE) -> dict:

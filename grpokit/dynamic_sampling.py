@@ -32,7 +32,9 @@ every process sees every process's keep mask and takes the same decision about a
 that fills first discards its surplus kept groups from later rounds.
 
 Metrics per generation: `sampling/rounds`, `sampling/frac_groups_dropped`, `sampling/prompts_consumed`,
-`sampling/filled_short`, `sampling/frac_groups_filled`. TRL's reward and completion-length metrics are
+`sampling/filled_short`, `sampling/frac_groups_filled`, and `sampling/generated/rewards/<name>/mean`: each
+reward's mean over everything generated in the step, kept or dropped (the trained batch's own leans toward 1/2,
+having only groups with a spread). TRL's reward and completion-length metrics are
 recomputed for the trained batch (so `frac_reward_zero_std` is 0 unless a step was filled); metrics TRL
 takes from data we do not keep per row (reward functions' `log_metric`, vLLM importance-sampling stats)
 are averaged over rounds. The completions table (`log_completions`) shows the last generated rows.
@@ -314,6 +316,10 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
                 metrics[key].append(sum(values) / len(values))
         for key, value in recomputed.items():
             metrics[key].append(value)
+        for name in self.reward_func_names:  # everything generated, kept or dropped: rounds are the same size
+            values = [v for m in round_metrics for v in m.get(f"rewards/{name}/mean", [])]
+            if values:
+                metrics[f"sampling/generated/rewards/{name}/mean"].append(sum(values) / len(values))
         metrics["sampling/rounds"].append(float(rounds))
         metrics["sampling/frac_groups_dropped"].append(dropped / generated)
         metrics["sampling/prompts_consumed"].append(float(generated))

@@ -8,25 +8,27 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 WINDOW = 5  # logged points averaged at the start and at the end of a run (one point's completions are noisy);
 # a generation's figures (length, accuracy, zero-spread share) come once per generation, every 2nd step in the lab
 THRESHOLD = 0.75  # training accuracy (the last WINDOW generations' mean) that counts as "reached"; set before any run
-ACCURACY = "rewards/accuracy/mean"
-# With dynamic sampling the trained batch holds only groups with a spread, so its accuracy is biased toward
-# 1/2; the accuracy of everything the policy generated in a step is logged apart (grpokit/dynamic_sampling.py).
-GENERATED_ACCURACY = "sampling/generated/rewards/accuracy/mean"
+# (the additions lab's; a lab on another task sets its own, also before any run: labs/algorithms.py's LABS)
+PASS_REWARD = "accuracy"  # the reward whose training mean is "accuracy" (a task lab's: task_score)
+ACCURACY = f"rewards/{PASS_REWARD}/mean"
 
 
 def series(steps: list[dict], key: str) -> list[float | None]:
     return [h.get(key) for h in steps]
 
 
-def accuracy_series(steps: list[dict]) -> list[float | None]:
-    """Training accuracy of what the policy generated each step (unfiltered under dynamic sampling)."""
-    return [h.get(GENERATED_ACCURACY, h.get(ACCURACY)) for h in steps]
+def accuracy_series(steps: list[dict], reward: str = PASS_REWARD) -> list[float | None]:
+    """Training accuracy (the mean of `reward`) of what the policy generated each step, unfiltered under dynamic
+    sampling: there the trained batch holds only groups with a spread, so its accuracy is biased toward 1/2, and
+    the accuracy of everything generated in a step is logged apart (grpokit/dynamic_sampling.py)."""
+    trained, generated = f"rewards/{reward}/mean", f"sampling/generated/rewards/{reward}/mean"
+    return [h.get(generated, h.get(trained)) for h in steps]
 
 
 def window_mean(values: list[float | None], last: bool) -> float | None:
@@ -50,11 +52,12 @@ def steps_to(values: list[float | None], threshold: float = THRESHOLD) -> int | 
     return None
 
 
-def summarize_run(steps: list[dict], measures: dict | None) -> dict:
-    """One run's figures: per-step curves and the numbers the claims compare."""
+def summarize_run(steps: list[dict], measures: dict | None, reward: str = PASS_REWARD,
+                  threshold: float = THRESHOLD) -> dict:
+    """One run's figures: per-step curves and the numbers the claims compare (accuracy: the mean of `reward`)."""
     length = series(steps, "completions/mean_length")
     entropy = series(steps, "entropy")
-    accuracy = accuracy_series(steps)
+    accuracy = accuracy_series(steps, reward)
     return {
         "steps": len(steps),
         "curves": {"length": length, "entropy": entropy, "accuracy": accuracy, "kl": series(steps, "kl"),
@@ -63,7 +66,7 @@ def summarize_run(steps: list[dict], measures: dict | None) -> dict:
         "length_growth": _delta(length),
         "entropy_end": window_mean(entropy, last=True),
         "entropy_kept": _ratio(entropy),
-        "steps_to_threshold": steps_to(accuracy),
+        "steps_to_threshold": steps_to(accuracy, threshold),
         "zero_spread_mean": window_mean(series(steps, "frac_reward_zero_std"), last=True),
         "clip_high_mean": _mean(series(steps, "clip_ratio/high_mean")),
         "clip_low_mean": _mean(series(steps, "clip_ratio/low_mean")),
@@ -108,6 +111,11 @@ class Claim:
     figure: str  # how the compared figure is read, for the page
     caveat: str  # what else differs between the recipes compared, or why the effect may not show here
     censored: bool = False  # the figure is a first step: a run without one never reached it (see verdict's censor)
+
+
+def claims_for(threshold: float) -> tuple[Claim, ...]:
+    """The four claims, the steps-to-threshold one reading `threshold` (each lab sets its own before any run)."""
+    return tuple(replace(c, figure=c.figure.replace(str(THRESHOLD), str(threshold))) if c.censored else c for c in CLAIMS)
 
 
 CLAIMS = (
@@ -233,7 +241,7 @@ def curve_summary(claim: Claim, results: dict[str, list[dict]]) -> str:
     return f"The curves, {claim.ylabel}, first {WINDOW} logged points → last {WINDOW} (mean over seeds): " + "; ".join(parts) + "."
 
 
-def plot_claim(claim: Claim, results: dict[str, list[dict]], path: Path) -> None:
+def plot_claim(claim: Claim, results: dict[str, list[dict]], path: Path, threshold: float = THRESHOLD) -> None:
     """Left, the claim's curve per algorithm: the mean over seeds, a band from the lowest to the highest seed.
     Right, the figure the verdict compares: one dot per seed, a bar at the mean (a curve some algorithm does not
     log, such as TRL's KL without a KL term, still has its compared figure here)."""
@@ -254,7 +262,7 @@ def plot_claim(claim: Claim, results: dict[str, list[dict]], path: Path) -> None
             dots.annotate("none\nreached" if claim.censored else "none", (i, 0.5), xycoords=("data", "axes fraction"),
                           ha="center", fontsize=8, color=f"C{i}")
     if claim.curve == "accuracy":
-        ax.axhline(THRESHOLD, color="grey", linestyle=":", label=f"threshold {THRESHOLD}")
+        ax.axhline(threshold, color="grey", linestyle=":", label=f"threshold {threshold}")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel(claim.ylabel)
     ax.set_title(f"{claim.title}\n(band: lowest to highest seed)", fontsize=10)
@@ -298,11 +306,11 @@ def _cell(values: list, digits: int = 3) -> str:
 TABLE = (("pass@1", "held-out pass@1 after"), ("length_growth", "length growth"), ("entropy_end", "entropy (end)"),
          ("entropy_kept", "entropy kept"), ("clip_high_mean", "clip high"), ("clip_low_mean", "clip low"),
          ("zero_spread_mean", "zero-spread groups (end)"), ("kl_to_reference", "KL to base"),
-         ("steps_to_threshold", f"steps to accuracy {THRESHOLD}"))
+         ("steps_to_threshold", "steps to accuracy {threshold}"))
 
 
-def table(results: dict[str, list[dict]], base: dict | None) -> list[str]:
-    head = "| algorithm | seeds | " + " | ".join(label for _, label in TABLE) + " |"
+def table(results: dict[str, list[dict]], base: dict | None, threshold: float = THRESHOLD) -> list[str]:
+    head = "| algorithm | seeds | " + " | ".join(label.format(threshold=threshold) for _, label in TABLE) + " |"
     lines = [head, "|" + "---|" * (len(TABLE) + 2)]
     for algorithm, rows in results.items():  # in the lab's order
         if rows:

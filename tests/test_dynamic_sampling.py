@@ -374,6 +374,22 @@ def test_finish_merges_the_rounds_trl_metrics():
     assert "empty" not in metrics  # a metric no round gave a value is not logged
 
 
+def test_finish_logs_each_rewards_mean_over_everything_generated_beside_the_trained_batchs():
+    """The trained batch holds only groups with a spread, so its accuracy leans toward 1/2; what the policy generated
+    in the step (every round, kept or dropped) is logged apart, so a curve of training accuracy can read it (the
+    lab's steps-to-threshold claim does). Every round generates as many rows, so it is the mean of the rounds'."""
+    fake = stand_in(names=("a", "b"), weights=(1.0, 1.0))
+    rounds = [{"rewards/a/mean": [1.0], "rewards/b/mean": [0.0]}, {"rewards/a/mean": [0.0], "rewards/b/mean": [0.5]},
+              {"rewards/a/mean": [0.5], "rewards/b/mean": [0.25]}]
+    batch = {"_rewards": torch.tensor([[0.0, 1.0], [1.0, 1.0]]), "_lengths": torch.tensor([2.0, 4.0]),
+             "_truncated": torch.tensor([False, False])}
+    DynamicSamplingGRPOTrainer._finish(fake, batch, rounds, 3, 2, 3, 0)
+    metrics = fake._metrics["train"]
+    assert metrics["sampling/generated/rewards/a/mean"] == [pytest.approx(0.5)]
+    assert metrics["sampling/generated/rewards/b/mean"] == [pytest.approx(0.25)]
+    assert metrics["rewards/a/mean"] == [0.5] and metrics["rewards/b/mean"] == [1.0]  # the trained rows'
+
+
 # -- real runs on the tiny model -----------------------------------------------------------------------------
 
 

@@ -21,9 +21,10 @@ TINY = ["model.name_or_path=builtin:tiny-llama", "trainer.max_completion_length=
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", list(lab.ALGORITHMS))
-def test_each_lab_recipe_trains_a_step_on_the_tiny_model(algorithm, tmp_path):
-    assert cli.main(["--recipe", str(lab.ALGORITHMS[algorithm]), *TINY, "trainer.max_steps=2",
+@pytest.mark.parametrize("task, algorithm", [(t, a) for t in lab.LABS for a in lab.ALGORITHMS])
+def test_each_lab_recipe_trains_a_step_on_the_tiny_model(task, algorithm, tmp_path):
+    setup = lab.LABS[task]
+    assert cli.main(["--recipe", str(setup.algorithms[algorithm]), *TINY, "trainer.max_steps=2",
                      f"trainer.output_dir={tmp_path / 'run'}"]) == 0
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     logged = [h for h in state["log_history"] if "loss" in h]
@@ -31,7 +32,10 @@ def test_each_lab_recipe_trains_a_step_on_the_tiny_model(algorithm, tmp_path):
     assert ("kl" in logged[0]) == (algorithm == "grpo_kl")  # TRL logs KL only with a KL term
     if algorithm == "dapo":
         assert "sampling/rounds" in logged[0] and "rewards/overlong_penalty/mean" in logged[0]
-    summary = claims.summarize_run(lab.history(tmp_path / "run"), None)
+        # the accuracy the steps-to-threshold claim reads is the lab's own pass reward, of everything generated
+        assert f"sampling/generated/rewards/{setup.reward}/mean" in logged[0]
+    summary = claims.summarize_run(lab.history(tmp_path / "run"), None, setup.reward, setup.threshold)
+    assert summary["curves"]["accuracy"][0] is not None
     # The completion metrics come with each generation (every 2nd step here), the loss-side ones every step.
     assert summary["steps"] == 2 and summary["curves"]["length"][0] is not None
     assert None not in summary["curves"]["entropy"]
@@ -178,3 +182,33 @@ def test_the_report_draws_every_claim_and_says_which_held(tmp_path):
     assert "grpo_kl no runs; grpo not logged." in page  # the KL curve: no grpo_kl run, grpo logs no KL
     for claim in claims.CLAIMS:
         assert (tmp_path / f"claim-{claim.key}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_task_lab_reads_its_own_reward_and_threshold_and_says_so_on_its_page(tmp_path):
+    """The chain_sum lab: accuracy is task_score's training mean, its threshold (0.3, set before any run) decides the
+    steps-to-threshold figure, the table and the page; its runs use its own four recipes, not the additions lab's."""
+    setup = lab.LABS["chain_sum"]
+    assert lab.Job("dapo", 1, setup).recipe == lab.RECIPES / "chain_sum" / "dapo-lab.yaml"
+    assert "recipes/smollm2-135m/lab/chain_sum/grpo-lab.yaml" in " ".join(lab.launch_args(lab.Job("grpo", 0, setup), tmp_path, []))
+    steps = [{"step": i + 1, "loss": 0.0, "rewards/task_score/mean": a, "rewards/accuracy/mean": 0.0}
+             for i, a in enumerate([0.1, 0.2, 0.4, 0.5, 0.5, 0.5])]
+    assert claims.summarize_run(steps, None, "task_score", 0.3)["steps_to_threshold"] == 4  # (0.1+..+0.5)/4 = 0.3
+    assert claims.summarize_run(steps, None)["steps_to_threshold"] is None  # the additions lab's key and 0.75
+    runs = tmp_path / "runs"
+    for seed in (0, 1, 2):
+        for algorithm, rise in (("grpo", 0.05), ("dapo", 0.1)):
+            run = lab.Job(algorithm, seed, setup).run_dir(runs)
+            run.mkdir(parents=True)
+            history = [{"step": i + 1, "loss": 0.0, "completions/mean_length": 30.0, "entropy": 1.0,
+                        "rewards/task_score/mean": rise * i} for i in range(10)]
+            (run / "trainer_state.json").write_text(json.dumps({"log_history": history, "global_step": 10}))
+    report = lab.write_report([lab.Job(a, s, setup) for a in lab.ALGORITHMS for s in (0, 1, 2)], runs, tmp_path, "cmd")
+    assert report["task"] == "chain_sum" and report["accuracy_reward"] == "task_score" and report["threshold"] == 0.3
+    # dapo's trailing 5-point mean first reaches 0.3 at step 6 (0.1..0.5), grpo's at step 9 (0.2..0.4)
+    assert [r["steps_to_threshold"] for r in report["runs"]["dapo"]] == [6] * 3
+    assert [r["steps_to_threshold"] for r in report["runs"]["grpo"]] == [9] * 3
+    assert next(v for v in report["verdicts"] if v["claim"] == "steps_to_threshold")["state"] == "held"
+    page = (tmp_path / "README.md").read_text()
+    assert page.startswith("# The chapter's claims on SmolLM2-135M-Instruct, on reasoning-gym's chain_sum")
+    assert "(recipes/smollm2-135m/lab/chain_sum/)" in page and "training mean of reward `task_score`" in page
+    assert "steps to accuracy 0.3" in page and "reaches 0.3" in page and "0.75" not in page

@@ -117,3 +117,23 @@ def test_bench_readme_quotes_the_real_model_results_as_the_bench_wrote_them(tmp_
 
     with pytest.raises(RecipeError, match="markers"):
         bench.write_readme_section("new", copy)
+
+
+def test_real_model_keeps_earlier_seeds_only_when_they_measured_the_same_thing():
+    """`--keep` carries seeds an earlier call scored (their runs may be gone) into the new results, never a seed this
+    call scores again, and refuses when the earlier file measured something else (another base figure, recipe, ...)."""
+    from helpers import load_bench
+
+    from grpokit.errors import RecipeError
+
+    bench = load_bench("real_model")
+    same = {"recipe": "r.yaml", "dtype": "bfloat16", "steps": 30, "completions_per_step": 16, "cap": 96, "heldout": "h", "pass_reward": "p",
+            "base": {"pass@1": 0.5, "passed": 32, "prompts": 64}}
+    previous = {**same, "seeds": [{"seed": 0, "rise": 0.1}, {"seed": 1, "rise": 0.2}]}
+    assert bench.kept_seeds(previous, {**same, "seeds": []}, [0, 2]) == [{"seed": 1, "rise": 0.2}]
+    with pytest.raises(RecipeError, match=r"--keep: .*base .*0\.5.*0\.25"):
+        bench.kept_seeds(previous, {**same, "base": {**same["base"], "pass@1": 0.25}}, [0])
+    with pytest.raises(RecipeError, match=r"steps 30 there, 60 now"):
+        bench.kept_seeds(previous, {**same, "steps": 60}, [0])
+    with pytest.raises(RecipeError, match=r"dtype 'bfloat16' there, 'float32' now"):
+        bench.kept_seeds(previous, {**same, "dtype": "float32"}, [0])

@@ -56,6 +56,8 @@ def verdict(result: dict) -> str:
         reading = f"learns: up {span} points on every seed"
     elif all(r <= 0 for r in rises):
         reading = "no rise on any seed"
+    elif all(r < TARGET_RISE for r in rises):
+        reading = f"under +{TARGET_RISE * 100:.0f} points on every seed"
     else:
         reading = f"mixed: {sum(r >= TARGET_RISE for r in rises)} of {len(rises)} seeds up {TARGET_RISE * 100:.0f}+ points"
     if len(rises) < WANTED_SEEDS:  # one seed is a reading, not a verdict
@@ -79,7 +81,7 @@ def markdown(results: dict[str, dict]) -> str:
                      f"| {after} | {rises} | {pace:.0f} | {verdict(r)} |")
     lines.append("")
     for task, r in results.items():  # machines differ between sessions (a CPU without bf16 trains in float32)
-        lines.append(f"- {task}: seeds {', '.join(str(s['seed']) for s in r['seeds'])}; base in {r['dtype']}; "
+        lines.append(f"- {task}: seed{'s' * (len(r['seeds']) > 1)} {', '.join(str(s['seed']) for s in r['seeds'])}; base in {r['dtype']}; "
                      f"{r['machine']}. {r.get('when', '')}".rstrip())
     lines += ["", f"A rise counts as learning at +{TARGET_RISE * 100:.0f} points on every seed, of {WANTED_SEEDS} "
               "(with ~70-100 held-out problems one prompt is 1-1.5 points). s/step is the "

@@ -8,6 +8,14 @@ model and every seed scored by `--eval`, which runs the held-out prompts through
 pass@1 (the task's own scorer on the model's last turn, at full credit), tool calls per completion and failed calls
 per call. Writes results/tool_use.{json,png} (real_model.py's: per-step training reward of each seed) and
 bench/README.md's section on tool use. Runs go to results/tool_use_runs/ (not committed).
+
+Seeds trained in other sessions (their runs gone) stay in results/tool_use.json when more are scored with
+`real_model.py --recipe recipes/smollm2-135m/calculator.yaml --once --report-only --keep --seeds N ...`, which
+refuses unless both measured the same: recipe, steps, held-out set and the base model's dtype and figures. The
+dtype follows the CPU (`model.dtype: auto`: a bfloat16 base where the CPU has bf16 instructions, else float32),
+so seeds measured on a CPU of the other kind are measured again, all of them, not mixed in. A seed's training
+needs most of a 24 GiB machine (the plan: ~17 GiB for 16 completions of up to ~630 tokens; one was killed at
+17.8 GB resident beside a 7 GB neighbour): train seeds one after another, alone.
 """
 
 from __future__ import annotations

@@ -72,13 +72,13 @@ class Lab:
 
 LABS = {
     "additions": Lab("additions", RECIPES, ROOT / "bench" / "results" / "lab"),
-    # reasoning-gym's chain_sum (two or three numbers), where the model may work a sum out over several tokens:
-    # before any lab run, the base model's sampled groups on 16 training prompts x 8 were 0.09 right, 38 % mixed,
-    # 36 of 64 tokens long on average (26 % cut at the cap): room for length to move, groups to learn from.
+    # reasoning-gym's chain_sum (two one-digit numbers), where the model may talk its way to the sum: before any lab
+    # run, the base model's sampled groups on 16 training prompts x 8 were 0.25 right, 75 % mixed, 36 of 64 tokens
+    # long on average (25 % cut at the cap): room for length to move, groups to learn from. The recipe has the rest.
     "chain_sum": Lab("chain_sum", RECIPES / "chain_sum", ROOT / "bench" / "results" / "lab-chain_sum",
-                     subject="reasoning-gym's chain_sum", reward="task_score", threshold=0.3,
-                     why_threshold="set before any run at about 3x the base model's sampled training accuracy (0.09 "
-                                   "on 16 training prompts x 8)"),
+                     subject="reasoning-gym's chain_sum", reward="task_score", threshold=0.5,
+                     why_threshold="set before any run at twice the base model's sampled training accuracy (0.25 on "
+                                   "16 training prompts x 8)"),
 }
 ALGORITHMS = LABS["additions"].algorithms
 OUT = LABS["additions"].out

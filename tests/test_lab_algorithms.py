@@ -9,6 +9,7 @@ and figures follow the numbers they are given.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -185,9 +186,10 @@ def test_the_report_draws_every_claim_and_says_which_held(tmp_path):
 
 
 def test_a_task_lab_reads_its_own_reward_and_threshold_and_says_so_on_its_page(tmp_path):
-    """The chain_sum lab: accuracy is task_score's training mean, its threshold (0.3, set before any run) decides the
+    """The chain_sum lab: accuracy is task_score's training mean, its own threshold (set before any run) decides the
     steps-to-threshold figure, the table and the page; its runs use its own four recipes, not the additions lab's."""
-    setup = lab.LABS["chain_sum"]
+    assert lab.LABS["chain_sum"].threshold == 0.5 and lab.LABS["chain_sum"].reward == "task_score"
+    setup = replace(lab.LABS["chain_sum"], threshold=0.3)  # a threshold this test's made-up curves cross
     assert lab.Job("dapo", 1, setup).recipe == lab.RECIPES / "chain_sum" / "dapo-lab.yaml"
     assert "recipes/smollm2-135m/lab/chain_sum/grpo-lab.yaml" in " ".join(lab.launch_args(lab.Job("grpo", 0, setup), tmp_path, []))
     steps = [{"step": i + 1, "loss": 0.0, "rewards/task_score/mean": a, "rewards/accuracy/mean": 0.0}

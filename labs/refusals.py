@@ -26,7 +26,9 @@ from grpokit.errors import EXIT_USAGE, RecipeError
 
 
 def one_line_exit(main):
-    """`main`, returning EXIT_USAGE (2) after one line per problem on stderr when it raises a `RecipeError`."""
+    """`main`, returning EXIT_USAGE (2) after one line per problem on stderr when it raises a `RecipeError`, and the
+    shell's exit code (130 / 143) after one line when a signal stopped it (grpokit's `Stopped` from a training it
+    ran, a KeyboardInterrupt itself, or Ctrl-C anywhere else)."""
     script = Path(inspect.getfile(main)).name
 
     @functools.wraps(main)
@@ -37,6 +39,9 @@ def one_line_exit(main):
             for problem in err.problems:
                 print(f"{script}: {problem.format()}", file=sys.stderr)
             return EXIT_USAGE
+        except KeyboardInterrupt as stop:
+            print(f"{script}: stopped by {stop or 'SIGINT (Ctrl-C)'}", file=sys.stderr)
+            return getattr(stop, "exit_code", 130)
 
     return wrapped
 

@@ -381,3 +381,21 @@ def test_cpu_speed_measures_each_dtype_thread_count_and_wait_policy_it_is_asked_
     assert len(labels) == 8 and "bfloat16, 2 thread(s), passive" in labels and "float32, 1 thread(s), active" in labels
     assert [s["label"] for s in cpu_speed.settings(2, ["bfloat16, 1"])] == ["bfloat16, 1 thread(s), active",
                                                                            "bfloat16, 1 thread(s), passive"]
+
+
+def test_a_bench_or_lab_stopped_by_a_signal_says_so_in_one_line_with_the_shells_exit_code(capsys):
+    """A bench trains in its own process (bench/real_model.py calls grpokit.training directly): a second SIGTERM
+    stops it at once with grpokit's Stopped, which must end as one line and exit 143, as launch.py does, not as
+    a traceback through the trainer."""
+    import signal
+
+    from grpokit.lifecycle import Stopped
+    from labs.refusals import one_line_exit
+
+    @one_line_exit
+    def main():
+        raise Stopped(signal.SIGTERM)
+
+    assert main() == 143
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["test_labs_bench_files.py: stopped by SIGTERM, at once"]

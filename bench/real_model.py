@@ -208,6 +208,34 @@ def plot(results: dict, path: Path) -> None:
         plt.close(fig)
 
 
+def header(recipe_path: Path, knobs: dict, steps: int, how: str) -> dict:
+    """What every seed of these results shares: the model, its dtype on this CPU, the recipe and how it was measured."""
+    import torch
+
+    from grpokit.config.trainer_args import cpu_computes_bf16, resolved_dtype
+
+    recipe = load_recipe([], recipe_path)
+    return {
+        "model": "builtin:smollm2-135m-instruct (SmolLM2-135M-Instruct, Q4_1 GGUF dequantized)",
+        "dtype": resolved_dtype(recipe.model, lora=recipe.lora is not None) + " (the frozen base; the LoRA adapter float32)",
+        "threads": f"torch {torch.get_num_threads()} intra-op thread(s), OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}",
+        "recipe": str(recipe_path.relative_to(ROOT)) if recipe_path.is_relative_to(ROOT) else str(recipe_path),
+        "steps": steps,
+        "completions_per_step": knobs["per_device_train_batch_size"] * knobs.get("gradient_accumulation_steps", 1),
+        "cap": knobs["max_completion_length"],
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible"
+                   + (", bf16 instructions" if cpu_computes_bf16() else ", no bf16 instructions")
+                   + f", torch {torch.__version__}, cuda={torch.cuda.is_available()}",  # the training processes' threads: --threads, said in `when`
+        "measured": ("held-out greedy pass@1 by grpokit.evaluate (a pass: the recipe's accuracy reward > 0, or "
+                     "task_score at full credit 1.0) on the recipe's held-out set, before training, at the checkpoint of step N (the recipe as shipped) and at "
+                     "the end of the 2N-step run (or its latest checkpoint when stopped early: see steps / finished); "
+                     "rewards per step from trainer_state.json (mean over the step's completions); seconds per step = "
+                     "train_runtime (or the sum of step_time) / steps"),
+        "when": f"Measured {time.strftime('%Y-%m-%d')}" + (f"; {how}" if how else "") + ".",
+        "seeds": [],
+    }
+
+
 @one_line_exit
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -247,28 +275,7 @@ def main(argv=None) -> int:
             train_seed(seed, steps, runs / f"seed-{seed}", once=opts.once, recipe=recipe_path)
     if opts.train_only:
         return 0
-    from grpokit.config.trainer_args import cpu_computes_bf16, resolved_dtype
-
-    recipe = load_recipe([], recipe_path)
-    results = {
-        "model": "builtin:smollm2-135m-instruct (SmolLM2-135M-Instruct, Q4_1 GGUF dequantized)",
-        "dtype": resolved_dtype(recipe.model, lora=recipe.lora is not None) + " (the frozen base; the LoRA adapter float32)",
-        "threads": f"torch {torch.get_num_threads()} intra-op thread(s), OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}",
-        "recipe": str(recipe_path.relative_to(ROOT)) if recipe_path.is_relative_to(ROOT) else str(recipe_path),
-        "steps": steps,
-        "completions_per_step": knobs["per_device_train_batch_size"] * knobs.get("gradient_accumulation_steps", 1),
-        "cap": knobs["max_completion_length"],
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible"
-                   + (", bf16 instructions" if cpu_computes_bf16() else ", no bf16 instructions")
-                   + f", torch {torch.__version__}, cuda={torch.cuda.is_available()}",  # the training processes' threads: --threads, said in `when`
-        "measured": ("held-out greedy pass@1 by grpokit.evaluate (a pass: the recipe's accuracy reward > 0, or "
-                     "task_score at full credit 1.0) on the recipe's held-out set, before training, at the checkpoint of step N (the recipe as shipped) and at "
-                     "the end of the 2N-step run (or its latest checkpoint when stopped early: see steps / finished); "
-                     "rewards per step from trainer_state.json (mean over the step's completions); seconds per step = "
-                     "train_runtime (or the sum of step_time) / steps"),
-        "when": f"Measured {time.strftime('%Y-%m-%d')}" + (f"; {opts.how}" if opts.how else "") + ".",
-        "seeds": [],
-    }
+    results = header(recipe_path, knobs, steps, opts.how)
     base = eval_run(None, runs / "base-eval.json", recipe_path)  # greedy: the same for every seed
     results["base"] = {"pass@1": base["greedy"]["pass@1"], "passed": base["greedy"]["passed"], "prompts": base["prompts"],
                        **({"tools": base["tools"]} if base.get("tools") else {})}

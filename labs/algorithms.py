@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from grpokit import files  # noqa: E402
 from grpokit.errors import RecipeError  # noqa: E402
 from labs.claims import (  # noqa: E402
-    WINDOW, claims_for, curve_summary, plot_claim, sentence, summarize_run, table, verdict)
+    CLAIMS, WINDOW, claims_for, curve_summary, plot_claim, sentence, summarize_run, table, verdict)
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 RECIPES = ROOT / "recipes" / "smollm2-135m" / "lab"
@@ -358,7 +358,7 @@ def collect(jobs: list[Job], runs: Path, out: Path) -> dict[str, list[dict]]:
 
 def report_files(out: Path) -> list[Path]:
     """What `write_report` writes: the page, the table, lab.json and one PNG per claim."""
-    return [out / "lab.json", out / "table.md", out / "README.md", *(out / f"claim-{c.key}.png" for c in claims_for(0))]
+    return [out / "lab.json", out / "table.md", out / "README.md", *(out / f"claim-{c.key}.png" for c in CLAIMS)]
 
 
 def write_report(jobs: list[Job], runs: Path, out: Path, command: str) -> dict:

@@ -208,13 +208,13 @@ def plot(results: dict, path: Path) -> None:
         plt.close(fig)
 
 
-def header(recipe_path: Path, knobs: dict, steps: int, how: str) -> dict:
+def header(recipe, recipe_path: Path, steps: int, how: str) -> dict:
     """What every seed of these results shares: the model, its dtype on this CPU, the recipe and how it was measured."""
     import torch
 
     from grpokit.config.trainer_args import cpu_computes_bf16, resolved_dtype
 
-    recipe = load_recipe([], recipe_path)
+    knobs = recipe.trainer
     return {
         "model": "builtin:smollm2-135m-instruct (SmolLM2-135M-Instruct, Q4_1 GGUF dequantized)",
         "dtype": resolved_dtype(recipe.model, lora=recipe.lora is not None) + " (the frozen base; the LoRA adapter float32)",
@@ -266,8 +266,8 @@ def main(argv=None) -> int:
 
     if opts.threads:
         torch.set_num_threads(opts.threads)
-    knobs = load_recipe([], recipe_path).trainer
-    steps = shipped_steps(knobs, opts.steps, recipe_path)
+    recipe = load_recipe([], recipe_path)
+    steps = shipped_steps(recipe.trainer, opts.steps, recipe_path)
     runs = Path(opts.runs).resolve()  # scored paths are named relative to the repository
     runs.mkdir(parents=True, exist_ok=True)
     if not opts.report_only:
@@ -275,7 +275,7 @@ def main(argv=None) -> int:
             train_seed(seed, steps, runs / f"seed-{seed}", once=opts.once, recipe=recipe_path)
     if opts.train_only:
         return 0
-    results = header(recipe_path, knobs, steps, opts.how)
+    results = header(recipe, recipe_path, steps, opts.how)
     base = eval_run(None, runs / "base-eval.json", recipe_path)  # greedy: the same for every seed
     results["base"] = {"pass@1": base["greedy"]["pass@1"], "passed": base["greedy"]["passed"], "prompts": base["prompts"],
                        **({"tools": base["tools"]} if base.get("tools") else {})}
@@ -310,8 +310,9 @@ SAME = ("recipe", "dtype", "steps", "completions_per_step", "cap", "heldout", "p
 
 def kept_seeds(previous: dict, results: dict, scoring: list[int]) -> list[dict]:
     """The seeds an earlier call measured and this one does not score, when both measured the same thing: the recipe,
-    the base model's dtype (a CPU without bf16 instructions trains in float32), its steps, the held-out set, the pass rule and the base model's figures (greedy, so equal when nothing changed).
-    Anything else would mix two measurements under one heading: refused, naming what differs."""
+    the base model's dtype (a CPU without bf16 instructions trains in float32), its steps, the held-out set, the pass
+    rule and the base model's figures (greedy, so equal when nothing changed). Anything else would mix two
+    measurements under one heading: refused, naming what differs."""
     differ = [k for k in SAME if previous.get(k) != results.get(k)]
     if differ:
         raise RecipeError([Problem("--keep", f"the seeds in the --out file were measured otherwise ({', '.join(differ)}: "

@@ -51,17 +51,18 @@ WANTED_SEEDS = 3
 
 def verdict(result: dict) -> str:
     rises = [s["rise"] for s in result["seeds"]]
+    every, any_ = ("every seed", "any seed") if len(rises) > 1 else ("it", "it")
     if all(r >= TARGET_RISE for r in rises):
         span = f"{min(rises) * 100:+.0f}" + (f" to {max(rises) * 100:+.0f}" if len(rises) > 1 else "")
-        reading = f"learns: up {span} points on every seed"
+        reading = f"learns: up {span} points on {every}"
     elif all(r <= 0 for r in rises):
-        reading = "no rise on any seed"
+        reading = f"no rise on {any_}"
     elif all(r < TARGET_RISE for r in rises):
-        reading = f"under +{TARGET_RISE * 100:.0f} points on every seed"
+        reading = f"under +{TARGET_RISE * 100:.0f} points on {every}"
     else:
         reading = f"mixed: {sum(r >= TARGET_RISE for r in rises)} of {len(rises)} seeds up {TARGET_RISE * 100:.0f}+ points"
-    if len(rises) < WANTED_SEEDS:  # one seed is a reading, not a verdict
-        return f"{len(rises)} of {WANTED_SEEDS} seeds so far; " + reading.replace("every seed", "it")
+    if len(rises) < WANTED_SEEDS:  # fewer seeds than wanted: a reading, not a verdict
+        return f"{len(rises)} of {WANTED_SEEDS} seeds so far; {reading}"
     return reading
 
 

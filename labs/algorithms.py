@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,10 +64,10 @@ class Lab:
     reward: str = "accuracy"  # the reward whose training mean is the accuracy the steps-to-threshold claim reads
     threshold: float = 0.75  # that claim's threshold, set before any run (never from the runs it judges)
     why_threshold: str = ""  # how it was set, for the page
-    algorithms: dict[str, Path] = field(init=False, compare=False)
 
-    def __post_init__(self):  # name -> recipe: the name is what the page, the table and --algorithms say
-        object.__setattr__(self, "algorithms", {name: self.recipes / f for name, f in FILES.items()})
+    @property
+    def algorithms(self) -> dict[str, Path]:  # name -> recipe: the name is what the page, the table and --algorithms say
+        return {name: self.recipes / f for name, f in FILES.items()}
 
 
 LABS = {

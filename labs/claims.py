@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 WINDOW = 5  # logged points averaged at the start and at the end of a run (one point's completions are noisy);
@@ -115,36 +115,38 @@ class Claim:
 
 def claims_for(threshold: float) -> tuple[Claim, ...]:
     """The four claims, the steps-to-threshold one reading `threshold` (each lab sets its own before any run)."""
-    return tuple(replace(c, figure=c.figure.replace(str(THRESHOLD), str(threshold))) if c.censored else c for c in CLAIMS)
+    return (
+        Claim("length_growth", "Length under per-sequence vs per-token losses",
+              "per-sequence averaging (loss_type: grpo) lets completion length drift upward; the token-level losses of "
+              "Dr. GRPO and DAPO remove that bias", "length", "mean completion length (tokens)", "grpo",
+              ("dr_grpo", "dapo"), True,
+              f"growth of the mean completion length, last {WINDOW} generations minus first {WINDOW}",
+              "DAPO also adds the overlong penalty, which pushes length down on its own; Dr. GRPO also drops the std; and "
+              "where every loss shortens the completions (a model learning to stop after its answer), there is no upward "
+              "drift for a token-level loss to remove"),
+        Claim("entropy_kept", "Entropy with and without clip-higher",
+              "clip-higher (epsilon_high 0.28 > epsilon 0.2) keeps the policy's entropy from collapsing", "entropy",
+              "mean token entropy (nats)", "dapo", ("grpo",), True,
+              f"entropy kept: mean of the last {WINDOW} steps over the first {WINDOW}",
+              "the DAPO recipe changes more than the clip (token-level loss, dynamic sampling, overlong penalty); the "
+              "clip acts only on the off-policy second step of each generation"),
+        Claim("steps_to_threshold", "Steps to a training accuracy with and without dynamic sampling",
+              "dynamic sampling (drop all-right / all-wrong groups, refill) reaches a reward in fewer steps", "accuracy",
+              "training accuracy of the step's generated completions", "dapo", ("grpo",), False,
+              f"first step at which the mean training accuracy of the last {WINDOW} generations reaches {threshold}",
+              "dynamic sampling generates more per step (up to 2 rounds), so fewer steps is not less compute; the DAPO "
+              "recipe also differs in its loss and clip", censored=True),
+        Claim("kl_to_reference", "Distance from the base model with and without a KL term",
+              "a KL term (beta 0.04) holds the policy near the reference", "kl", "KL to the base model", "grpo_kl",
+              ("grpo",), False,
+              "KL[pi_theta || pi_ref] after training (k3, the trained policy's greedy held-out completions)",
+              "beta 0.04 is DeepSeekMath's value: its pull is 0.04 x the KL per token, small beside advantages of "
+              "order 1 (divided by the group's std), so over 30 steps it can slow the drift from the base model more "
+              "than stop it"),
+    )
 
 
-CLAIMS = (
-    Claim("length_growth", "Length under per-sequence vs per-token losses",
-          "per-sequence averaging (loss_type: grpo) lets completion length drift upward; the token-level losses of "
-          "Dr. GRPO and DAPO remove that bias", "length", "mean completion length (tokens)", "grpo",
-          ("dr_grpo", "dapo"), True, f"growth of the mean completion length, last {WINDOW} generations minus first {WINDOW}",
-          "DAPO also adds the overlong penalty, which pushes length down on its own; Dr. GRPO also drops the std; and "
-          "where every loss shortens the completions (a model learning to stop after its answer), there is no upward "
-          "drift for a token-level loss to remove"),
-    Claim("entropy_kept", "Entropy with and without clip-higher",
-          "clip-higher (epsilon_high 0.28 > epsilon 0.2) keeps the policy's entropy from collapsing", "entropy",
-          "mean token entropy (nats)", "dapo", ("grpo",), True,
-          f"entropy kept: mean of the last {WINDOW} steps over the first {WINDOW}",
-          "the DAPO recipe changes more than the clip (token-level loss, dynamic sampling, overlong penalty); the "
-          "clip acts only on the off-policy second step of each generation"),
-    Claim("steps_to_threshold", "Steps to a training accuracy with and without dynamic sampling",
-          "dynamic sampling (drop all-right / all-wrong groups, refill) reaches a reward in fewer steps", "accuracy",
-          "training accuracy of the step's generated completions", "dapo", ("grpo",), False,
-          f"first step at which the mean training accuracy of the last {WINDOW} generations reaches {THRESHOLD}",
-          "dynamic sampling generates more per step (up to 2 rounds), so fewer steps is not less compute; the DAPO "
-          "recipe also differs in its loss and clip", censored=True),
-    Claim("kl_to_reference", "Distance from the base model with and without a KL term",
-          "a KL term (beta 0.04) holds the policy near the reference", "kl", "KL to the base model", "grpo_kl",
-          ("grpo",), False, "KL[pi_theta || pi_ref] after training (k3, the trained policy's greedy held-out completions)",
-          "beta 0.04 is DeepSeekMath's value: its pull is 0.04 x the KL per token, small beside advantages of "
-          "order 1 (divided by the group's std), so over 30 steps it can slow the drift from the base model more "
-          "than stop it"),
-)
+CLAIMS = claims_for(THRESHOLD)  # the additions lab's
 
 
 def spread(values: list[float]) -> float:

@@ -26,14 +26,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
+import tasks  # noqa: E402  (the rule a rise is read by: the tasks page's)
 from grpokit import files  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "smollm2-135m" / "calculator.yaml"
 OUT = ROOT / "bench" / "results" / "tool_use.json"
 README = ROOT / "bench" / "README.md"
-WANTED_SEEDS = 3
 BEGIN, END = "<!-- tool_use.py writes this section from results/tool_use.json -->", "<!-- end of tool_use.py's section -->"
 
 
@@ -63,10 +64,18 @@ def markdown(r: dict) -> str:
               "(at most 1 with the recipe's max_tool_calling_iterations); the training column is TRL's "
               "`tools/call_frequency` over the sampled completions. Every figure and how it was measured: "
               "`results/tool_use.json`; per-step training reward: `results/tool_use.png`."]
-    if len(r["seeds"]) < WANTED_SEEDS:
-        lines += ["", f"Measured so far: {len(r['seeds'])} of the {WANTED_SEEDS} seeds this page wants; one seed is a "
-                  "reading, not a verdict."]
+    lines += ["", reading(r)]
     return "\n".join(lines)
+
+
+def reading(r: dict) -> str:
+    """The table in words, by the tasks page's rule (+10 points of pass@1 on every seed, of 3), and the calls."""
+    calls = [s["after"].get("tools", {}).get("calls_per_completion") for s in r["seeds"]]
+    base_calls = r["base"].get("tools", {}).get("calls_per_completion")
+    said = (f"; greedy tool calls per completion {base_calls:.2f} in the base, "
+            f"{', '.join(f'{c:.2f}' for c in calls)} after" if base_calls is not None and None not in calls else "")
+    return (f"Reading: pass@1 {tasks.verdict(r)} (learning = +{tasks.TARGET_RISE * 100:.0f} points on every seed, of "
+            f"{tasks.WANTED_SEEDS}; one of the {r['base']['prompts']} problems is {100 / r['base']['prompts']:.1f} points){said}.")
 
 
 @one_line_exit

@@ -119,6 +119,33 @@ def test_bench_readme_quotes_the_real_model_results_as_the_bench_wrote_them(tmp_
         bench.write_readme_section("new", copy)
 
 
+def test_bench_readme_quotes_the_tool_use_results_and_reads_them_by_the_tasks_rule():
+    """The tool-use section is what `bench/tool_use.py` writes from results/tool_use.json, and its reading is the
+    tasks page's: a verdict only from 3 seeds, learning only at +10 points on every one of them."""
+    import copy
+    import json
+
+    from helpers import load_bench
+
+    bench = load_bench("tool_use")
+    results = json.loads((ROOT / "bench" / "results" / "tool_use.json").read_text())
+    page = (ROOT / "bench" / "README.md").read_text()
+    assert bench.BEGIN + "\n" + bench.markdown(results) + "\n" + bench.END in page
+
+    def seed(n, rise, calls):
+        return {"seed": n, "rise": rise, "after": {"pass@1": 0.5 + rise, "tools": {"calls_per_completion": calls}}}
+
+    made_up = copy.deepcopy(results)
+    made_up["seeds"] = [seed(0, 0.15, 1.0), seed(1, 0.12, 0.9)]
+    assert "2 of 3 seeds so far; learns" in bench.reading(made_up)
+    made_up["seeds"].append(seed(2, 0.05, 1.0))
+    said = bench.reading(made_up)
+    assert "pass@1 mixed: 2 of 3 seeds up 10+ points" in said and "so far" not in said
+    assert "tool calls per completion 0.80 in the base, 1.00, 0.90, 1.00 after" in said
+    made_up["seeds"][2] = seed(2, 0.11, 1.0)
+    assert "pass@1 learns: up +11 to +15 points on every seed" in bench.reading(made_up)
+
+
 def test_real_model_keeps_earlier_seeds_only_when_they_measured_the_same_thing():
     """`--keep` carries seeds an earlier call scored (their runs may be gone) into the new results, never a seed this
     call scores again, and refuses when the earlier file measured something else (another base figure, recipe, ...)."""

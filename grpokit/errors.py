@@ -26,8 +26,17 @@ def nearest(name: str, candidates, cutoff: float = 0.6) -> str | None:
 
 
 def show(value: Any, limit: int = 80) -> str:
+    """A value as it goes in a message: its repr, cut in the middle past `limit` so that both ends stay (the end of
+    a path is the file's name, the end of a list its closing items).
+
+    >>> show("/a/" + "b" * 100 + "/nope.gguf", limit=30)
+    "'/a/bbbbbbbbb...bbb/nope.gguf'"
+    """
     text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head = (limit - 3) // 2
+    return text[:head] + "..." + text[len(text) - (limit - 3 - head):]
 
 
 @dataclass

@@ -203,3 +203,12 @@ def test_docstring_examples_run(module):
     import importlib
 
     assert doctest.testmod(importlib.import_module(module)).failed == 0
+
+
+def test_a_missing_gguf_file_deep_in_folders_is_named_whole_enough_to_find(tmp_path, capsys):
+    """A long path in a message keeps its end: the file's own name is what a user looks for (seen under pytest-xdist,
+    whose longer tmp folder pushed 'nope.gguf' past the value's 80 characters and out of the message)."""
+    deep = tmp_path / ("a-folder-with-a-long-name-" * 3) / "and-another-one-below-it"
+    deep.mkdir(parents=True)
+    code, err = run_check(gguf_recipe(deep, "nope.gguf"), capsys)
+    assert code == 2 and "nope.gguf" in err and str(tmp_path)[:20] in err

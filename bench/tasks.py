@@ -53,7 +53,8 @@ def verdict(result: dict) -> str:
     rises = [s["rise"] for s in result["seeds"]]
     every, any_ = ("every seed", "any seed") if len(rises) > 1 else ("it", "it")
     if all(r >= TARGET_RISE for r in rises):
-        span = f"{min(rises) * 100:+.0f}" + (f" to {max(rises) * 100:+.0f}" if len(rises) > 1 else "")
+        low, high = f"{min(rises) * 100:+.0f}", f"{max(rises) * 100:+.0f}"
+        span = low if low == high else f"{low} to {high}"  # "+14", not "+14 to +14", when every seed rose alike
         reading = f"learns: up {span} points on {every}"
     elif all(r <= 0 for r in rises):
         reading = f"no rise on {any_}"

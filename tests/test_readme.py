@@ -144,6 +144,8 @@ def test_bench_readme_quotes_the_tool_use_results_and_reads_them_by_the_tasks_ru
     assert "tool calls per completion 0.80 in the base, 1.00, 0.90, 1.00 after" in said
     made_up["seeds"][2] = seed(2, 0.11, 1.0)
     assert "pass@1 learns: up +11 to +15 points on every seed" in bench.reading(made_up)
+    made_up["seeds"] = [seed(n, 0.141, 1.0) for n in range(3)]  # every seed alike: one figure, not "+14 to +14"
+    assert "pass@1 learns: up +14 points on every seed" in bench.reading(made_up)
 
 
 def test_real_model_keeps_earlier_seeds_only_when_they_measured_the_same_thing():

@@ -37,9 +37,11 @@ demo: setup
 check: setup
 	$(PY) launch.py --recipe recipes/smoke.yaml --check
 
+# Two worker processes (pytest-xdist): most tests are one core's work (a subprocess starting, a tiny model's step),
+# so on 2 cores one process left the other idle. More workers than cores only slows each; plain `pytest` runs serially.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 # The edit loop: everything but the real-training tests (marked slow); CI runs `make test`, all of them.
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n 2 -m "not slow"

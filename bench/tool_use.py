@@ -87,8 +87,7 @@ def main(argv=None) -> int:
     opts = parser.parse_args(argv)
     check_outputs([OUT, OUT.with_suffix(".png")])
     if not opts.report_only:
-        sys.path.insert(0, str(ROOT / "bench"))
-        import real_model
+        import real_model  # bench/ is on sys.path since the module's start (for tasks)
 
         code = real_model.main(["--recipe", str(RECIPE), "--seeds", *map(str, opts.seeds), "--once", "--runs",
                                 str(OUT.parent / "tool_use_runs"), "--out", str(OUT), "--how", opts.how])

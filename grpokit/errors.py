@@ -36,7 +36,7 @@ def show(value: Any, limit: int = 80) -> str:
     if len(text) <= limit:
         return text
     head = (limit - 3) // 2
-    return text[:head] + "..." + text[len(text) - (limit - 3 - head):]
+    return text[:head] + "..." + text[-(limit - 3 - head):]
 
 
 @dataclass

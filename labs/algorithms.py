@@ -371,9 +371,10 @@ def write_report(jobs: list[Job], runs: Path, out: Path, command: str) -> dict:
     longest = max((r["steps"] for rows in results.values() for r in rows), default=0)
     for claim in claims_for(setup.threshold):
         figures = {a: [r[claim.key] for r in rows] for a, rows in results.items()}
-        result = verdict(claim, figures, censor=longest + 1 if claim.censored else None)
+        censor = longest + 1 if claim.censored else None
+        result = verdict(claim, figures, censor=censor)
         verdicts.append({**result, "sentence": sentence(claim, result)})
-        plot_claim(claim, results, out / f"claim-{claim.key}.png", setup.threshold)
+        plot_claim(claim, results, out / f"claim-{claim.key}.png", setup.threshold, censor)
     lab = {"command": command, "task": setup.task,
            "recipes": {a: str(p.relative_to(ROOT)) for a, p in setup.algorithms.items()},
            "measured": __doc__.split("Measured per run, after training")[1].split("Writes")[0].strip(),

@@ -243,10 +243,28 @@ def curve_summary(claim: Claim, results: dict[str, list[dict]]) -> str:
     return f"The curves, {claim.ylabel}, first {WINDOW} logged points → last {WINDOW} (mean over seeds): " + "; ".join(parts) + "."
 
 
-def plot_claim(claim: Claim, results: dict[str, list[dict]], path: Path, threshold: float = THRESHOLD) -> None:
+def compared_seeds(claim: Claim, results: dict[str, list[dict]], censor: float | None = None) -> dict[str, dict]:
+    """Per algorithm of the claim, its seeds' figures as the verdict compares them: those it has (`reached`), how many
+    seeds lack it but count as step `censor` (`never`: a first step never reached, when some seed of the claim's
+    algorithms did reach it, the verdict's rule), and the `mean` of both (None when nothing is compared)."""
+    algorithms = (claim.claimed, *claim.against)
+    values = {a: [r[claim.key] for r in results.get(a, [])] for a in algorithms}
+    counted = censor is not None and any(v is not None for vs in values.values() for v in vs)
+    out = {}
+    for algorithm, vs in values.items():
+        reached = [v for v in vs if v is not None]
+        never = vs.count(None) if counted else 0
+        both = reached + [censor] * never
+        out[algorithm] = {"reached": reached, "never": never, "mean": sum(both) / len(both) if both else None}
+    return out
+
+
+def plot_claim(claim: Claim, results: dict[str, list[dict]], path: Path, threshold: float = THRESHOLD,
+               censor: float | None = None) -> None:
     """Left, the claim's curve per algorithm: the mean over seeds, a band from the lowest to the highest seed.
     Right, the figure the verdict compares: one dot per seed, a bar at the mean (a curve some algorithm does not
-    log, such as TRL's KL without a KL term, still has its compared figure here)."""
+    log, such as TRL's KL without a KL term, still has its compared figure here); with `censor`, a seed that never
+    reached a first step is drawn hollow at the step the verdict counts it as."""
     import textwrap
 
     from matplotlib.figure import Figure
@@ -254,12 +272,14 @@ def plot_claim(claim: Claim, results: dict[str, list[dict]], path: Path, thresho
     fig = Figure(figsize=(10, 4.5))
     ax, dots = fig.subplots(1, 2, gridspec_kw={"width_ratios": (3, 1)})
     algorithms = (claim.claimed, *claim.against)
+    compared = compared_seeds(claim, results, censor)
     for i, algorithm in enumerate(algorithms):
         _plot_curve(ax, claim, results.get(algorithm, []), algorithm, f"C{i}")
-        seeds = [r[claim.key] for r in results.get(algorithm, []) if r[claim.key] is not None]
-        if seeds:
-            dots.scatter([i] * len(seeds), seeds, color=f"C{i}", zorder=3)
-            dots.hlines(sum(seeds) / len(seeds), i - 0.3, i + 0.3, color=f"C{i}")
+        seeds = compared.get(algorithm)
+        if seeds and seeds["mean"] is not None:
+            dots.scatter([i] * len(seeds["reached"]), seeds["reached"], color=f"C{i}", zorder=3)
+            dots.scatter([i] * seeds["never"], [censor] * seeds["never"], facecolors="none", edgecolors=f"C{i}", zorder=3)
+            dots.hlines(seeds["mean"], i - 0.3, i + 0.3, color=f"C{i}")
         elif results.get(algorithm):
             dots.annotate("none\nreached" if claim.censored else "none", (i, 0.5), xycoords=("data", "axes fraction"),
                           ha="center", fontsize=8, color=f"C{i}")
@@ -274,7 +294,9 @@ def plot_claim(claim: Claim, results: dict[str, list[dict]], path: Path, thresho
         dots.set_yticks([])  # no seed has the figure: an axis would read as a scale of nothing
     dots.set_xticks(range(len(algorithms)), algorithms, fontsize=8)
     dots.set_xlim(-0.6, len(algorithms) - 0.4)
-    dots.set_title(textwrap.fill(f"compared: {claim.figure}", 34) + "\n(dot: a seed; bar: mean)", fontsize=7)
+    never = any(seeds["never"] for seeds in compared.values())
+    legend = f"dot: a seed; hollow: never reached, counted as step {censor:g}; bar: mean" if never else "dot: a seed; bar: mean"
+    dots.set_title(textwrap.fill(f"compared: {claim.figure}", 34) + "\n" + textwrap.fill(f"({legend})", 34), fontsize=7)
     fig.tight_layout()
     _save(fig, path)
 
@@ -302,7 +324,8 @@ def _cell(values: list, digits: int = 3) -> str:
     if not kept:
         return "–"
     mean = sum(kept) / len(kept)
-    return f"{mean:.{digits}g} ± {spread(kept):.2g}" if len(kept) > 1 else f"{mean:.{digits}g}"
+    cell = f"{mean:.{digits}g} ± {spread(kept):.2g}" if len(kept) > 1 else f"{mean:.{digits}g}"
+    return cell if len(kept) == len(values) else f"{cell} ({len(kept)} of {len(values)})"
 
 
 TABLE = (("pass@1", "held-out pass@1 after"), ("length_growth", "length growth"), ("entropy_end", "entropy (end)"),
@@ -321,5 +344,6 @@ def table(results: dict[str, list[dict]], base: dict | None, threshold: float = 
     if base:
         lines.append(f"\nBase model, held-out greedy pass@1: {base['greedy']['pass@1']:.3f} "
                      f"({base['greedy']['passed']}/{base['prompts']}). Cells: mean ± sample standard deviation over "
-                     "seeds; a step never reaching the threshold leaves that seed out of its cell.")
+                     "seeds; a step never reaching the threshold leaves that seed out of its cell, which then says how many "
+                     "seeds it holds.")
     return lines

@@ -214,3 +214,23 @@ def test_a_task_lab_reads_its_own_reward_and_threshold_and_says_so_on_its_page(t
     assert page.startswith("# The chapter's claims on SmolLM2-135M-Instruct, on reasoning-gym's chain_sum")
     assert "(recipes/smollm2-135m/lab/chain_sum/)" in page and "training mean of reward `task_score`" in page
     assert "steps to accuracy 0.3" in page and "reaches 0.3" in page and "0.75" not in page
+
+
+def test_the_steps_figure_drawn_and_tabled_is_the_one_the_verdict_compares():
+    """A seed that never reached the threshold counts as step `censor` in the verdict; the picture draws it there
+    (hollow) with its side's bar at that mean, and the table's cell says how many seeds it holds - seen on the
+    chain_sum lab, whose grpo bar stood at 28 (2 seeds drawn) while the verdict compared 29."""
+    steps = next(c for c in claims.CLAIMS if c.key == "steps_to_threshold")
+    row = dict.fromkeys((key for key, _ in claims.TABLE), 1.0)
+    results = {"dapo": [{**row, steps.key: v} for v in (15, 21, 25)], "grpo": [{**row, steps.key: v} for v in (27, 29, None)]}
+    result = claims.verdict(steps, {a: [r[steps.key] for r in rows] for a, rows in results.items()}, censor=31)
+    dots = claims.compared_seeds(steps, results, censor=31)
+    assert dots["grpo"] == {"reached": [27, 29], "never": 1, "mean": pytest.approx(29.0)}
+    assert dots["dapo"]["mean"] - dots["grpo"]["mean"] == pytest.approx(result["comparisons"][0]["difference"])
+    # Nobody reached it: nothing is counted at the censor (the verdict says "never reached" then).
+    none = claims.compared_seeds(steps, {"dapo": [{steps.key: None}], "grpo": [{steps.key: None}]}, censor=31)
+    assert none["dapo"] == {"reached": [], "never": 0, "mean": None}
+    # Without a censor (a claim whose figure is not a first step) a missing figure is left out, as before.
+    assert claims.compared_seeds(steps, results)["grpo"] == {"reached": [27, 29], "never": 0, "mean": pytest.approx(28.0)}
+    line = next(line for line in claims.table(results, None) if line.startswith("| grpo |"))
+    assert line.endswith("| 28 ± 1.4 (2 of 3) |") and "| 1 ± 0 |" in line  # a figure every seed has: no count

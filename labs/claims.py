@@ -160,6 +160,19 @@ MIN_SEEDS = 3  # seeds a side before a verdict: one or two seeds give no spread 
 STATES = ("no data", "never reached", "too few seeds", "not shown", "leans", "held")
 
 
+def seed_figures(figures: dict[str, list[float | None]], censor: float | None = None) -> dict[str, dict]:
+    """Per algorithm, its seeds' figures as a verdict compares them: those it has (`reached`), how many seeds lack it
+    yet count as step `censor` (`never`: only when some seed of these algorithms reached it, see `verdict`), and the
+    figures compared (`compared`: the reached ones and `censor` once for each of those)."""
+    counted = censor is not None and any(v is not None for values in figures.values() for v in values)
+    sides = {}
+    for algorithm, values in figures.items():
+        reached = [v for v in values if v is not None]
+        never = values.count(None) if counted else 0
+        sides[algorithm] = {"reached": reached, "never": never, "compared": reached + [censor] * never}
+    return sides
+
+
 def verdict(claim: Claim, figures: dict[str, list[float | None]], censor: float | None = None) -> dict:
     """Whether the claim held here: `held` when every seed of the favoured algorithm beats every seed of each other,
     `leans` when only the means do, `not shown` otherwise; `too few seeds` under MIN_SEEDS a side, `never reached`
@@ -177,11 +190,9 @@ def verdict(claim: Claim, figures: dict[str, list[float | None]], censor: float 
             rows.append({"against": other, "state": "no data"})
             states.append("no data")
             continue
-        reached = {a: sum(v is not None for v in values) for a, values in given.items()}
-        if censor is not None and any(reached.values()):
-            mine, theirs = ([censor if v is None else v for v in values] for values in given.values())
-        else:
-            mine, theirs = ([v for v in values if v is not None] for values in given.values())
+        sides = seed_figures(given, censor)
+        reached = {a: len(side["reached"]) for a, side in sides.items()}
+        mine, theirs = (side["compared"] for side in sides.values())
         if not mine or not theirs:
             rows.append({"against": other, "state": "never reached", "without": [a for a, n in reached.items() if not n]})
             states.append("never reached")
@@ -244,19 +255,12 @@ def curve_summary(claim: Claim, results: dict[str, list[dict]]) -> str:
 
 
 def compared_seeds(claim: Claim, results: dict[str, list[dict]], censor: float | None = None) -> dict[str, dict]:
-    """Per algorithm of the claim, its seeds' figures as the verdict compares them: those it has (`reached`), how many
-    seeds lack it but count as step `censor` (`never`: a first step never reached, when some seed of the claim's
-    algorithms did reach it, the verdict's rule), and the `mean` of both (None when nothing is compared)."""
-    algorithms = (claim.claimed, *claim.against)
-    values = {a: [r[claim.key] for r in results.get(a, [])] for a in algorithms}
-    counted = censor is not None and any(v is not None for vs in values.values() for v in vs)
-    out = {}
-    for algorithm, vs in values.items():
-        reached = [v for v in vs if v is not None]
-        never = vs.count(None) if counted else 0
-        both = reached + [censor] * never
-        out[algorithm] = {"reached": reached, "never": never, "mean": sum(both) / len(both) if both else None}
-    return out
+    """Per algorithm of the claim, what its dots show: `seed_figures`' `reached` and `never` over the claim's
+    algorithms, and the `mean` the verdict compares (None when nothing is compared)."""
+    sides = seed_figures({a: [r[claim.key] for r in results.get(a, [])] for a in (claim.claimed, *claim.against)}, censor)
+    return {a: {"reached": side["reached"], "never": side["never"],
+                "mean": sum(side["compared"]) / len(side["compared"]) if side["compared"] else None}
+            for a, side in sides.items()}
 
 
 def plot_claim(claim: Claim, results: dict[str, list[dict]], path: Path, threshold: float = THRESHOLD,

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from helpers import SMOKE_DATA, age_claims, fake_run, load_bench, overwrite, with_trainer, write_recipe
 
+from grpokit import files
 from grpokit.files import ownership
 from grpokit.cli import main
 from grpokit.errors import RecipeError
@@ -673,3 +674,26 @@ def test_merge_out_through_a_symlink_refuses_a_training_run(tmp_path):
             ownership.remove(latest, previous, "--merge-out")
         assert (live / "checkpoint-1" / "trainer_state.json").is_file(), "the live run's checkpoint was deleted"
         assert (live / "recipe.yaml").is_file()
+
+
+# Rule: a folder whose `.grpokit-files` is the user's own cannot hold grpokit's record of what it wrote, so grpokit
+# writes nothing there: refused before the first file, by the door itself (every writer goes through it).
+def test_plot_into_a_folder_whose_manifest_is_the_users_writes_nothing(tmp_path, capsys):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / ".grpokit-files").write_text("my own notes\n")
+    history = [{"step": 1, "reward": 0.5, "loss": 0.1}, {"step": 2, "reward": 0.6, "loss": 0.2}]
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": history}))
+    assert main(["--plot", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert ".grpokit-files: is not a manifest grpokit wrote" in err and "Traceback" not in err
+    assert sorted(p.name for p in folder.iterdir()) == [".grpokit-files", "trainer_state.json"]
+    assert (folder / ".grpokit-files").read_text() == "my own notes\n"
+
+
+def test_the_door_refuses_a_write_it_could_not_record_before_writing(tmp_path):
+    (tmp_path / ".grpokit-files").write_text("mine\n")
+    for path in (tmp_path / "report.md", tmp_path / "plots" / "training.png"):
+        with pytest.raises(RecipeError, match="is not a manifest grpokit wrote"):
+            files.write_text(path, "x", root=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".grpokit-files"]

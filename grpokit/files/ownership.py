@@ -193,13 +193,16 @@ def new_file_beside(path: Path) -> str:
 _KEEP = object()
 
 
+def _theirs_problem(folder: Path) -> Problem:
+    return Problem(str(Path(folder) / MANIFEST), "is not a manifest grpokit wrote, and grpokit keeps its record of what "
+                   "it wrote in a folder under that name: move the file, or choose another folder")
+
+
 def _store(folder: Path, mine: dict[str, dict], pending=_KEEP) -> None:
     """Rewrite the manifest whole: a temporary file renamed over it, so a kill leaves the old one or the new one.
     `pending` (a save's start, `start_pending`) is kept as it is unless given; None clears it."""
     if manifest_is_theirs(folder):
-        raise RecipeError([Problem(str(Path(folder) / MANIFEST), "is not a manifest grpokit wrote, and grpokit keeps its "
-                                   "record of what it wrote in a folder under that name: move the file, or choose "
-                                   "another folder")])
+        raise RecipeError([_theirs_problem(folder)])
     if pending is _KEEP:
         pending = _load(folder).get("pending")
     stored = {}
@@ -464,8 +467,13 @@ def replaceable(path: Path, root: Path | None = None) -> bool:
 
 
 def refuse_unless_replaceable(paths, root: Path | None = None, key: str = "", recipe_path: str | None = None) -> None:
-    """Before any work: every path grpokit is about to write is new, or grpokit's own (`replaceable`), and is not
-    reached through a link."""
+    """Before any work: every path grpokit is about to write is new, or grpokit's own (`replaceable`), is not
+    reached through a link, and can be recorded: no folder from its own up to `root` holds a user's file under the
+    manifest's name (a write grpokit could not record would be left behind as the user's, so none is made)."""
+    paths = [Path(p) for p in paths]
+    unrecordable = {f for p in paths for f in _recorders(p, root) if manifest_is_theirs(f)}
+    if unrecordable:
+        raise RecipeError([_theirs_problem(f) for f in sorted(unrecordable)])
     theirs = [str(p) for p in paths if not replaceable(p, root) or _through_link(Path(p), root)]
     if theirs:
         one = len(theirs) == 1
@@ -473,6 +481,12 @@ def refuse_unless_replaceable(paths, root: Path | None = None, key: str = "", re
                                    f"write {'it' if one else 'them'} (or not as {'it is' if one else 'they are'} now: "
                                    "edited, replaced or linked since); grpokit replaces only files it wrote: move "
                                    f"{'it' if one else 'them'}, or choose another path", file=recipe_path)])
+
+
+def _recorders(path: Path, root: Path | None) -> list[Path]:
+    """The folders whose manifest may record `path`: its own, and each above it up to `root` (`claim_file`)."""
+    stop = Path(root) if root is not None else path.parent
+    return [p for p in path.parents if p == stop or stop in p.parents]
 
 
 def _through_link(path: Path, root: Path | None) -> bool:

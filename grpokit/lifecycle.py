@@ -44,6 +44,15 @@ class SaveFailed(Exception):
         super().__init__(f"saving {what} failed: {type(error).__name__}: {error}")
 
 
+_active: "StopOnSignal | None" = None  # the one a run has entered, read by stop_requested()
+
+
+def stop_requested() -> int | None:
+    """The signal a run is stopping on (at its step end), or None: work that may take long inside a step -- a tool
+    call (grpokit.toolguard) -- asks before it starts, so that the step ends soon."""
+    return _active.signum if _active is not None else None
+
+
 class StopOnSignal:
     """While `deferring`, the first SIGINT/SIGTERM is remembered and the run goes on to its next safe point; a
     second one, or one while not deferring (loading, before the first step), stops at once.
@@ -58,6 +67,7 @@ class StopOnSignal:
         self.deferring = False
         self.finishing = False  # training is done: the final save and the report are being written
         self._previous: dict = {}
+        self._outer: "StopOnSignal | None" = None  # the one entered before this one, back in force on exit
 
     def handle(self, signum, frame) -> None:
         if self.deferring and self.signum is None:
@@ -70,15 +80,19 @@ class StopOnSignal:
         raise Stopped(signum)
 
     def __enter__(self) -> "StopOnSignal":
+        global _active
         if threading.current_thread() is threading.main_thread():  # Python accepts handlers only there
             for sig in EXIT_CODES:
                 self._previous[sig] = signal.signal(sig, self.handle)
+        self._outer, _active = _active, self
         return self
 
     def __exit__(self, *exc) -> None:
+        global _active
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
+        _active = self._outer
 
 
 def _any_rank(flag: bool, args) -> bool:

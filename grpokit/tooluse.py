@@ -45,6 +45,8 @@ class Toolset:
     environment: type | None = None
     environment_args: dict = field(default_factory=dict)
     functions: list[Callable] = field(default_factory=list)
+    timeout_seconds: float = 10.0  # the section's values (grpokit.config.sections: defaults and bounds)
+    max_result_chars: int = 10_000
 
     def methods(self) -> list[str]:
         """The environment's tool methods, as TRL finds them: public functions on the class but reset and get_reward."""
@@ -62,13 +64,16 @@ class Toolset:
 
     def trainer_kwargs(self) -> dict:
         """`tools=` and `environment_factory=` for `GRPOTrainer`: one environment instance per rollout, built with the
-        recipe's `environment_args`."""
+        recipe's `environment_args`; every call bounded and every fault of the environment blamed (grpokit.toolguard)."""
+        from grpokit import toolguard
+
+        limits = toolguard.Limits(self.timeout_seconds, self.max_result_chars)
         kwargs: dict = {}
         if self.functions:
-            kwargs["tools"] = list(self.functions)
+            kwargs["tools"] = [toolguard.bounded_function(f, limits) for f in self.functions]
         if self.environment is not None:
-            env, args = self.environment, dict(self.environment_args)
-            kwargs["environment_factory"] = lambda: env(**args)
+            kwargs["environment_factory"] = toolguard.environment_factory(self.environment, dict(self.environment_args),
+                                                                          limits, self.methods())
         return kwargs
 
 
@@ -79,7 +84,8 @@ def resolve(section: dict) -> Toolset:
     environment_kind, tool_kind = _kinds()
     env = section.get("environment")
     return Toolset(load_user_target(env, environment_kind) if env else None, dict(section.get("environment_args") or {}),
-                   [load_user_target(name, tool_kind) for name in section.get("functions") or []])
+                   [load_user_target(name, tool_kind) for name in section.get("functions") or []],
+                   **{k: section[k] for k in ("timeout_seconds", "max_result_chars") if section.get(k) is not None})
 
 
 def check(section: dict, problems: Problems, where_set) -> Toolset | None:

@@ -36,6 +36,7 @@ def run(recipe: Recipe, request: Request = NEW_RUN) -> int:
     from rewards import RewardFailure
 
     from grpokit.lifecycle import SaveFailed
+    from grpokit.toolguard import EnvironmentFailure
 
     output_dir = Path(recipe.trainer["output_dir"])
     try:
@@ -45,10 +46,11 @@ def run(recipe: Recipe, request: Request = NEW_RUN) -> int:
         print(save_failure_help(err, output_dir), file=sys.stderr)
         print(stopped_at(output_dir, request.continue_with), file=sys.stderr)
         code = EXIT_FAILED
-    except (RewardFailure, KeyboardInterrupt) as err:  # Ctrl-C too: say where the run can go on from
+    except (RewardFailure, EnvironmentFailure, KeyboardInterrupt) as err:  # Ctrl-C too: say where the run can go on from
         print(f"run stopped: {str(err) or 'interrupted'}", file=sys.stderr)
         print(stopped_at(output_dir, request.continue_with), file=sys.stderr)
-        code = EXIT_FAILED if isinstance(err, RewardFailure) else getattr(err, "exit_code", EXIT_INTERRUPTED)
+        code = EXIT_INTERRUPTED if isinstance(err, KeyboardInterrupt) else EXIT_FAILED
+        code = getattr(err, "exit_code", code)
     else:
         code = 0
     end_distributed(code)

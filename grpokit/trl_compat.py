@@ -47,12 +47,21 @@ SOURCE_MARKERS = {
         "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)",
         '"num_items_in_batch": num_items_in_batch',
         "process_slice = slice(",
+        # grpokit.toolguard: an environment's tools are read from the instance, keyed by name; instance i serves sample i
+        "getattr(environment, member_name)",
+        "sync_tool_dict[tool.__name__] = tool",
+        "observation = environment.reset(**reset_kwargs)",
+        "pool.append(self.environment_factories[name]())",
         'self._logs["completion"].extend(gather_object(completions))',  # read back by generate_and_score
         'self._logs["rewards"][name].extend(rewards_per_func[:, i].tolist())',
     ),
     "_calculate_rewards": ("rewards_per_func = gather(rewards_per_func)",),
-    # how a failed tool call reaches the completion (rewards/tools.py reads it): str({"error": message})
-    "_tool_call_loop": ('result = {"error": str(e)}', "content = result if isinstance(result, list) else str(result)"),
+    # how a failed tool call reaches the completion (rewards/tools.py reads it): str({"error": message}); a sync tool
+    # is called inline, in the trainer's thread, and any Exception it raises is its result and a counted failure
+    # (grpokit.toolguard bounds the call there and raises a BaseException for a fault that must stop the run)
+    "_tool_call_loop": ('result = {"error": str(e)}', "content = result if isinstance(result, list) else str(result)",
+                        'tool_call_results.append((name, sync_tool_dict[name](**function["arguments"])))',
+                        "except Exception as e:\n                            tool_failure_count += 1"),
     "_compute_loss": ('"tool_mask" not in inputs', 'inputs["num_items_in_batch"]'),
     "_prepare_inputs": ("split_tensor_dict(generation_batch, self.args.steps_per_generation)",),
 }
@@ -89,6 +98,16 @@ VLLM_SOURCE_MARKERS = {
         'output["importance_sampling_ratio"] = vllm_importance_sampling_ratio',
     ),
     "trl.import_utils:is_vllm_available": (f'Version("{VLLM_RANGE[0]}") <= _vllm_base_version <= Version("{VLLM_RANGE[1]}")',),
+}
+
+# GRPOTrainer.__init__, as grpokit.toolguard relies on it: the environment's first instance is built there (its
+# constructor's fault is blamed on sample 0) and get_reward() is called per instance, with no argument.
+TOOL_SOURCE_MARKERS = {
+    "trl.trainer.grpo_trainer:GRPOTrainer.__init__": (
+        "instance = factory()",
+        "self._environment_pool[name] = [instance]",
+        "return [e.get_reward() if type(e) is _env_type else None for e in environments]",
+    ),
 }
 
 TRAINER_ATTRIBUTES = (
@@ -132,6 +151,7 @@ def check_trl_internals(trainer=None) -> None:
             if source is None or marker not in source:
                 problems.append(f"GRPOTrainer.{name} no longer contains `{marker}`")
     problems += _tile_problems()
+    problems += source_marker_problems(TOOL_SOURCE_MARKERS)
     problems += library_internals_problems(("trl.trainer.utils:nanstd",))
     if trainer is not None and getattr(getattr(trainer, "args", None), "use_vllm", False):
         problems += vllm_internals_problems()
@@ -151,10 +171,15 @@ def vllm_internals_problems() -> list[str]:
     >>> vllm_internals_problems()  # [] on trl 1.16.0; vLLM itself is not imported
     []
     """
+    return source_marker_problems(VLLM_SOURCE_MARKERS)
+
+
+def source_marker_problems(markers_by_place: dict) -> list[str]:
+    """Each line of `{"module:Qualified.name": (line, ...)}` missing from that object's source."""
     import importlib
 
     problems = []
-    for where, markers in VLLM_SOURCE_MARKERS.items():
+    for where, markers in markers_by_place.items():
         module_name, _, qualname = where.partition(":")
         try:
             obj = importlib.import_module(module_name)

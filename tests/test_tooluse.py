@@ -243,8 +243,9 @@ CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 20, "b": 22}}\n</tool_ca
 
 @pytest.fixture
 def scripted_calls(monkeypatch):
-    """The tiny model is random and never writes a tool call: every other first-turn completion is replaced by CALL
-    (the tokens a model that had learned the format would write); all else it generates itself."""
+    """The tiny model is random and never writes a tool call: every other first-turn completion is replaced by a call
+    (the tokens a model that had learned the format would write), taken in turn from `generate.calls` (CALL unless a
+    test sets others); all else it generates itself."""
     import torch
     from transformers import LlamaForCausalLM
 
@@ -258,14 +259,18 @@ def scripted_calls(monkeypatch):
         for i, row in enumerate(out):
             prompt = tokenizer.decode(prompt_ids[i], skip_special_tokens=False)
             first_turn = "<tool_response>" not in prompt
-            ids = (tokenizer(CALL, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-                   if first_turn and i % 2 == 0 else row[prompt_ids.shape[1]:].tolist())
+            if first_turn and i % 2 == 0:
+                call, generate.made = generate.calls[generate.made % len(generate.calls)], generate.made + 1
+                ids = tokenizer(call, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            else:
+                ids = row[prompt_ids.shape[1]:].tolist()
             rows.append(ids)
         width = max(len(r) for r in rows)
         pad = tokenizer.pad_token_id
         completion = torch.tensor([r + [pad] * (width - len(r)) for r in rows], dtype=out.dtype)
         return torch.cat([prompt_ids, completion], dim=1)
 
+    generate.calls, generate.made = [CALL], 0
     monkeypatch.setattr(LlamaForCausalLM, "generate", generate)
     return generate
 

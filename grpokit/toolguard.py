@@ -1,0 +1,302 @@
+"""Every call TRL makes into a user's tools and environment, bounded and blamed.
+
+TRL 1.16 calls a tool inline, in the training process's main thread, and writes whatever the tool raises as the
+call's result (`{'error': ...}`, counted in `tools/failure_frequency`). Around each call this module adds:
+
+* a time limit (`tools.timeout_seconds`): a SIGALRM timer raises `ToolCut` inside the tool -- a `BaseException`, so a
+  tool's own `except Exception` does not swallow it -- and the call fails with an error naming the limit;
+* a size limit on the result's text (`tools.max_result_chars`): a 10 MB string is refused before TRL tokenizes it
+  (the tokenizer would abort the process allocating gigabytes);
+* a stop signal during a call (Ctrl-C, SIGTERM) goes first to the handler the run had (`lifecycle.StopOnSignal`
+  records it; a second one stops at once), then cuts the call; later calls are refused without running, so the step
+  ends and the run stops at its end, with a checkpoint, within seconds;
+* an environment's own faults -- `__init__` or `reset` raising, a tool raising what is not an answer to the call
+  (`SystemExit`), `get_reward` returning a string, NaN or inf -- end the run with `EnvironmentFailure`, one line
+  naming the environment, the method and the sample.
+
+Signals reach only the main thread: a tool called from another thread (an async tool, which TRL runs on its event
+loop, is bounded by `asyncio.wait_for` instead) has its result bounded but not its time. A tool stuck in C code that
+never returns to the interpreter cannot be cut from inside the process; SIGKILL ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import itertools
+import math
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from grpokit.errors import show
+
+# Should a tool swallow the first cut (a bare `except:` in a retry loop), the timer fires again this often.
+RECUT_SECONDS = 1.0
+
+
+class EnvironmentFailure(BaseException):
+    """An environment's or tool's own code failed in a way no model's call explains: the run stops, as it does for a
+    failing reward (`training.run` says `run stopped:` and where it can go on from). Not an `Exception`: TRL takes
+    any Exception a tool raises for the call's result, which the model would read and the run go on."""
+
+
+class ToolLimitError(RuntimeError):
+    """A call that ran past a limit or met a stopping run: TRL writes the message as the call's result (what the model
+    reads) and counts a failed call."""
+
+
+class ToolCut(BaseException):
+    """Raised inside a tool to end a call: its time is up, or the run is stopping."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A recipe's `tools.timeout_seconds` and `tools.max_result_chars` (defaults and bounds: grpokit.config.sections)."""
+
+    timeout_seconds: float
+    max_result_chars: int
+
+
+_inside = threading.local()  # a tool calling another tool (an environment method calling self.add) is one call
+
+
+class _Deadline:
+    """Arms the timer and chains the stop signals for one call; `why` says what cut it, if anything did.
+
+    Closing twice is safe: a cut can land as the first close begins (see `_call`).
+    """
+
+    def __init__(self, seconds: float):
+        self.seconds, self.why, self.live, self.previous = seconds, None, False, {}
+
+    def open(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # Python delivers signals to the main thread only: no time bound here
+        if signal.getitimer(signal.ITIMER_REAL)[0] == 0:  # someone else's timer is left alone, and ours not armed
+            self.previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._alarm)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if callable(signal.getsignal(sig)):  # SIG_DFL ends the process anyway; SIG_IGN is the user's choice
+                self.previous[sig] = signal.signal(sig, self._stop)
+        self.live = True
+        if signal.SIGALRM in self.previous:
+            signal.setitimer(signal.ITIMER_REAL, self.seconds, RECUT_SECONDS)
+
+    def _alarm(self, signum, frame) -> None:
+        if self.live:
+            self.why = self.why or f"no result within tools.timeout_seconds ({self.seconds:g} s)"
+            raise ToolCut(self.why)
+
+    def _stop(self, signum, frame) -> None:
+        self.previous[signum](signum, frame)  # the run's own handler: records the stop, or stops at once by raising
+        if self.live:
+            self.why = f"the run is stopping ({signal.Signals(signum).name})"
+            raise ToolCut(self.why)
+
+    def close(self) -> None:
+        self.live = False
+        if signal.SIGALRM in self.previous:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
+
+
+def _text_size(result) -> int:
+    """Characters of a result as TRL writes it: its str(), or for content blocks (a list) the text of each."""
+    if isinstance(result, list):
+        return sum(len(str(part.get("text", ""))) if isinstance(part, dict) else len(str(part)) for part in result)
+    return len(result)
+
+
+def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Callable[[], str], args, kwargs):
+    """One bounded call of `function`; what TRL sees: the result's text, `ToolLimitError`, or the tool's own error."""
+    from grpokit.lifecycle import stop_requested
+
+    if getattr(_inside, "depth", 0):
+        return function(*args, **kwargs)  # inside another tool's call: that call's bounds hold
+    stopping = stop_requested()
+    if stopping is not None:
+        raise ToolLimitError(f"{name}: not run, the run is stopping ({signal.Signals(stopping).name})")
+    deadline = _Deadline(limits.timeout_seconds)
+    _inside.depth = 1
+    try:
+        deadline.open()
+        try:
+            result = function(*args, **kwargs)
+            # str() inside the bound: a huge object takes time to write out too
+            result = result if isinstance(result, list) else str(result)
+        finally:
+            deadline.close()
+    except KeyboardInterrupt:
+        raise  # the run's stop (lifecycle.Stopped), at once
+    except BaseException as err:  # noqa: BLE001 - sorted below: a cut, the tool's answer, or its own fault
+        if deadline.why or isinstance(err, ToolCut):
+            raise ToolLimitError(f"{name}: {deadline.why or err}; the call was stopped") from None
+        if isinstance(err, Exception):
+            raise  # the tool's answer to a bad call: TRL writes it for the model and counts a failed call
+        raise EnvironmentFailure(f"tool {shown} raised {_error(err)}{sample()}") from None
+    finally:
+        deadline.close()  # again: a cut landing as the first close began leaves the timer armed
+        _inside.depth = 0
+    if deadline.why:  # the tool swallowed its cut and returned anyway
+        raise ToolLimitError(f"{name}: {deadline.why}; the call was stopped")
+    size = _text_size(result)
+    if size > limits.max_result_chars:
+        raise ToolLimitError(f"{name}: its result is {size} characters, over tools.max_result_chars "
+                             f"({limits.max_result_chars}); it was dropped")
+    return result
+
+
+async def _call_async(function: Callable, name: str, limits: Limits, args, kwargs):
+    """An async tool, on TRL's event loop thread: `asyncio.wait_for` bounds its time, then the same size rule."""
+    try:
+        result = await asyncio.wait_for(function(*args, **kwargs), limits.timeout_seconds)
+    except asyncio.TimeoutError:
+        raise ToolLimitError(f"{name}: no result within tools.timeout_seconds ({limits.timeout_seconds:g} s); the call "
+                             "was stopped") from None
+    result = result if isinstance(result, list) else str(result)
+    size = _text_size(result)
+    if size > limits.max_result_chars:
+        raise ToolLimitError(f"{name}: its result is {size} characters, over tools.max_result_chars "
+                             f"({limits.max_result_chars}); it was dropped")
+    return result
+
+
+def _error(err: BaseException) -> str:
+    try:
+        return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    except Exception:  # noqa: BLE001 - an exception whose str() raises still gets named
+        return type(err).__name__
+
+
+def _wrap(function: Callable, name: str, shown: str, limits: Limits, sample: Callable[[], str], *, signature_of=None):
+    """`function` bounded, with its name, signature and docstring (the schema the model reads is unchanged)."""
+    if inspect.iscoroutinefunction(function):
+        @functools.wraps(signature_of or function)
+        async def bounded_async(*args, **kwargs):
+            return await _call_async(function, name, limits, args, kwargs)
+        return bounded_async
+
+    @functools.wraps(signature_of or function)
+    def bounded(*args, **kwargs):
+        return _call(function, name, shown, limits, sample, args, kwargs)
+    return bounded
+
+
+def bounded_function(function: Callable, limits: Limits) -> Callable:
+    """A tool function (`tools.functions`) as TRL gets it: same name, signature and docstring, each call bounded."""
+    return _wrap(function, function.__name__, f"{function.__name__} (tools.functions)", limits, lambda: "")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Environments: one subclass per recipe, its tools bounded and its reset / get_reward blamed on the sample
+
+
+def environment_factory(env: type, args: dict, limits: Limits, tool_names: list[str]) -> Callable[[], object]:
+    """TRL's `environment_factory`: builds instances of a subclass of `env` (same name, so the reward is logged under
+    it) whose tools are bounded and whose `reset` and `get_reward` faults stop the run naming the sample.
+
+    TRL builds one instance first (to read its tools) and keeps a pool, drawing instance i for sample i of every
+    batch; the factory counts the instances it builds, so each knows its sample."""
+    label = env.__name__
+    namespace = {"__module__": env.__module__, "__qualname__": env.__qualname__, "__doc__": env.__doc__}
+    for name in tool_names:
+        namespace[name] = _tool_method(env, name, limits)
+    namespace["reset"] = _reset(env, label)
+    if inspect.isfunction(inspect.getattr_static(env, "get_reward", None)):
+        namespace["get_reward"] = _get_reward(env, label)
+    guarded = type(env.__name__, (env,), namespace)
+    built = itertools.count()
+
+    def factory():
+        sample = next(built)
+        try:
+            instance = guarded(**args)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # noqa: BLE001 - the user's constructor: one line, not a traceback
+            raise EnvironmentFailure(f"environment {label}.__init__ raised {_error(err)}, building the instance for "
+                                     f"sample {sample}") from None
+        instance.__dict__[_SAMPLE] = (sample, None)  # reset adds the row's prompt
+        return instance
+
+    return factory
+
+
+_SAMPLE = "_grpokit_sample"  # (the sample this instance serves, the prompt of the row it was last reset with)
+
+
+def _sample(instance, word: str = "on") -> str:
+    """' on sample 3 (prompt: ...)': where an instance's fault happened, as a message says it."""
+    sample, prompt = instance.__dict__.get(_SAMPLE, (None, None))
+    if sample is None:
+        return ""
+    return f" {word} sample {sample}" + (f" (prompt: {show(prompt, 80)})" if prompt is not None else "")
+
+
+def _prompt(row: dict) -> str | None:
+    """The text of a row's prompt (its last message), or None for a row without one."""
+    from rewards import text
+
+    return text(row["prompt"]) if row.get("prompt") is not None else None
+
+
+def _tool_method(env: type, name: str, limits: Limits):
+    raw = inspect.getattr_static(env, name)
+    shown = f"{env.__name__}.{name}"
+    if isinstance(raw, staticmethod):  # no instance: the sample is not known
+        return staticmethod(_wrap(raw.__func__, name, shown, limits, lambda: ""))
+
+    def method(self, *args, **kwargs):
+        return _call(raw.__get__(self, type(self)), name, shown, limits, lambda: _sample(self), args, kwargs)
+
+    if inspect.iscoroutinefunction(raw):
+        async def method(self, *args, **kwargs):  # noqa: F811 - the async form of the same wrapper
+            return await _call_async(raw.__get__(self, type(self)), name, limits, args, kwargs)
+
+    return functools.wraps(raw)(method)
+
+
+def _reset(env: type, label: str):
+    raw = inspect.getattr_static(env, "reset")
+
+    @functools.wraps(raw)
+    def reset(self, **row):
+        self.__dict__[_SAMPLE] = (self.__dict__.get(_SAMPLE, (None, None))[0], _prompt(row))
+        try:
+            return raw.__get__(self, type(self))(**row)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # noqa: BLE001
+            raise EnvironmentFailure(f"environment {label}.reset raised {_error(err)}{_sample(self)}") from None
+
+    return reset
+
+
+def _get_reward(env: type, label: str):
+    raw = inspect.getattr_static(env, "get_reward")
+
+    @functools.wraps(raw)
+    def get_reward(self):
+        where = _sample(self, "for")
+        try:
+            value = raw.__get__(self, type(self))()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as err:  # noqa: BLE001
+            raise EnvironmentFailure(f"environment {label}.get_reward raised {_error(err)}{where}") from None
+        if value is None:
+            return None  # abstains, as any reward may
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
+            raise EnvironmentFailure(f"environment {label}.get_reward returned {show(value)} (a {type(value).__name__})"
+                                     f"{where}; expected a float or None")
+        number = float(value)
+        if not math.isfinite(number):  # NaN poisons the group's mean, inf zeroes the loss: refused as any reward's
+            raise EnvironmentFailure(f"environment {label}.get_reward returned {'NaN' if number != number else number}"
+                                     f"{where}; rewards must be finite, return None to abstain")
+        return number
+
+    return get_reward

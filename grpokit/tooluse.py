@@ -88,10 +88,13 @@ def resolve(section: dict) -> Toolset:
                    **{k: section[k] for k in ("timeout_seconds", "max_result_chars") if section.get(k) is not None})
 
 
-def check(section: dict, problems: Problems, where_set) -> Toolset | None:
+def check(section: dict, problems: Problems, where_set, few_shot=None) -> Toolset | None:
     """Every problem of a `tools` section at once: what it names loads and is what TRL needs, each tool's schema can
-    be built, the constructor takes `environment_args`. Nothing the section names is called."""
+    be built, no two tools share a name, the constructor takes `environment_args`, and the worked calls of
+    `dataset.few_shot` call tools that exist (grpokit.toolchecks). Nothing the section names is called."""
     from rewards import RewardNameError
+
+    from grpokit import toolchecks
     from rewards._user import load_user_target
 
     environment_kind, tool_kind = _kinds()
@@ -113,6 +116,10 @@ def check(section: dict, problems: Problems, where_set) -> Toolset | None:
                      toolset.environment_args, file=where_set("tools.environment_args"))
     for i, fn in enumerate(toolset.functions):
         problems.extend(_schema_problems(fn, fn.__name__, f"tools.functions[{i}]", where_set("tools.functions")))
+    if len(problems.items) == before:  # every name loaded: the names can be compared
+        problems.extend(toolchecks.duplicate_problems(toolset.functions, toolset.environment, toolset.methods(),
+                                                      where_set("tools.functions")))
+        problems.extend(toolchecks.few_shot_problems(few_shot, toolset.tool_names(), where_set("dataset.few_shot")))
     if len(problems.items) == before and not toolset.tool_names():
         problems.add("tools", "names no tool: give tools.functions, or an environment with a public method (TRL exposes "
                      "each public method as a tool)", file=where_set("tools"))
@@ -120,6 +127,8 @@ def check(section: dict, problems: Problems, where_set) -> Toolset | None:
 
 
 def _environment_problems(toolset: Toolset, where_set) -> list[Problem]:
+    from grpokit import toolchecks
+
     env, where = toolset.environment, where_set("tools.environment")
     found = []
     reset = inspect.getattr_static(env, "reset", None)
@@ -142,6 +151,8 @@ def _environment_problems(toolset: Toolset, where_set) -> list[Problem]:
                              file=where_set("tools.environment_args")))
     except ValueError:  # a signature Python cannot read (a C type): TRL would still call it; nothing to check
         pass
+    else:  # the arguments bind: their values must fit the annotations too
+        found.extend(toolchecks.argument_problems(env, toolset.environment_args, where_set("tools.environment_args")))
     for name in toolset.methods():
         method = tool_view(env, name)
         found.extend(_schema_problems(method, f"{env.__name__}.{name}", "tools.environment", where))
@@ -287,6 +298,12 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
     for name in toolset.methods():
         lines.append(f"  tool          {toolset.environment.__name__}.{name}"
                      f"{_shown_signature(tool_view(toolset.environment, name), method=False)} (environment method)")
+    lines += [f"  limits        each call: tools.timeout_seconds {toolset.timeout_seconds:g} s, tools.max_result_chars "
+              f"{toolset.max_result_chars} characters; past either the call fails with an error naming the limit (the "
+              "model reads it as the result; a failed call in the report) and the run goes on",
+              "  runs as       you: your environment and tools run inside the training process, with your permissions "
+              "(your files, the network, the process's memory), not in a sandbox; the model picks every argument, and "
+              "a policy under RL tries whatever raises its reward: give a tool only what the task needs"]
     template = recipe.model.get("chat_template") or "the model's own"
     lines += [f"  turns         the model writes; each tool call in its text is parsed ({template} chat template's "
               "parser), run, and its result appended as a `tool` message; the model writes on: " + rounds,

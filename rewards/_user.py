@@ -183,6 +183,8 @@ def _load_user_file(name: str, path: Path, kind: "Kind"):
         raise RewardNameError(f"{kind.label} {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
     except Exception as err:  # noqa: BLE001 - any import-time failure is the user's file, say so
         raise RewardNameError(f"{kind.label} {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
+    except SystemExit as err:  # sys.exit(0) would end --check with 0: a passing check of a file never loaded
+        raise _exited(name, str(path), err, kind) from None
     # Registered so that instances of classes defined in the file pickle by reference.
     sys.modules[mod_name] = module
     _user_files[resolved] = (version, module)
@@ -197,12 +199,37 @@ def _import_module(name: str, where: str, kind: "Kind"):
                           "when imported, never a reward module; name the module that defines the function")
     try:
         return importlib.import_module(where)
+    except SystemExit as err:
+        raise _exited(name, where, err, kind) from None
     except ModuleNotFoundError as err:
         raise RewardNameError(f"{kind.label} {name!r}: module {where!r} not found ({err})") from None
     except SyntaxError as err:
         raise RewardNameError(f"{kind.label} {name!r}: syntax error in {err.filename} line {err.lineno}: {err.msg}") from None
     except Exception as err:  # noqa: BLE001
         raise RewardNameError(f"{kind.label} {name!r}: importing {where!r} failed: {type(err).__name__}: {err}") from None
+
+
+def _exited(name: str, where: str, err: SystemExit, kind: "Kind") -> RewardNameError:
+    code = "" if err.code is None else repr(err.code)
+    return RewardNameError(f"{kind.label} {name!r}: importing {where} exited (sys.exit({code})) at its top level; a file "
+                           "a recipe names must define what it names, not run a program: put the program under "
+                           "`if __name__ == \"__main__\":`")
+
+
+def _not_a_file(path: Path) -> str:
+    """Why `path` cannot be read as a source file, in words: a folder, a FIFO (opening it would wait for a writer), ..."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "does not exist"
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    kinds = {stat.S_ISFIFO: "a FIFO (named pipe)", stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a character device",
+             stat.S_ISBLK: "a block device"}
+    what = next((w for test, w in kinds.items() if test(mode)), None)
+    return f"is {what}, not a regular file" if what else "is not a regular file"
 
 
 def load_user_target(name: str, kind: Kind = REWARD) -> Callable:
@@ -214,7 +241,7 @@ def load_user_target(name: str, kind: Kind = REWARD) -> Callable:
     if user_reward_file(name):
         path = Path(where).expanduser()
         if not path.is_file():
-            raise RewardNameError(f"{kind.label} {name!r}: file {str(path)!r} does not exist")
+            raise RewardNameError(f"{kind.label} {name!r}: file {str(path)!r} {_not_a_file(path)}")
         module = _load_user_file(name, path, kind)
     else:
         module = _import_module(name, where, kind)

@@ -377,7 +377,8 @@ def _validate_tools(data: dict, model: dict, trainer: dict, problems: Problems, 
     section = validate_fields(data["tools"], TOOLS, "tools", problems, where_set)
     if environment_only(data):
         _check_environment_only(trainer, problems, where_set)
-    toolset = tooluse.check(section, problems, where_set) if section else None
+    dataset = data.get("dataset") if isinstance(data.get("dataset"), dict) else {}
+    toolset = tooluse.check(section, problems, where_set, few_shot=dataset.get("few_shot")) if section else None
     if data.get("rewards") is None and toolset is not None and not toolset.owns_reward:
         problems.add("rewards", "section is required: the recipe names no reward, and its tools.environment "
                      f"{'(' + toolset.environment.__name__ + ') ' if toolset.environment else ''}defines no get_reward() "

@@ -1,0 +1,82 @@
+"""Checks of a `tools` section past loading its code (grpokit/tooluse.py loads it): tool names that clash, worked calls
+in `dataset.few_shot` naming no tool, `environment_args` whose values the constructor's annotations do not take.
+Each is one `Problem`, found at `--check` before any weights load; nothing here calls the user's code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+
+from grpokit.errors import Problem, nearest
+
+
+def duplicate_problems(functions: list, environment: type | None, methods: list[str], where: str | None) -> list[Problem]:
+    """A tool name given twice -- a function and a method of the environment, or a function listed twice. TRL keys the
+    tools it calls by name, so one of the two would never be reached, and the model would read two schemas for one name.
+
+    >>> def add(a: int) -> int: ...
+    >>> [p.message[:34] for p in duplicate_problems([add, add], None, [], None)]
+    ["tool name 'add' is also the name of"]
+    """
+    found, seen = [], {}
+    if environment is not None:
+        seen.update({name: f"{environment.__name__}.{name} (a method of tools.environment)" for name in methods})
+    for i, function in enumerate(functions):
+        name = function.__name__
+        if name in seen:
+            found.append(Problem(f"tools.functions[{i}]", f"tool name {name!r} is also the name of {seen[name]}: TRL keys "
+                                 "tools by name, so the model could reach only one of them; rename one", file=where))
+        else:
+            seen[name] = f"tools.functions[{i}]"
+    return found
+
+
+def few_shot_problems(few_shot, tool_names: list[str], where: str | None) -> list[Problem]:
+    """Each worked call in `dataset.few_shot` that names no tool of the recipe: the model would learn to call it, and
+    every such call of its would fail.
+
+    >>> shot = {"role": "assistant", "tool_calls": [{"name": "mul", "arguments": {}}]}
+    >>> [p.suggestion for p in few_shot_problems([shot], ["add", "mult"], None)]
+    ['mult']
+    """
+    found = []
+    for i, shot in enumerate(few_shot if isinstance(few_shot, list) else []):
+        calls = shot.get("tool_calls") if isinstance(shot, dict) else None
+        for call in calls if isinstance(calls, list) else []:
+            name = call.get("name") if isinstance(call, dict) else None
+            if isinstance(name, str) and name not in tool_names:
+                found.append(Problem(f"dataset.few_shot[{i}]", f"its tool call names {name!r}, which is not a tool of this "
+                                     f"recipe (tools: {', '.join(tool_names)})", suggestion=nearest(name, tool_names),
+                                     file=where))
+    return found
+
+
+def argument_problems(environment: type, args: dict, where: str | None) -> list[Problem]:
+    """Each `environment_args` value the constructor's annotation for it does not take (`max_digits: twelve` for an
+    `int`), by the recipe's own rules (grpokit.config.schema: an int is a number, true is not an integer). An argument
+    without an annotation, or with one that cannot be read, is left to the constructor.
+
+    >>> class Env:
+    ...     def __init__(self, max_digits: int = 30): ...
+    >>> [(p.path, p.allowed) for p in argument_problems(Env, {"max_digits": "twelve"}, None)]
+    [('tools.environment_args.max_digits', 'integer')]
+    """
+    from grpokit.config.schema import coerce, describe
+
+    try:
+        hints = typing.get_type_hints(environment.__init__)
+        params = inspect.signature(environment).parameters
+    except Exception:  # noqa: BLE001 - annotations that do not resolve, a signature Python cannot read: nothing to check
+        return []
+    found = []
+    for key, value in args.items():
+        if key not in params or key not in hints:
+            continue
+        ok, converted = coerce(value, hints[key])
+        if ok and isinstance(value, str) and not isinstance(converted, str):
+            ok = False  # the constructor gets the recipe's value as written: text is not the number it reads as
+        if not ok:
+            found.append(Problem(f"tools.environment_args.{key}", f"does not fit {environment.__name__}'s constructor's "
+                                 f"annotation for {key}", value, describe(hints[key]), file=where))
+    return found

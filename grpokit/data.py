@@ -43,7 +43,7 @@ def load_raw(spec: dict, set_in: str = "", key: str = "dataset.path"):
     if spec.get("reasoning_gym"):  # generated here from seeds (grpokit.tasks), checked when the recipe was validated
         from grpokit import tasks
 
-        return tasks.load(spec["reasoning_gym"], heldout=bool(spec.get("heldout")))
+        return tasks.load(spec["reasoning_gym"], heldout=bool(spec.get("heldout")), set_in=set_in or None)
     if spec.get("path"):
         problem = file_problem(spec["path"], key, set_in)
         if problem:

@@ -23,24 +23,17 @@ from __future__ import annotations
 
 import functools
 import json
-import warnings
 from dataclasses import dataclass, fields
 
 from grpokit.errors import Problem, Problems, RecipeError, nearest
+# build is the scorer's way back to a problem (rewards._taskworker): made in taskgen, reached through this module too
+from grpokit.taskgen import Expensive, Failed, blame, bounds, build, produce, registry  # noqa: F401
 
 ITEM_COLUMN = "task_item"  # the column `task_score` reads: {"source": {tasks, size, seed}, "index": i}
 KEY = "dataset.reasoning_gym"
 # Keys of a task's own config that the source sets for every task alike.
 OWN_KEYS = {"seed": f"is set for every task by {KEY}.seed (and eval_seed)",
             "size": f"is set for every task by {KEY}.size (and eval_size)"}
-
-
-def registry() -> dict:
-    """reasoning-gym's tasks: name -> (dataset class, config dataclass)."""
-    with warnings.catch_warnings():  # a dependency of reasoning-gym (cellpylib) has `is` literals Python warns about
-        warnings.simplefilter("ignore", SyntaxWarning)
-        from reasoning_gym.factory import DATASETS
-    return DATASETS
 
 
 def version() -> str:
@@ -149,24 +142,6 @@ def _check_seeds(source: dict, problems: Problems, where_set) -> None:
                      file=where_set(f"{KEY}.eval_seed"))
 
 
-def build(source: dict):
-    """The reasoning-gym dataset `source` names ({tasks, size, seed}): the task itself, or a `composite` of the mix.
-
-    >>> build({"tasks": [{"name": "chain_sum", "weight": 1.0, "config": {}}], "size": 2, "seed": 1})[0]["answer"]
-    '-4'
-    """
-    import reasoning_gym
-
-    registry()
-    tasks = source["tasks"]
-    if len(tasks) == 1:
-        return reasoning_gym.create_dataset(tasks[0]["name"], size=source["size"], seed=source["seed"], **tasks[0]["config"])
-    from reasoning_gym.composite import DatasetSpec
-
-    specs = [DatasetSpec(t["name"], t["weight"], dict(t["config"])) for t in tasks]
-    return reasoning_gym.create_dataset("composite", size=source["size"], seed=source["seed"], datasets=specs)
-
-
 def _part(source: dict, heldout: bool) -> dict:
     """The {tasks, size, seed} of the training set, or of the held-out set."""
     if heldout:
@@ -181,28 +156,42 @@ class Generated:
 
 
 @functools.lru_cache(maxsize=8)
+def _made(key: str) -> tuple:
+    """Both sets' rows (question, answer, task), made at once in one bounded child process (`taskgen.produce`): every
+    caller needs training's, and the held-out set is small beside it."""
+    source = json.loads(key)
+    parts = [_part(source, False), _part(source, True)]
+    try:
+        return tuple(produce(parts))
+    except Expensive as err:
+        which = ("training", "held-out")[err.part]
+        named = blame(source["tasks"], err.bound, KEY)
+        value = source["size"] if named.value is None else named.value
+        raise RecipeError([Problem(named.path, f"reasoning-gym's {' + '.join(t['name'] for t in source['tasks'])} "
+                                   f"{err.what} ({which} problem {err.index}, seeds from {parts[err.part]['seed']}): "
+                                   f"{named.why}", value,
+                                   f"the bound: {bounds()}; a value nearer its default, or a smaller size")]) from None
+    except Failed as err:  # a config the task accepted but cannot generate from: said, not a traceback
+        which = ("training", "held-out")[err.part]
+        raise RecipeError([Problem(f"{KEY}.tasks", f"reasoning-gym could not generate {which} problem {err.index} (seed "
+                                   f"{parts[err.part]['seed']}): {err.shown}",
+                                   [t["name"] for t in source["tasks"]])]) from None
+    except RuntimeError as err:
+        raise RecipeError([Problem(KEY, str(err))]) from None
+
+
+@functools.lru_cache(maxsize=8)
 def _generate(key: str, heldout: bool) -> Generated:
     source = json.loads(key)
     part = _part(source, heldout)
     shown = {k: part[k] for k in ("tasks", "size", "seed")}
     rows, repeats = [], 0
     train = {r["prompt"] for r in _generate(key, False).rows} if heldout else set()
-    i, entries = 0, []
-    try:
-        ds = build(part)
-        for i in range(part["size"]):
-            entries.append(ds[i])
-    except Exception as err:  # noqa: BLE001 - a config the task accepted but cannot generate from: said, not a traceback
-        which = "held-out" if heldout else "training"
-        raise RecipeError([Problem(f"{KEY}.tasks", f"reasoning-gym could not generate {which} problem {i} (seed "
-                                   f"{part['seed']}): {type(err).__name__}: {str(err)[:200]}",
-                                   [t["name"] for t in part["tasks"]])]) from None
-    for i, entry in enumerate(entries):
-        if entry["question"] in train:
+    for i, (question, answer, task) in enumerate(_made(key)[int(heldout)]):
+        if question in train:
             repeats += 1
             continue
-        rows.append({"prompt": entry["question"], "answer": None if entry.get("answer") is None else str(entry["answer"]),
-                     "task": entry.get("metadata", {}).get("source_dataset", part["tasks"][0]["name"]),
+        rows.append({"prompt": question, "answer": answer, "task": task,
                      ITEM_COLUMN: json.dumps({"source": shown, "index": i}, sort_keys=True)})
     return Generated(tuple(rows), repeats)
 
@@ -213,11 +202,17 @@ def generate(source: dict, heldout: bool = False) -> Generated:
                                 sort_keys=True), heldout)
 
 
-def load(source: dict, heldout: bool = False):
-    """`generate` as a `datasets.Dataset` (columns prompt, answer, task, task_item), what `data.load_raw` returns."""
+def load(source: dict, heldout: bool = False, set_in: str | None = None):
+    """`generate` as a `datasets.Dataset` (columns prompt, answer, task, task_item), what `data.load_raw` returns;
+    a refusal names `set_in`, where the source was set."""
     import datasets
 
-    rows = list(generate(source, heldout).rows)
+    try:
+        rows = list(generate(source, heldout).rows)
+    except RecipeError as err:
+        for problem in err.problems:
+            problem.file = problem.file or set_in
+        raise RecipeError(err.problems) from None
     return datasets.Dataset.from_list(rows)
 
 

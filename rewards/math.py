@@ -2,8 +2,8 @@
 
 Most RLVR math data (GSM8K, most of MATH) has a plain number as its answer. Those are compared here in
 microseconds with exact rational arithmetic; only answers that are not plain numbers (fractions in
-LaTeX, roots, pi, intervals, sets, tuples, equations) go to math-verify, in a worker process that is
-killed if it runs past the time limit (see `rewards._mathpool`).
+LaTeX, roots, pi, intervals, sets, tuples, equations) go to math-verify, in the untrusted-work pool's caged
+workers, killed if they run past the time limit (see `rewards._sandbox.pool`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from rewards import is_integer, is_number, register, text
-from rewards._mathpool import shared_pool
+from rewards._sandbox.pool import Kind, shared
+
+MATH_VERIFY = Kind("rewards._sandbox.math_job", "math-verify", "import math_verify")
 
 MAX_ANSWER_CHARS = 1000  # a longer "final answer" is not an answer; it scores 0.0 without parsing
 
@@ -308,7 +310,7 @@ class Accuracy:
         if len(golds) != len(completions):
             raise ValueError(f"got {len(completions)} completions but {len(golds)} values of {self.gold_column!r}")
         if not self._started:  # start the workers now, so the first LaTeX answer does not wait for them
-            shared_pool(self.workers).start()
+            shared(MATH_VERIFY, self.workers).start()
             self._started = True
         out: list[float | None] = []
         # Distinct (gold, prediction) checks for math-verify -> the samples waiting on each: a group
@@ -334,11 +336,19 @@ class Accuracy:
             check = (_math_verify_input(gold, False), None if pred is None else _math_verify_input(pred, boxed))
             slow.setdefault(check, []).append(i)
         if slow:
-            verdicts = shared_pool(self.workers).run(list(slow), self.timeout)
-            for samples, verdict in zip(slow.values(), verdicts):
+            replies = shared(MATH_VERIFY, self.workers).run([list(check) for check in slow], self.timeout)
+            for samples, reply in zip(slow.values(), replies):
                 for i in samples:
-                    out[i] = verdict
+                    out[i] = _verdict(reply)
         return out
+
+
+def _verdict(reply) -> float | None:
+    """A math-verify job's score: 1.0 or 0.0, None where the gold could not be parsed (no verdict). Past its time, or
+    crashing sympy, a check scores 0.0 once its gold has parsed, else None."""
+    if reply.how == "result":
+        return None if reply.value is None else 1.0 if reply.value is True else 0.0
+    return 0.0 if reply.marked else None
 
 
 def _tags(name: str, value) -> tuple[str, ...]:

@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from rewards import is_integer, is_number, register, text
-from rewards._taskpool import ScorerFailure, shared_pool
+from rewards._sandbox.pool import Kind, shared
+from rewards._sandbox.task_job import ANSWER_FROM, extract
 
-ANSWER_FROM = ("tag", "last_line", "last_number", "whole")
-_NUMBER = re.compile(r"-?\d(?:[\d,]*\d)?(?:\.\d+)?")
-MAX_ANSWER_CHARS = 10_000  # a longer "answer" is sent to no scorer: it scores as no answer
+__all__ = ["ANSWER_FROM", "TaskScore", "extract", "SCORERS"]
 
-
-def extract(completion: str, answer_from: str = "tag", tag: str = "answer") -> str | None:
-    """The answer as the prompt asked for it: `tag`, the last `<tag>...</tag>` (reasoning-gym's own `extract_answer`);
-    `last_line`, the last non-empty line; `last_number`, the last number in the text (lenient: for a prompt that asks
-    for "just the number" of a model that writes "4 + 5 = 9"); `whole`, the whole completion; stripped, None when
-    there is none.
-
-    >>> extract("<think>2+2</think> <answer> 4 </answer>"), extract("so\\n4\\n\\n", "last_line"), extract("no tag")
-    ('4', '4', None)
-    >>> extract("4 + 5 = 9.", "last_number"), extract("no number", "last_number")
-    ('9', None)
-    """
-    if answer_from == "tag":
-        from reasoning_gym.utils import extract_answer
-
-        return extract_answer(completion, tag_name=re.escape(tag))
-    if answer_from == "last_number":
-        found = _NUMBER.findall(completion)
-        return found[-1] if found else None
-    if answer_from == "last_line":
-        lines = [line.strip() for line in completion.splitlines() if line.strip()]
-        return lines[-1] if lines else None
-    return completion.strip() or None
+SCORERS = Kind("rewards._sandbox.task_job", "task scorer", "import reasoning_gym")
+MAX_COMPLETION_CHARS = 2_000_000  # a longer completion is sent to no scorer: it is scored as having no answer
 
 
 @register("task_score")
@@ -49,8 +28,11 @@ class TaskScore:
     `<answer>...</answer>`, as reasoning-gym's prompts ask; `last_line`; `last_number`; `whole`); a completion without one is scored
     as the task scores no answer (None given to score_answer: 0.0 for the tasks shipped in recipes, 0.01 for
     countdown). Scoring runs in
-    `workers` processes, each completion within `timeout` seconds (killed past it: 0.0). A row without a task item
-    scores None, which TRL skips. A scorer that raises stops the run, naming this reward and the sample.
+    `workers` caged processes (rewards/_sandbox/pool.py: no network, no files of yours, bounded memory and processes;
+    several scorers `eval` the answer), each completion within `timeout` seconds from its problem being built
+    (killed past it: 0.0), taking the answer included. A scorer that raises on an answer scores it 0.0: the answer
+    is the policy's. A row without a task item scores None, which TRL skips; a problem that cannot be rebuilt stops
+    the run, naming this reward and the sample. `last` counts the last call's timeouts and scorer errors.
 
     >>> TaskScore()(completions=["<answer>8</answer>"], task_item=[None])
     [None]
@@ -74,22 +56,42 @@ class TaskScore:
     def __call__(self, completions, task_item, **kwargs) -> list[float | None]:
         if len(task_item) != len(completions):
             raise ValueError(f"got {len(completions)} completions but {len(task_item)} values of 'task_item'")
+        pool = shared(SCORERS, self.workers)
         if not self._started:
-            shared_pool(self.workers).start()
+            pool.start()
             self._started = True
         out: list = [None] * len(completions)
-        jobs: dict[tuple[str, str | None], list[int]] = {}  # a group often repeats one answer: scored once
+        jobs: dict[tuple[str, str | None], list[int]] = {}  # a group often repeats one completion: scored once
         for i, (completion, item) in enumerate(zip(completions, task_item)):
-            if not item:
-                continue
-            answer = extract(text(completion), self.answer_from, self.tag)
-            if answer is not None and len(answer) > MAX_ANSWER_CHARS:
-                answer = None
-            jobs.setdefault((item, answer), []).append(i)
-        scores = shared_pool(self.workers).run(list(jobs), self.timeout)
-        for samples, score in zip(jobs.values(), scores):
-            if isinstance(score, ScorerFailure):
-                raise ValueError(f"the task's score_answer raised {score}")
+            if item:
+                whole = text(completion)
+                jobs.setdefault((item, whole if len(whole) <= MAX_COMPLETION_CHARS else None), []).append(i)
+        replies = pool.run([{"item": item, "text": whole, "answer_from": self.answer_from, "tag": self.tag}
+                            for item, whole in jobs], self.timeout)
+        self.last = Tally()
+        for samples, reply in zip(jobs.values(), replies):
+            if reply.how == "fail":  # the row's problem cannot be rebuilt: the data's fault, not the answer's
+                raise ValueError(f"the task's problem: {reply.value}")
+            score = reply.value if reply.how == "result" and _is_score(reply.value) else 0.0
+            self.last.count(reply, len(samples))
             for i in samples:
                 out[i] = score
         return out
+
+
+def _is_score(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class Tally:
+    """What the last call's scoring did beyond a score: completions past the time limit, and those whose scorer
+    raised on the answer (scored 0.0: several scorers `eval` the answer, and the answer is the policy's)."""
+
+    def __init__(self):
+        self.timeouts = self.scorer_errors = 0
+
+    def count(self, reply, n: int) -> None:
+        if reply.how in ("timeout", "crash"):
+            self.timeouts += n
+        elif reply.how == "error" or (reply.how == "result" and not _is_score(reply.value)):
+            self.scorer_errors += n

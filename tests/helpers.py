@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import yaml
@@ -182,3 +183,24 @@ def readable_by_anyone() -> Path:
         atexit.register(shutil.rmtree, folder, True)
         _READABLE = folder
     return _READABLE
+
+
+def cage_processes(pool, depth: int | None = None) -> list[int]:
+    """The pids (as this machine sees them) of an untrusted-work pool's cage: its bootstrap (depth 1), the zygote (2),
+    the workers' keepers (3) and the workers (4) with whatever they started; only those at `depth` if given."""
+    found, level = [], [pool._cages[0].proc.pid]
+    for d in range(1, 16):
+        if depth is None or d == depth:
+            found += level
+        below = []
+        for pid in level:
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as f:
+                        below += [int(p) for p in f.read().split()]
+            except OSError:  # gone meanwhile
+                continue
+        if not below:
+            break
+        level = below
+    return found

@@ -9,7 +9,8 @@ import pytest
 
 import rewards
 from grpokit import tasks
-from rewards._taskpool import shared_pool
+from rewards._sandbox.pool import shared
+from rewards.tasks import SCORERS
 
 
 def item(name: str, config: dict | None = None, index: int = 0, size: int = 8) -> tuple[str, str]:
@@ -72,35 +73,60 @@ def test_score(completion, task_item, args, expected):
 
 
 def test_a_scorer_past_its_time_is_killed_and_scores_zero():
-    # countdown with six numbers solves its own problem before scoring (~100 ms): far past a 1 ms limit
-    slow, _ = item("countdown", {"min_numbers": 6, "max_numbers": 6}, size=1)
-    pool = shared_pool(2)
-    pool.start()
-    reward = rewards.build("task_score", timeout=0.001)
-    # both workers up and ready, given the time: the next call times the scorer alone
-    rewards.build("task_score")(completions=["<answer>1</answer>", "<answer>2</answer>"], task_item=[LEGS, LEGS])
-    before = set(pool.pids())
+    # countdown's scorer evaluates the answer: one that sleeps holds it past any limit
+    pool = shared(SCORERS, 2)
+    reward = rewards.build("task_score", timeout=0.5)
+    assert reward(completions=["<answer>1 + 2</answer>"], task_item=[COUNTDOWN]) == [0.05]  # workers up, problem built
+    timeouts = pool.counts.timeouts
     start = time.monotonic()
-    assert reward(completions=["<answer>1 + 2</answer>"], task_item=[slow]) == [0.0]  # in time it earns 0.05 (below)
-    assert time.monotonic() - start < 1.0  # not the scorer's own time
-    assert set(pool.pids()) != before or len(pool.pids()) < len(before)  # the worker that ran it is gone
-    # and the pool goes on: the next calls are scored, the slow problem too, given the time
-    assert rewards.build("task_score")(completions=["<answer>1 + 2</answer>"], task_item=[slow]) == [0.05]
-    assert rewards.build("task_score")(completions=[f"<answer>{LEGS_GOLD}</answer>"], task_item=[LEGS]) == [1.0]
+    sleeper = "<answer>__import__('time').sleep(600)</answer>"
+    assert reward(completions=[sleeper], task_item=[COUNTDOWN]) == [0.0]
+    assert time.monotonic() - start < 60  # the limit, not the answer's ten minutes (bound loose for a loaded box)
+    assert pool.counts.timeouts == timeouts + 1 and reward.fn.last.timeouts == 1
+    # and the pool goes on
+    assert reward(completions=["<answer>1 + 2</answer>", f"<answer>{LEGS_GOLD}</answer>"],
+                  task_item=[COUNTDOWN, LEGS]) == [0.05, 1.0]
 
 
-def test_a_failing_scorer_names_the_reward_and_the_sample():
-    broken = LEGS.replace('"leg_counting"', '"no_such_task"')  # a problem reasoning-gym cannot rebuild
+def test_building_the_problem_is_not_the_answers_time():
+    # knight_swap's default config takes seconds to build a problem (it solves the puzzle); a limit of 0.5 s is the
+    # answer's, so the gold still scores 1.0 in a worker that has never seen the task.
+    source, problems = tasks.check_source({"tasks": [{"name": "knight_swap", "config": {}}], "size": 2, "seed": 3})
+    assert not problems
+    row = tasks.generate(source).rows[1]
+    reward = rewards.build("task_score", timeout=0.5)
+    assert reward(completions=[f"<answer>{row['answer']}</answer>"], task_item=[row["task_item"]]) == [1.0]
+
+
+def test_a_scorer_that_raises_on_the_answer_scores_it_zero():
+    # the answer is the policy's: a scorer it breaks is a wrong answer, counted, not a stopped run
+    reward = rewards.build("task_score")
+    raiser = "<answer>__import__('builtins').exec('raise SystemExit(3)')</answer>"
+    assert reward(completions=[raiser, "<answer>1 + 2</answer>"], task_item=[COUNTDOWN, COUNTDOWN]) in (
+        [0.01, 0.05], [0.0, 0.05])
+
+
+def test_a_problem_that_cannot_be_rebuilt_names_the_reward_and_the_sample():
+    broken = LEGS.replace('"leg_counting"', '"no_such_task"')  # a problem reasoning-gym cannot rebuild: the data's fault
     reward = rewards.build("task_score")
     with pytest.raises(rewards.RewardFailure) as err:
         reward(completions=["<answer>1</answer>", "<answer>2</answer>"], task_item=[LEGS, broken])
     message = str(err.value)
-    assert message.startswith("reward 'task_score' raised on sample 1: ValueError: the task's score_answer raised")
+    assert message.startswith("reward 'task_score' raised on sample 1: ValueError: the task's problem: cannot rebuild")
     assert "no_such_task" in message and "completion: '<answer>2</answer>'" in message
 
 
+def test_a_degenerate_megabyte_completion_is_scored_within_the_limit():
+    # a policy that repeats a tag: reasoning-gym's own extraction is quadratic there (256 KB: 153 s)
+    reward = rewards.build("task_score", timeout=2.0)
+    start = time.monotonic()
+    assert reward(completions=["<answer>" * (1 << 17)], task_item=[LEGS]) == [0.0]
+    assert reward.fn.last.timeouts == 0  # scored, not cut off
+    assert time.monotonic() - start < 60
+
+
 def test_identical_answers_to_one_problem_are_scored_once(monkeypatch):
-    pool = shared_pool(2)
+    pool = shared(SCORERS, 2)
     seen = []
     real = pool.run
     monkeypatch.setattr(pool, "run", lambda jobs, timeout: (seen.append(len(jobs)), real(jobs, timeout))[1])
@@ -136,7 +162,7 @@ def test_it_pickles_and_logs_under_its_name():
 import re  # noqa: E402 - used by the refusal table above
 
 
-@pytest.mark.parametrize("module", ["rewards.tasks", "grpokit.tasks"])
+@pytest.mark.parametrize("module", ["rewards.tasks", "rewards._sandbox.task_job", "grpokit.tasks"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

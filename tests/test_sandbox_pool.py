@@ -1,7 +1,9 @@
-"""The math-verify pool under hard input: identical checks run once per call, and workers whose parent died
-exit at once instead of finishing a bignum power (with `timeout: 60` that could spin for minutes).
+"""The untrusted-work pool (rewards/_sandbox/pool.py) under hard input, through math-verify and reasoning-gym's scorers:
+identical checks run once per call, a dead worker or cage is replaced, spares take the queue, nothing outlives the
+trainer's process, and the cage holds (layers reported; a worker that ran an answer's code scores nothing after it).
 
-Speed (64 copies of a power tower in <= 3 s on 2 cores) is measured in bench/rewards.py, not here.
+Speed (64 copies of a power tower in <= 3 s on 2 cores; the cage's cost per scored completion) is measured in
+bench/rewards.py, not here.
 """
 
 from __future__ import annotations
@@ -14,23 +16,26 @@ import sys
 import time
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, cage_processes
 
-import rewards._mathpool as mathpool
-from rewards.math import Accuracy
+import rewards
+from grpokit import tasks
+from rewards._sandbox import pool as untrusted
+from rewards.math import MATH_VERIFY, Accuracy
+from rewards.tasks import SCORERS
 
 TOWER = r"\boxed{9^{9^{9^{9}}}}"
 
 
 def test_identical_checks_run_once_per_call(monkeypatch):
     sent = []
-    real_run = mathpool.VerifierPool.run
+    real_run = untrusted.Pool.run
 
     def counting_run(self, jobs, timeout):
         sent.append(list(jobs))
         return real_run(self, jobs, timeout)
 
-    monkeypatch.setattr(mathpool.VerifierPool, "run", counting_run)
+    monkeypatch.setattr(untrusted.Pool, "run", counting_run)
     completions = [TOWER] * 64 + [r"\boxed{\sqrt{4}}"] * 3 + [r"\boxed{\sqrt{9}}"]
     golds = ["42"] * 64 + ["2"] * 3 + ["2"]
     got = Accuracy()(completions=completions, answer=golds)
@@ -38,43 +43,45 @@ def test_identical_checks_run_once_per_call(monkeypatch):
     assert [len(jobs) for jobs in sent] == [3]  # the tower once, sqrt(4) once, sqrt(9) once
 
 
-# A parent that starts the pool, gives each worker a bignum job with a 60 s limit, reports the worker
-# pids once both are inside the job, and waits to be killed.
+# A parent that starts the pool, gives each worker a bignum job with a 60 s limit, reports the pids of every process
+# of the cage once both workers are inside the job, and waits to be killed.
 PARENT = r"""
 import sys, threading, time
-sys.path.insert(0, sys.argv[1])
-from rewards._mathpool import shared_pool
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + "/tests")
+from helpers import cage_processes
+from rewards._sandbox.pool import shared
+from rewards.math import MATH_VERIFY
 
-pool = shared_pool(2)
-job = (("\\boxed{42}",), ("\\boxed{9^{9^{9^{9^{9^{9}}}}}}",))
+pool = shared(MATH_VERIFY, 2)
+job = [["\\boxed{42}"], ["\\boxed{9^{9^{9^{9^{9^{9}}}}}}"]]
 threading.Thread(target=pool.run, args=([job, job], 60.0), daemon=True).start()
-while not (len(pool._workers) == 2 and all(w.job is not None and w.gold_ok for w in pool._workers)):
+while not (len(pool._workers) == 2 and all(w.job is not None and w.marked for w in pool._workers)):
     time.sleep(0.01)  # polling the pool's state, not a timing assert
-print(" ".join(map(str, pool.pids())), flush=True)
+print(" ".join(map(str, cage_processes(pool))), flush=True)
 time.sleep(600)
 """
 
 
 @pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds to wait on a process that is not our child")
-def test_workers_exit_when_their_parent_is_killed_mid_job():
+def test_nothing_of_the_cage_outlives_the_trainer_killed_mid_job():
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(ROOT)], stdout=subprocess.PIPE, text=True)
     try:
         line = parent.stdout.readline()
         pids = [int(p) for p in line.split()]
-        assert len(pids) == 2, line
+        assert len(pids) >= 6, line  # bootstrap, zygote, two keepers, two workers
         fds = [os.pidfd_open(pid) for pid in pids]  # held before the kill, so a reused pid cannot confuse us
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     try:
-        # Bounded wait on each exit event: "promptly" is well under the 60 s job limit, let alone the
-        # ~3 min the CPU limit allowed; 20 s leaves room for a loaded 2-core machine.
+        # Bounded wait on each exit event: "promptly" is well under the 60 s job limit, let alone the ~3 min the CPU
+        # limit allowed; 20 s leaves room for a loaded 2-core machine.
         deadline = time.monotonic() + 20
         waiting = list(fds)
         while waiting and time.monotonic() < deadline:
             ready, _, _ = select.select(waiting, [], [], max(0.0, deadline - time.monotonic()))
             waiting = [fd for fd in waiting if fd not in ready]
-        assert not waiting, "a math worker is still running after its parent was killed"
+        assert not waiting, "a process of the cage is still running after the trainer was killed"
     finally:
         for fd in fds:
             os.close(fd)
@@ -85,24 +92,69 @@ def test_workers_exit_when_their_parent_is_killed_mid_job():
                 pass
 
 
-def test_a_killed_zygote_is_replaced():
+def test_a_killed_cage_is_replaced():
     reward = Accuracy()
     assert reward(completions=[r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]
-    pool = mathpool.shared_pool(2)
-    zygote = pool._zygotes[0].proc
-    zygote.kill()
-    zygote.wait()
-    # Its workers die with it (parent-death signal); the next call starts a new zygote and retries.
+    pool = untrusted.shared(MATH_VERIFY, 2)
+    cage = pool._cages[0].proc
+    cage.kill()
+    cage.wait()
+    # Its workers die with it (parent-death signals, pid namespaces); the next call starts a new cage and retries.
     assert reward(completions=[r"\boxed{\sqrt{9}}", r"\boxed{\pi}"], answer=["3", r"\pi"]) == [1.0, 1.0]
-    assert pool._zygotes[0].proc.pid != zygote.pid
+    assert pool._cages[0].proc.pid != cage.pid
+
+
+def test_workers_killed_from_outside_are_replaced_and_their_jobs_retried():
+    reward = Accuracy()
+    assert reward(completions=[r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]  # workers are up
+    pool = untrusted.shared(MATH_VERIFY, 2)
+    for pid in cage_processes(pool, depth=4):  # the workers themselves (bootstrap 1, zygote 2, keepers 3)
+        os.kill(pid, signal.SIGKILL)
+    # Both workers are dead before the next job: it is retried on fresh ones, not scored 0.0.
+    assert reward(completions=[r"\boxed{\sqrt{9}}", r"\boxed{\pi}"], answer=["3", r"\pi"]) == [1.0, 1.0]
 
 
 def test_spares_take_the_queue_while_hard_checks_run_out_their_time():
-    # Four distinct towers fill both workers and then the spares; the easy checks queued behind them
-    # still get their verdicts, and the spares are gone when the call returns.
-    pool = mathpool.shared_pool(2)
+    # Four distinct towers fill both workers and then the spares; the easy checks queued behind them still get their
+    # verdicts, and the spares are gone when the call returns.
+    pool = untrusted.shared(MATH_VERIFY, 2)
     towers = [rf"\boxed{{{b}^{{{b}^{{{b}^{{{b}}}}}}}}}" for b in (3, 4, 5, 6)]
     easy = [r"\boxed{\sqrt{4}}", r"\boxed{\sqrt{9}}", r"\boxed{\frac{6}{3}}"]
     got = Accuracy()(completions=towers + easy, answer=["42"] * 4 + ["2", "2", "2"])
     assert got == [0.0] * 4 + [1.0, 0.0, 1.0]
     assert len(pool._workers) == pool.size == 2
+
+
+def test_the_cage_holds_on_this_machine():
+    # What the development machine and CI grant (root, namespaces allowed): every layer the pool's docstring lists.
+    assert Accuracy()(completions=[r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]
+    layers = untrusted.shared(MATH_VERIFY, 2).layers
+    if os.geteuid() == 0:
+        assert "uid=65534" in layers or any(layer.startswith("uid=") for layer in layers)
+    assert {"net", "pid", "pid-apart", "newroot", "readonly", "nocaps", "nomemfd"} <= layers, sorted(layers)
+
+
+def countdown_item() -> str:
+    source, problems = tasks.check_source({"tasks": [{"name": "countdown", "config": {"min_numbers": 3, "max_numbers": 3}}],
+                                           "size": 1, "seed": 1})
+    assert not problems
+    return tasks.generate(source).rows[0]["task_item"]
+
+
+def test_a_worker_that_ran_an_answers_code_scores_nothing_after_it():
+    # countdown hands the answer to sympy's parse_expr, which evaluates it: an answer that replaces the scorer's
+    # comparison would, in a kept worker, decide how every later completion there is scored.
+    item = countdown_item()
+    reward = rewards.build("task_score", workers=1)
+    pool = untrusted.shared(SCORERS, 1)
+    honest = reward(completions=["<answer>1 + 2</answer>"], task_item=[item])
+    before = pool.counts.replaced_after_code
+    assert reward(completions=["<answer>1 + 2</answer>"], task_item=[item]) == honest  # arithmetic: the worker is kept
+    assert pool.counts.replaced_after_code == before
+    # Run in a kept worker, this answer makes every later countdown answer there score 1.0 (seen in-process).
+    hack = ("<answer>__import__('builtins').exec('import reasoning_gym.games.countdown as c; "
+            "c.CountdownDataset.score_answer = lambda self, answer, entry: 1.0')</answer>")
+    assert reward(completions=[hack], task_item=[item]) in ([0.0], [0.01], [0.05])
+    assert pool.counts.replaced_after_code == before + 1 and "__import__" in pool.counts.last_code  # the first code
+    # The next completion is scored by a fresh worker, where the scorer is the task's own.
+    assert reward(completions=["<answer>1 + 2</answer>"], task_item=[item]) == honest

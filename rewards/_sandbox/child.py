@@ -99,14 +99,26 @@ def _mount(source, target, fstype, flags, data=None) -> None:
     _must(ok, f"mount {source or ''} on {target}")
 
 
-def _new_root(tmpfs_mb: int, uid: int, gid: int) -> list:
+def _new_root(tmpfs_mb: int, uid: int, gid: int, extra: tuple = ()) -> list:
     """Pivot into a new root holding only this python (its prefix and the system libraries its modules
-    link), /dev/null, zero, random and urandom, a fresh /proc (its /sys read-only) and a private
-    size-capped /tmp; every other mount read-only. Raises OSError where a step fails: a half-built root is no sandbox."""
+    link) and the folders in `extra` (read-only, like the rest), /dev/null, zero, random and urandom, a fresh /proc
+    (its /sys read-only) and a private size-capped /tmp; every other mount read-only. Raises OSError where a step
+    fails: a half-built root is no sandbox."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing below may reach the host's mounts
-    new = "/tmp"  # any existing folder will do as the mount point the new root is built on
+    visible = _visible() + [p for p in extra if os.path.isdir(p)]
+    # Any existing folder will do as the mount point the new root is built on, but not one holding a folder to show:
+    # the tmpfs mounted on it would hide that folder from its own bind.
+    new = next((base for base in ("/tmp", "/mnt", "/srv", "/media", "/opt", "/var/tmp", "/root", "/home")
+                if os.path.isdir(base) and not any(p == base or p.startswith(base + "/") for p in visible)), None)
+    if new is None:
+        raise OSError(f"sandbox set-up: no folder to build the new root on outside {visible}")
     _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for path in _visible():
+    # The private /tmp first: a folder to show that lives under the host's /tmp (a checkout there) is bound inside it.
+    for folder in ("/tmp", "/proc"):
+        os.mkdir(new + folder)
+    _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0700")
+    os.chown(new + "/tmp", uid, gid)
+    for path in visible:
         if os.path.islink(path):  # /lib -> usr/lib on merged-/usr systems
             os.makedirs(os.path.dirname(new + path), exist_ok=True)
             os.symlink(os.readlink(path), new + path)
@@ -117,10 +129,6 @@ def _new_root(tmpfs_mb: int, uid: int, gid: int) -> list:
     for node in ("null", "zero", "random", "urandom"):
         open(f"{new}/dev/{node}", "w").close()
         _mount(f"/dev/{node}", f"{new}/dev/{node}", None, MS_BIND)
-    for folder in ("/tmp", "/proc"):
-        os.mkdir(new + folder)
-    _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0700")
-    os.chown(new + "/tmp", uid, gid)
     _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     os.chdir(new)
     _must(_libc.syscall(_PIVOT_ROOT[os.uname().machine], b".", b".") == 0, "pivot_root")  # old root now under "."

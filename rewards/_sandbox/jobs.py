@@ -107,11 +107,8 @@ from __future__ import annotations
 
 import marshal
 import os
-import pwd
 import secrets
 import selectors
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -120,12 +117,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rewards._sandbox.candidate import setup_for_code
+from rewards._sandbox.pool import end, sandbox_ids, start
 
 CHILD = str(Path(__file__).resolve().with_name("child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it
 RESULTS_BYTES = 1 << 20  # read from one candidate's results pipe at most; past it the job is killed
 STOP_TIMEOUT_S = 5.0  # for a stopped job's processes to be gone (milliseconds, unless the box is swamped)
-ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp"}
 
 
 class SandboxError(RuntimeError):
@@ -170,15 +167,6 @@ class Outcome:
         return sum(self.passed) / len(self.passed) if self.passed else 0.0
 
 
-def _sandbox_ids() -> tuple[int, int]:
-    """The uid/gid candidates run as when we are root: nobody's (65534 where there is no such user)."""
-    try:
-        entry = pwd.getpwnam("nobody")
-        return entry.pw_uid, entry.pw_gid
-    except KeyError:
-        return 65534, 65534
-
-
 def run(code: str, tests: list[str], setup: str = "", limits: Limits = Limits()) -> Outcome:
     """Run `code`, then each test, in a fresh sandbox; never raises for anything the code does.
 
@@ -209,11 +197,8 @@ def _launch(job: dict, secret: dict, n_tests: int, limits: Limits, outcome: Outc
         hidden.write(marshal.dumps(secret))
         hidden.seek(0)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", CHILD, str(results_w), str(hidden.fileno())],
-                stdin=stdin, stdout=output_w, stderr=output_w, pass_fds=(results_w, hidden.fileno()),
-                env=ENV, cwd="/", start_new_session=True,  # its own process group, killed whole at the end
-            )
+            proc = start([sys.executable, "-I", "-S", CHILD, str(results_w), str(hidden.fileno())],
+                         pass_fds=(results_w, hidden.fileno()), stdin=stdin, stdout=output_w, stderr=output_w)
         finally:
             os.close(results_w)
             os.close(output_w)
@@ -221,7 +206,7 @@ def _launch(job: dict, secret: dict, n_tests: int, limits: Limits, outcome: Outc
     try:
         _collect(proc, results_r, output_r, reports, limits, outcome)
     finally:
-        _end(proc, stop=outcome.ended != "done")
+        end(proc, stop=outcome.ended != "done", timeout=STOP_TIMEOUT_S)  # the child's exit means its namespace is gone
         os.close(results_r)
         os.close(output_r)
     if not outcome.isolation:
@@ -238,26 +223,10 @@ def build_job(code: str, tests: list[str], setup: str, limits: Limits) -> tuple[
     >>> job["setup_code"], secret
     (('import math',), {'setup': 'import math\\nK = 1', 'tests': ['assert f() == 1']})
     """
-    uid, gid = _sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
+    uid, gid = sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
     job = {"code": code, "setup_code": setup_for_code(setup or ""), "uid": uid, "gid": gid,
            "wall_s": limits.wall_s(len(tests)), **asdict(limits)}
     return job, {"setup": setup or "", "tests": list(tests)}
-
-
-def _end(proc: subprocess.Popen, stop: bool) -> None:
-    """Leave nothing running: the bootstrap exits only once its pid namespace is empty (see the child);
-    then the process group, for what a machine without pid namespaces leaves behind."""
-    try:
-        if stop:
-            proc.terminate()
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader only as long as we let it
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def _collect(proc, results_r: int, output_r: int, reports: "_Reports", limits: Limits, outcome: Outcome) -> None:

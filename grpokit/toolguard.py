@@ -69,13 +69,13 @@ class _Deadline:
     Closing twice is safe: a cut can land as the first close begins (see `_call`).
     """
 
-    def __init__(self, seconds: float):
-        self.seconds, self.why, self.live, self.previous = seconds, None, False, {}
+    def __init__(self, seconds: float | None):
+        self.seconds, self.why, self.signum, self.live, self.previous = seconds, None, None, False, {}
 
     def open(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # Python delivers signals to the main thread only: no time bound here
-        if signal.getitimer(signal.ITIMER_REAL)[0] == 0:  # someone else's timer is left alone, and ours not armed
+        if self.seconds and signal.getitimer(signal.ITIMER_REAL)[0] == 0:  # someone else's timer is left alone
             self.previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._alarm)
         for sig in (signal.SIGINT, signal.SIGTERM):
             if callable(signal.getsignal(sig)):  # SIG_DFL ends the process anyway; SIG_IGN is the user's choice
@@ -92,7 +92,7 @@ class _Deadline:
     def _stop(self, signum, frame) -> None:
         self.previous[signum](signum, frame)  # the run's own handler: records the stop, or stops at once by raising
         if self.live:
-            self.why = f"the run is stopping ({signal.Signals(signum).name})"
+            self.why, self.signum = f"the run is stopping ({signal.Signals(signum).name})", signum
             raise ToolCut(self.why)
 
     def close(self) -> None:
@@ -213,13 +213,8 @@ def environment_factory(env: type, args: dict, limits: Limits, tool_names: list[
 
     def factory():
         sample = next(built)
-        try:
-            instance = guarded(**args)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as err:  # noqa: BLE001 - the user's constructor: one line, not a traceback
-            raise EnvironmentFailure(f"environment {label}.__init__ raised {_error(err)}, building the instance for "
-                                     f"sample {sample}") from None
+        instance = _environment_call(guarded, (), args, f"{label}.__init__", lambda err: f"environment {label}.__init__ "
+                                     f"raised {_error(err)}, building the instance for sample {sample}")
         instance.__dict__[_SAMPLE] = (sample, None)  # reset adds the row's prompt
         return instance
 
@@ -227,6 +222,34 @@ def environment_factory(env: type, args: dict, limits: Limits, tool_names: list[
 
 
 _SAMPLE = "_grpokit_sample"  # (the sample this instance serves, the prompt of the row it was last reset with)
+
+
+def _environment_call(function: Callable, args, kwargs, shown: str, fault: Callable[[BaseException], str]):
+    """A call into the environment's own code (`shown`: its constructor, reset, get_reward): a fault in it stops the
+    run with `fault(err)`'s line; a stop signal while it runs stops the run at once, since no step can end around it."""
+    import sys
+
+    from grpokit.lifecycle import Stopped
+
+    deadline = _Deadline(None)  # no time limit: a reset may rightly take long (a repository checked out, a VM booted)
+    depth, _inside.depth = getattr(_inside, "depth", 0), 1  # a tool it calls is part of this call
+    try:
+        deadline.open()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            deadline.close()
+    except ToolCut:
+        print(f"[grpokit] {signal.Signals(deadline.signum).name} came while {shown} ran, which no step end can come "
+              "around: stopping at once", file=sys.stderr, flush=True)
+        raise Stopped(deadline.signum) from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # noqa: BLE001 - the user's code: one line, not a traceback
+        raise EnvironmentFailure(fault(err)) from None
+    finally:
+        deadline.close()
+        _inside.depth = depth
 
 
 def _sample(instance, word: str = "on") -> str:
@@ -266,12 +289,8 @@ def _reset(env: type, label: str):
     @functools.wraps(raw)
     def reset(self, **row):
         self.__dict__[_SAMPLE] = (self.__dict__.get(_SAMPLE, (None, None))[0], _prompt(row))
-        try:
-            return raw.__get__(self, type(self))(**row)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as err:  # noqa: BLE001
-            raise EnvironmentFailure(f"environment {label}.reset raised {_error(err)}{_sample(self)}") from None
+        return _environment_call(raw.__get__(self, type(self)), (), row, f"{label}.reset",
+                                 lambda err: f"environment {label}.reset raised {_error(err)}{_sample(self)}")
 
     return reset
 
@@ -282,12 +301,8 @@ def _get_reward(env: type, label: str):
     @functools.wraps(raw)
     def get_reward(self):
         where = _sample(self, "for")
-        try:
-            value = raw.__get__(self, type(self))()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as err:  # noqa: BLE001
-            raise EnvironmentFailure(f"environment {label}.get_reward raised {_error(err)}{where}") from None
+        value = _environment_call(raw.__get__(self, type(self)), (), {}, f"{label}.get_reward",
+                                  lambda err: f"environment {label}.get_reward raised {_error(err)}{where}")
         if value is None:
             return None  # abstains, as any reward may
         if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):

@@ -69,6 +69,13 @@ class Box:
     def reset(self, **row):
         if self.fault == "reset":
             raise KeyError("question")
+        if self.fault == "stuck":
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                threading.Event().wait(20)
+            except BaseException as err:
+                _note(f"reset cut: {type(err).__name__}")
+                raise
 
     def quit(self) -> str:
         """Leave."""
@@ -180,3 +187,15 @@ def test_an_environment_fault_stops_the_run_in_one_line(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert all(part in err for part in said), err
     assert "Traceback" not in err and err.count("run stopped:") == 1
+
+
+def test_a_stop_signal_while_reset_is_stuck_stops_the_run_at_once(tmp_path, monkeypatch, capsys):
+    """No step end can come around a stuck reset, so waiting for one would wait for ever."""
+    from grpokit import cli
+
+    path = limits_recipe(tmp_path, monkeypatch, {"environment": "env.py:Box", "environment_args": {"fault": "stuck"}})
+    assert cli.main(["--recipe", path]) == 143
+    err = capsys.readouterr().err
+    assert "[grpokit] SIGTERM came while Box.reset ran, which no step end can come around: stopping at once" in err
+    assert "run stopped: SIGTERM, at once" in err and "Traceback" not in err
+    assert tool_log(tmp_path) == ["reset cut: ToolCut"]

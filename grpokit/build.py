@@ -55,6 +55,10 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     import rewards
     from peft import LoraConfig
 
+    if recipe.dataset.get("reasoning_gym"):  # its problems are made in a child process, started now to overlap this work
+        from grpokit import tasks
+
+        tasks.start(recipe.dataset["reasoning_gym"])
     found = _Findings(training=mode != "check", problems=Problems(file=str(recipe.path)))
     args = grpo_args(recipe, num_processes=None if mode == "train" else recipe.num_processes)
     lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None
@@ -177,8 +181,12 @@ def make_trainer(prep: Prepared, model):
     """The GRPOTrainer (or its dynamic-sampling subclass) exactly as `training.train()` uses it; tests call this too."""
     from trl import GRPOTrainer
 
+    from grpokit import toolguard, trl_compat
+
+    tally = toolguard.Tally()  # the calls a tool limit cut, logged beside TRL's tool metrics
     kwargs = dict(model=model, reward_funcs=prep.reward_funcs, args=prep.args, train_dataset=prep.dataset,
-                  processing_class=prep.tokenizer, peft_config=prep.lora, **(prep.tools.trainer_kwargs() if prep.tools else {}))
+                  processing_class=prep.tokenizer, peft_config=prep.lora,
+                  **(prep.tools.trainer_kwargs(tally) if prep.tools else {}))
     if str(getattr(prep.args.eval_strategy, "value", prep.args.eval_strategy)) != "no":  # TRL's own periodic eval
         from grpokit.data import heldout_dataset
 
@@ -186,5 +194,8 @@ def make_trainer(prep: Prepared, model):
     if prep.recipe.sampling.get("dynamic"):
         from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
 
-        return DynamicSamplingGRPOTrainer(sampling=prep.recipe.sampling, **kwargs)
-    return GRPOTrainer(**kwargs)
+        trainer = DynamicSamplingGRPOTrainer(sampling=prep.recipe.sampling, **kwargs)
+    else:
+        trainer = GRPOTrainer(**kwargs)
+    tally.sink = trl_compat.metric_sink(trainer)
+    return trainer

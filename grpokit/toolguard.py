@@ -28,7 +28,7 @@ import itertools
 import math
 import signal
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from grpokit.errors import show
@@ -52,12 +52,31 @@ class ToolCut(BaseException):
     """Raised inside a tool to end a call: its time is up, or the run is stopping."""
 
 
+# Logged per call, as TRL logs tools/failure_frequency (failed calls over calls): the share of calls each limit cut.
+TIMEOUT_KEY, OVERSIZE_KEY = "tools/timeout_frequency", "tools/oversize_frequency"
+
+
+class Tally:
+    """Where each call's outcome goes: `sink(key, value)`, once the trainer exists to log it (trl_compat.metric_sink);
+    nowhere before (the probe TRL makes while it is built calls no tool)."""
+
+    def __init__(self):
+        self.sink: Callable[[str, float], None] | None = None
+
+    def record(self, timed_out: bool = False, oversized: bool = False) -> None:
+        if self.sink is not None:
+            self.sink(TIMEOUT_KEY, float(timed_out))
+            self.sink(OVERSIZE_KEY, float(oversized))
+
+
 @dataclass(frozen=True)
 class Limits:
-    """A recipe's `tools.timeout_seconds` and `tools.max_result_chars` (defaults and bounds: grpokit.config.sections)."""
+    """A recipe's `tools.timeout_seconds` and `tools.max_result_chars` (defaults and bounds: grpokit.config.sections),
+    and the tally their cuts are counted in."""
 
     timeout_seconds: float
     max_result_chars: int
+    tally: Tally = field(default_factory=Tally, compare=False)
 
 
 _inside = threading.local()  # a tool calling another tool (an environment method calling self.add) is one call
@@ -134,16 +153,25 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
         raise  # the run's stop (lifecycle.Stopped), at once
     except BaseException as err:  # noqa: BLE001 - sorted below: a cut, the tool's answer, or its own fault
         if deadline.why or isinstance(err, ToolCut):
+            limits.tally.record(timed_out=deadline.signum is None)
             raise ToolLimitError(f"{name}: {deadline.why or err}; the call was stopped") from None
         if isinstance(err, Exception):
+            limits.tally.record()
             raise  # the tool's answer to a bad call: TRL writes it for the model and counts a failed call
         raise EnvironmentFailure(f"tool {shown} raised {_error(err)}{sample()}") from None
     finally:
         deadline.close()  # again: a cut landing as the first close began leaves the timer armed
         _inside.depth = 0
     if deadline.why:  # the tool swallowed its cut and returned anyway
+        limits.tally.record(timed_out=deadline.signum is None)
         raise ToolLimitError(f"{name}: {deadline.why}; the call was stopped")
+    return _sized(result, name, limits)
+
+
+def _sized(result, name: str, limits: Limits):
+    """The result, counted; refused past tools.max_result_chars."""
     size = _text_size(result)
+    limits.tally.record(oversized=size > limits.max_result_chars)
     if size > limits.max_result_chars:
         raise ToolLimitError(f"{name}: its result is {size} characters, over tools.max_result_chars "
                              f"({limits.max_result_chars}); it was dropped")
@@ -155,14 +183,13 @@ async def _call_async(function: Callable, name: str, limits: Limits, args, kwarg
     try:
         result = await asyncio.wait_for(function(*args, **kwargs), limits.timeout_seconds)
     except asyncio.TimeoutError:
+        limits.tally.record(timed_out=True)
         raise ToolLimitError(f"{name}: no result within tools.timeout_seconds ({limits.timeout_seconds:g} s); the call "
                              "was stopped") from None
-    result = result if isinstance(result, list) else str(result)
-    size = _text_size(result)
-    if size > limits.max_result_chars:
-        raise ToolLimitError(f"{name}: its result is {size} characters, over tools.max_result_chars "
-                             f"({limits.max_result_chars}); it was dropped")
-    return result
+    except Exception:
+        limits.tally.record()
+        raise
+    return _sized(result if isinstance(result, list) else str(result), name, limits)
 
 
 def _error(err: BaseException) -> str:

@@ -62,12 +62,13 @@ class Toolset:
     def owns_reward(self) -> bool:
         return self.environment is not None and callable(getattr(self.environment, "get_reward", None))
 
-    def trainer_kwargs(self) -> dict:
+    def trainer_kwargs(self, tally=None) -> dict:
         """`tools=` and `environment_factory=` for `GRPOTrainer`: one environment instance per rollout, built with the
-        recipe's `environment_args`; every call bounded and every fault of the environment blamed (grpokit.toolguard)."""
+        recipe's `environment_args`; every call bounded and every fault of the environment blamed (grpokit.toolguard).
+        The calls each limit cut are counted in `tally` (a `toolguard.Tally`), when given."""
         from grpokit import toolguard
 
-        limits = toolguard.Limits(self.timeout_seconds, self.max_result_chars)
+        limits = toolguard.Limits(self.timeout_seconds, self.max_result_chars, tally or toolguard.Tally())
         kwargs: dict = {}
         if self.functions:
             kwargs["tools"] = [toolguard.bounded_function(f, limits) for f in self.functions]

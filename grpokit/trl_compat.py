@@ -252,6 +252,15 @@ def last_generation_logs(trainer) -> dict | None:
     return getattr(trainer, "_logs", None) or None
 
 
+def metric_sink(trainer):
+    """`sink(key, value)`: one value of a metric TRL averages into its next log line, as it does its own
+    (`GRPOTrainer._metrics[mode][key]`, mode from the model's training flag); grpokit.toolguard counts limit cuts so."""
+    def sink(key: str, value: float) -> None:
+        trainer._metrics["train" if trainer.model.training else "eval"][key].append(value)
+
+    return sink
+
+
 def generate_and_score(trainer, rows: list[dict]) -> tuple[list[dict], float]:
     """One batch of dataset rows through `GRPOTrainer._generate_and_score_completions` (generation, the tool loop,
     every reward), read back per sample from the logs TRL keeps for its completions table: (samples, the batch's

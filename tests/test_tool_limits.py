@@ -140,8 +140,12 @@ def test_a_stuck_call_and_a_10_mb_result_fail_with_the_limit_named_and_the_run_g
                for r in results), results
     assert tool_log(tmp_path) == ["fetch entered"]  # cut inside the wait: it never returned
     history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
-    assert history[0]["tools/failure_frequency"] == 1.0  # both calls counted as failed
-    assert "| failed calls per call (`tools/failure_frequency`) | 100% |" in (tmp_path / "run" / "report.md").read_text()
+    assert history[0]["tools/failure_frequency"] == 1.0  # both calls counted as failed ...
+    assert (history[0]["tools/timeout_frequency"], history[0]["tools/oversize_frequency"]) == (0.5, 0.5)  # ... and why
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "| failed calls per call (`tools/failure_frequency`) | 100% |" in report
+    assert "| calls past tools.timeout_seconds, per call (`tools/timeout_frequency`) | 50% |" in report
+    assert "| results over tools.max_result_chars, per call (`tools/oversize_frequency`) | 50% |" in report
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

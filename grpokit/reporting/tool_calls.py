@@ -18,6 +18,10 @@ from grpokit.reporting.plots import series
 from grpokit.reporting.verdict import COLLAPSE_MIN_STEPS, window, windows
 
 CALLS, FAILURES = "tools/call_frequency", "tools/failure_frequency"
+# grpokit's own, logged per call (grpokit.toolguard): the share of calls each of the recipe's tool limits cut. Each such
+# call is also one of TRL's failed calls.
+LIMITS = {"tools.timeout_seconds": ("calls past tools.timeout_seconds, per call", "tools/timeout_frequency"),
+          "tools.max_result_chars": ("results over tools.max_result_chars, per call", "tools/oversize_frequency")}
 # "Most calls failed" at the end: more than half of them, so the reward was earned (or not) mostly without the
 # tool's answers.
 MOSTLY_FAILED = 0.5
@@ -128,11 +132,17 @@ def tool_use_section(history: list[dict]) -> list[str]:
     rows = [("tool calls per completion", CALLS, lambda span: over(history, CALLS, span), False)]
     if series(history, FAILURES)[1]:
         rows.append(("failed calls per call", FAILURES, lambda span: failures_per_call(history, span), True))
+    cut = {limit: row for limit, row in LIMITS.items() if any(series(history, row[1])[1])}  # once a limit cut a call
+    rows += [(label, key, lambda span, key=key: over(history, key, span), True) for label, key in cut.values()]
     if series(history, "reward")[1]:
         rows.append(("mean reward", "reward", lambda span: over(history, "reward", span), False))
     lines = ["", "## Tool use", "", f"| | start ({_span(start)}) | end ({_span(end)}) |", "|---|---:|---:|"]
     lines += [f"| {label} (`{key}`) | {_cell(get(start), share)} | {_cell(get(end), share)} |"
               for label, key, get, share in rows]
-    return lines + ["", reading(history), "",
+    said = ["", reading(history)]
+    if cut:
+        said.append(f"Some calls ran into a limit of the recipe's tools section ({', '.join(cut)}): each "
+                    "failed with an error naming the limit, which the model read as the result.")
+    return lines + said + ["",
                     "Each figure is the mean over the logged steps named above (the windows the reward is judged by); "
                     "failed calls are weighted by the calls made at each step, and a step without calls had none to fail."]

@@ -33,8 +33,10 @@ from typing import Callable
 
 from grpokit.errors import show
 
-# Should a tool swallow the first cut (a bare `except:` in a retry loop), the timer fires again this often.
+# Should a tool swallow the first cut (a bare `except:` in a retry loop), the timer fires again this often; after
+# RECUTS_BEFORE_NOTICE of them the console is told why the call does not end.
 RECUT_SECONDS = 1.0
+RECUTS_BEFORE_NOTICE = 3
 
 
 class EnvironmentFailure(BaseException):
@@ -90,6 +92,7 @@ class _Deadline:
 
     def __init__(self, seconds: float | None):
         self.seconds, self.why, self.signum, self.live, self.previous = seconds, None, None, False, {}
+        self.fired = 0
 
     def open(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -105,7 +108,13 @@ class _Deadline:
 
     def _alarm(self, signum, frame) -> None:
         if self.live:
-            self.why = self.why or f"no result within tools.timeout_seconds ({self.seconds:g} s)"
+            self.why, self.fired = self.why or f"no result within tools.timeout_seconds ({self.seconds:g} s)", self.fired + 1
+            if self.fired == RECUTS_BEFORE_NOTICE:
+                import sys
+
+                print(f"[grpokit] a tool call has run {self.seconds + (self.fired - 1) * RECUT_SECONDS:g} s, past "
+                      f"tools.timeout_seconds ({self.seconds:g} s): the tool catches the exception that ends it (a bare "
+                      "`except:` in a loop?); only SIGKILL stops it now", file=sys.stderr, flush=True)
             raise ToolCut(self.why)
 
     def _stop(self, signum, frame) -> None:

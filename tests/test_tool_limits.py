@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import textwrap
+import threading
 
 import pytest
 
@@ -203,3 +204,25 @@ def test_a_stop_signal_while_reset_is_stuck_stops_the_run_at_once(tmp_path, monk
     assert "[grpokit] SIGTERM came while Box.reset ran, which no step end can come around: stopping at once" in err
     assert "run stopped: SIGTERM, at once" in err and "Traceback" not in err
     assert tool_log(tmp_path) == ["reset cut: ToolCut"]
+
+
+def test_a_tool_that_swallows_its_cut_is_cut_again_and_the_console_says_why(capsys):
+    """A retry loop with a bare `except:` catches the cut too: it is raised again every second, and after three the
+    console names the cause; the call fails on the time limit even though the tool returned in the end."""
+    from grpokit.toolguard import Limits, ToolLimitError, bounded_function
+
+    caught = []
+
+    def retry() -> str:
+        """Retry until it works."""
+        while len(caught) < 4:
+            try:
+                threading.Event().wait(20)
+            except:  # noqa: E722 - the point of the test
+                caught.append(1)
+        return "gave up"
+
+    with pytest.raises(ToolLimitError, match=r"^retry: no result within tools.timeout_seconds \(0.2 s\); the call was "):
+        bounded_function(retry, Limits(0.2, 100))()
+    assert len(caught) == 4
+    assert "past tools.timeout_seconds (0.2 s): the tool catches the exception that ends it" in capsys.readouterr().err

@@ -43,6 +43,7 @@ import importlib
 import json
 import os
 import resource
+import select
 import signal
 import socket
 import sys
@@ -51,6 +52,7 @@ from multiprocessing.connection import Connection
 from rewards._sandbox import child as layers
 
 FRAME = 32  # bytes per control frame: a stream socket may split or join sends, frames keep them apart
+REAP_EVERY_S = 0.5  # how often an idle zygote reaps the processes that have exited (zombies hold a pid each)
 MAX_JOB_BYTES = 8 << 20  # a job (a completion, its problem's key) read by a worker at most
 # Names a code object compiled at run time may use and still not taint its worker: what sympy's `parse_expr` makes of
 # an arithmetic answer (`Integer (1 )+Symbol ('x' )`; with evaluate=False, `Add(...)`), and its own
@@ -99,8 +101,10 @@ def zygote(root: str, module: str, control_fd: int, limits: dict, entered: list)
     control = socket.socket(fileno=control_fd)
     keepers: set[int] = set()
     while True:
-        message, fds = _recv_frame(control)
         _reap(keepers)
+        if not select.select([control], [], [], REAP_EVERY_S)[0]:
+            continue
+        message, fds = _recv_frame(control)
         if message is None:  # the pool closed the socket, or its process died
             break
         command, _, arg = message.partition(" ")
@@ -138,14 +142,17 @@ def _recv_frame(control: socket.socket) -> tuple[str | None, list[int]]:
     return (data.decode().rstrip() if data else None), list(fds)
 
 
-def _reap(children: set[int]) -> None:
-    for pid in list(children):
+def _reap(keepers: set[int]) -> None:
+    """Reap every child that has exited: keepers, and the workers of keepers killed before them (as pid 1 of its
+    namespace, the zygote inherits them)."""
+    while True:
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
+            pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            done = pid
-        if done:
-            children.discard(pid)
+            return
+        if not pid:
+            return
+        keepers.discard(pid)
 
 
 def _keep(kind, fds: list, limits: dict, entered: list, uid: int, gid: int) -> None:
@@ -184,8 +191,6 @@ def _work(kind, fds: list, lifeline: int, ident: int, limits: dict, entered: lis
     # Set after the uid change, which clears it: this worker dies with its keeper. The keeper may have died before:
     # then the lifeline reads end-of-file, and this worker goes too.
     layers._libc.prctl(layers.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    import select
-
     if select.select([lifeline], [], [], 0)[0]:
         os._exit(0)
     _limit(limits)
@@ -200,6 +205,7 @@ def _work(kind, fds: list, lifeline: int, ident: int, limits: dict, entered: lis
 
     def tell(what: str) -> None:
         if what in ("build", "mark"):
+            watch.on = what == "mark"  # trusted work (the row's own problem) is not watched; the answer's part is
             send({what: 1})
 
     while True:

@@ -56,6 +56,8 @@ MAX_SPARES_PER_WORKER = 1  # each stuck job holds a CPU until its limit
 MAX_REPLY_BYTES = 64 << 10  # one message from a worker at most; a longer one ends the worker
 FRAME = 32  # bytes per control frame (cage.FRAME)
 ROOT = str(Path(__file__).resolve().parent.parent.parent)
+# The whole environment of a sandbox's process (nothing of the trainer's passes). One thread per numeric library: a
+# pool of threads would reserve address space the memory bound counts.
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp",
        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _BOOTSTRAP = (

@@ -11,7 +11,9 @@ scorer that raises on the answer is the answer's doing (several scorers `eval` i
 
 from __future__ import annotations
 
+import base64
 import json
+import pickle
 import re
 
 ANSWER_FROM = ("tag", "last_line", "last_number", "whole")
@@ -63,7 +65,7 @@ def warm() -> None:
     import warnings
 
     warnings.simplefilter("ignore")
-    from grpokit.tasks import registry
+    from grpokit.taskgen import registry
     from sympy.parsing.sympy_parser import parse_expr
 
     registry()
@@ -75,20 +77,25 @@ _ENTRIES: dict = {}  # (source key, index) -> problem: a problem is scored once 
 
 
 def problem(task_item: str, tell=lambda what: None):
-    """(dataset, entry) of the problem `task_item` names ({"source": ..., "index": i}), kept once built; `Refused` when
-    it cannot be rebuilt. Building is announced (`tell("build")`, then `tell("mark")`): it is not the answer's time."""
+    """(dataset, entry) of the problem `task_item` names ({"source": ..., "index": i, "entry": pickled entry}), kept
+    once made; `Refused` when it cannot be. The entry is the problem the model was shown (grpokit/taskgen.py `row`);
+    an item without one (a dataset written before entries travelled) is rebuilt from its source and index. Making it
+    is announced (`tell("build")`, then `tell("mark")`): it is not the answer's time, and it is trusted work."""
     try:
         item = json.loads(task_item)
         key, index = json.dumps(item["source"], sort_keys=True), int(item["index"])
         if (key, index) not in _ENTRIES:
             tell("build")
             if key not in _DATASETS:
-                from grpokit.tasks import build
+                from grpokit.taskgen import build
 
                 _forget_oldest(_DATASETS, 16)
                 _DATASETS[key] = build(json.loads(key))
             _forget_oldest(_ENTRIES, 4096)
-            _ENTRIES[key, index] = _DATASETS[key][index]
+            entry = item.get("entry")
+            # The row's own data, made by the task generator from the recipe; unpickled here, in the cage, never in
+            # the trainer.
+            _ENTRIES[key, index] = pickle.loads(base64.b64decode(entry)) if entry else _DATASETS[key][index]
             tell("mark")
         return _DATASETS[key], _ENTRIES[key, index]
     except Exception as err:  # noqa: BLE001 - the row's item, or the task's generator, is at fault: said, not scored

@@ -141,6 +141,13 @@ def _dataset(recipe: Recipe, model_path: str | None, tokenizer, completion_lengt
         set_in = recipe.blame(next((k for k in ("dataset.path", "dataset.reasoning_gym", "dataset.name")
                                     if recipe.dataset.get(k.partition(".")[2])), "dataset.name"))
         raw = data.load_raw(recipe.dataset, set_in=set_in)
+        if recipe.dataset.get("reasoning_gym"):  # the tasks' gold answers against how task_score reads an answer
+            from grpokit import tasks
+            from rewards.tasks import extract
+
+            problems, notes = tasks.answer_problems(recipe.dataset["reasoning_gym"], recipe.rewards, extract, set_in)
+            found.problems.extend(problems)
+            found.notes += notes
         target = data.TargetModel(tokenizer, data.is_conversational(recipe.dataset, tokenizer),
                                   data.context_length(model_path), completion_length)
         if recipe.dataset.get("few_shot") and not target.conversational:

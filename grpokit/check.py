@@ -25,6 +25,10 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
         print()
         print("\n".join(tasks.explain(recipe.dataset["reasoning_gym"], recipe.rewards)))
     facts = {"gpu": gpu_facts()}
+    if facts["gpu"] is None:  # the run takes the CPU path: whether it computes bfloat16 or emulates it
+        from grpokit.config.trainer_args import cpu_computes_bf16
+
+        facts["cpu_bf16"] = cpu_computes_bf16()
     if prep.tools is not None:
         prompt_length, prompt_how = _tool_use(prep, recipe, prompt_length, prompt_how, facts)
     print("\n# what this recipe computes, from the resolved GRPOConfig, in the terms of DeepSeekMath's GRPO objective,"

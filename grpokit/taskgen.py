@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -92,26 +93,44 @@ def bounds() -> str:
             f"in {MEMORY_BYTES / 2**30:.0f} GiB of memory")
 
 
+class Producer:
+    """The child process making `parts` ({tasks, size, seed} each), started at once so that its import of
+    reasoning-gym overlaps the caller's own work; `collect()` waits for the rows within the bounds. A producer
+    never collected is killed when it is collected by Python, or at exit."""
+
+    def __init__(self, parts: list[dict]):
+        self.parts = parts
+        read_fd, write_fd = os.pipe()
+        # one thread each for numpy's libraries: a pool of threads reserves address space the memory bound would count
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        try:  # its output is not shown: what it has to say comes over the pipe, never as a traceback
+            self.proc = subprocess.Popen([sys.executable, "-c", _CODE, _ROOT, str(write_fd), json.dumps(parts),
+                                          str(MEMORY_BYTES)], pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        finally:
+            os.close(write_fd)
+        self.inbox = Connection(read_fd, writable=False)
+        self._finalizer = weakref.finalize(self, _stop, self.proc, self.inbox)
+
+    def collect(self) -> list[list[tuple]]:
+        """The rows (`row`) of each part. Raises `Expensive` past a bound, `Failed` when the task raises,
+        RuntimeError when the child cannot start."""
+        try:
+            return _collect(self.inbox, self.proc, self.parts)
+        finally:
+            self._finalizer()
+
+
+def _stop(proc, inbox: Connection) -> None:
+    inbox.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
 def produce(parts: list[dict]) -> list[list[tuple]]:
-    """The rows (`row`) of each part ({tasks, size, seed}), made in a bounded child process. Raises `Expensive` past
-    a bound, `Failed` when the task raises, RuntimeError when the child cannot start."""
-    from_child_r, from_child_w = os.pipe()
-    # one thread each for numpy's libraries: a pool of threads reserves address space the memory bound would count
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    try:  # its output is not shown: what it has to say comes over the pipe, never as a traceback
-        proc = subprocess.Popen([sys.executable, "-c", _CODE, _ROOT, str(from_child_w), json.dumps(parts), str(MEMORY_BYTES)],
-                                pass_fds=(from_child_w,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, env=env)
-    finally:
-        os.close(from_child_w)
-    inbox = Connection(from_child_r, writable=False)
-    try:
-        return _collect(inbox, proc, parts)
-    finally:
-        inbox.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    """The rows of each part, made in a bounded child process (`Producer`)."""
+    return Producer(parts).collect()
 
 
 def _collect(inbox: Connection, proc, parts: list[dict]) -> list[list[tuple]]:

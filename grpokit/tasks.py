@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 
 from grpokit.errors import Problem, Problems, RecipeError, nearest
 # build is the scorer's way back to a problem (rewards._taskworker): made in taskgen, reached through this module too
-from grpokit.taskgen import Expensive, Failed, blame, bounds, build, produce, registry  # noqa: F401
+from grpokit.taskgen import Expensive, Failed, Producer, blame, bounds, build, registry  # noqa: F401
 
 ITEM_COLUMN = "task_item"  # the column `task_score` reads: {"source": {tasks, size, seed}, "index": i}
 KEY = "dataset.reasoning_gym"
@@ -64,7 +64,14 @@ def check_source(raw, where_set=lambda p: None) -> tuple[dict, list[Problem]]:
     from grpokit.config.sections import REASONING_GYM, TASK_ENTRY
 
     problems = Problems()
+    mapped = isinstance(raw, dict) and isinstance(raw.get("tasks"), dict)
+    if mapped:  # said with the list it meant, not as a type
+        problems.add(f"{KEY}.tasks", "is a mapping, and tasks are a list, one entry per task; write it as tasks: "
+                     + as_list(raw["tasks"]), file=where_set(f"{KEY}.tasks"))
+        raw = {k: v for k, v in raw.items() if k != "tasks"}
     source = validate_fields(raw, REASONING_GYM, KEY, problems, where_set)
+    if mapped:  # said above, so not as "is required" too
+        problems.items = [p for p in problems.items if (p.path, p.message) != (f"{KEY}.tasks", "is required")]
     tasks, seen = [], {}
     raw_tasks = source.get("tasks") if isinstance(source.get("tasks"), list) else []
     if "tasks" in source and not raw_tasks:
@@ -108,6 +115,22 @@ def check_source(raw, where_set=lambda p: None) -> tuple[dict, list[Problem]]:
         source["tasks"] = tasks
     _check_seeds(source, problems, where_set)
     return source, problems.items
+
+
+def as_list(mapping: dict) -> str:
+    """A task list written as a mapping, as the list it meant (YAML flow style): one entry's own keys, or task names
+    mapped to their configs.
+
+    >>> as_list({"chain_sum": {"max_terms": 3}, "leg_counting": None})
+    '[{name: chain_sum, config: {max_terms: 3}}, {name: leg_counting}]'
+    """
+    import yaml
+
+    if "name" in mapping:
+        entries = [mapping]
+    else:
+        entries = [{"name": k, **({"config": v} if v else {})} for k, v in mapping.items()]
+    return yaml.safe_dump(entries, default_flow_style=True, sort_keys=False, width=10**6).strip()
 
 
 def _config_refused(name: str, config: dict, path: str, file: str | None) -> Problem | None:
@@ -155,14 +178,36 @@ class Generated:
     repeats: int  # held-out problems dropped because a training problem has the same question
 
 
+_STARTED: dict[str, Producer] = {}  # producers `start` set going, until `_made` collects them
+_MADE: set[str] = set()  # sources `_made` has made (and holds, while its cache keeps them)
+
+
+def _key(source: dict) -> str:
+    return json.dumps({k: source.get(k) for k in ("tasks", "size", "seed", "eval_size", "eval_seed")}, sort_keys=True)
+
+
+def start(source: dict) -> None:
+    """Start making the source's problems in the background (`taskgen.Producer`), so that the child's import of
+    reasoning-gym (~4 s) overlaps the caller's work until `generate` asks for them; nothing when made already."""
+    key = _key(source)
+    if key not in _STARTED and key not in _MADE:
+        _STARTED[key] = Producer(_parts(source))
+
+
+def _parts(source: dict) -> list[dict]:
+    return [_part(source, False), _part(source, True)]
+
+
 @functools.lru_cache(maxsize=8)
 def _made(key: str) -> tuple:
-    """Both sets' rows (question, answer, task), made at once in one bounded child process (`taskgen.produce`): every
+    """Both sets' rows (question, answer, task), made at once in one bounded child process (`taskgen.Producer`): every
     caller needs training's, and the held-out set is small beside it."""
     source = json.loads(key)
-    parts = [_part(source, False), _part(source, True)]
+    parts = _parts(source)
     try:
-        return tuple(produce(parts))
+        made = tuple((_STARTED.pop(key, None) or Producer(parts)).collect())
+        _MADE.add(key)
+        return made
     except Expensive as err:
         which = ("training", "held-out")[err.part]
         named = blame(source["tasks"], err.bound, KEY)
@@ -197,9 +242,15 @@ def _generate(key: str, heldout: bool) -> Generated:
 
 
 def generate(source: dict, heldout: bool = False) -> Generated:
-    """The training problems (or the held-out ones, less any whose question a training problem has)."""
-    return _generate(json.dumps({k: source.get(k) for k in ("tasks", "size", "seed", "eval_size", "eval_seed")},
-                                sort_keys=True), heldout)
+    """The training problems (or the held-out ones, less any whose question a training problem has; `RecipeError`
+    when that leaves none, for --check, --eval and a run's evaluation alike)."""
+    made = _generate(_key(source), heldout)
+    if heldout and not made.rows:
+        n = source["eval_size"]
+        raise RecipeError([Problem(f"{KEY}.eval_size", f"all {n} held-out problems ask a question training asks too: the "
+                                   "task's config allows fewer distinct problems than size + eval_size", n,
+                                   "a smaller size, or a config with more distinct problems (more digits, terms, ...)")])
+    return made
 
 
 def load(source: dict, heldout: bool = False, set_in: str | None = None):
@@ -214,6 +265,42 @@ def load(source: dict, heldout: bool = False, set_in: str | None = None):
             problem.file = problem.file or set_in
         raise RecipeError(err.problems) from None
     return datasets.Dataset.from_list(rows)
+
+
+TAKES = {"last_number": "the last number", "last_line": "the last non-empty line", "whole": "the whole text"}
+
+
+def answer_problems(source: dict, rewards: list[dict], extract, file: str | None = None) -> tuple[list[Problem], list[str]]:
+    """Each `task_score` reward's `answer_from` against the tasks' own gold answers: a completion that states the gold
+    the way `answer_from` reads it must yield the gold (`extract`, the reward's own `rewards.tasks.extract`, passed
+    down). (problems, notes): a task none of whose training golds survives is refused (a right answer could never
+    score 1.0: last_number on a task answered in words); one where some do not is a note."""
+    problems, notes = [], []
+    rows = generate(source).rows
+    for i, reward in enumerate(rewards):
+        if reward["name"] != "task_score":
+            continue
+        how, tag = reward["args"].get("answer_from", "tag"), reward["args"].get("tag", "answer")
+        for task in source["tasks"]:
+            golds = [r["answer"] for r in rows if r["task"] == task["name"] and r["answer"] is not None]
+            lost = [(g, extract(f"<{tag}>{g}</{tag}>" if how == "tag" else g, how, tag)) for g in golds]
+            lost = [(g, got) for g, got in lost if got != g.strip()]
+            if not lost:
+                continue
+            gold, got = lost[0]
+            kind = "is a number" if how == "last_number" else f"is left whole by {how}"
+            if len(lost) == len(golds):
+                problems.append(Problem(f"rewards[{i}].args.answer_from", f"takes {TAKES.get(how, how)} of a completion, "
+                                        f"and none of {task['name']}'s gold answers {kind} (e.g. {gold!r}, of which it takes "
+                                        f"{got!r}), so not even the gold answer can score 1.0", how,
+                                        "tag (the answer in <answer>...</answer>, as reasoning-gym's prompts ask for it), "
+                                        "whole, or last_line / last_number where the gold is one line / one number",
+                                        file=file))
+            else:
+                notes.append(f"rewards[{i}] task_score (answer_from: {how}): {len(lost)} of {len(golds)} of "
+                             f"{task['name']}'s training gold answers are not what it takes from a completion that states "
+                             f"them (e.g. {gold!r} -> {got!r}): those problems can never score 1.0")
+    return problems, notes
 
 
 def describe(source: dict) -> str:
@@ -242,10 +329,6 @@ def explain(source: dict, rewards: list[dict]) -> list[str]:
     seed, size, start, n = source["seed"], source["size"], eval_seed(source), source["eval_size"]
     lines.append(f"  training: {size:,} problems from seeds {seed}..{seed + size - 1} (problem i from seed + i)")
     held = generate(source, heldout=True)
-    if not held.rows:
-        raise RecipeError([Problem(f"{KEY}.eval_size", f"all {n} held-out problems ask a question training asks too: the "
-                                   "task's config allows fewer distinct problems than size + eval_size", n,
-                                   "a smaller size, or a config with more distinct problems (more digits, terms, ...)")])
     repeats = f", {held.repeats} dropped whose question a training problem asks too" if held.repeats else ""
     lines.append(f"  held-out (--eval, trainer.eval_strategy): {len(held.rows):,} problems from seeds {start}..{start + n - 1}"
                  f", apart from training's{repeats}: no held-out question is a training question")

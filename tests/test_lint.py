@@ -307,3 +307,26 @@ def test_overlong_counts_tools_only_with_tools_and_the_penalty(tmp_path):
     penalty = [{"name": "char_fraction", "args": {"char": "a"}}, {"name": "overlong_penalty", "args": {"buffer": 4}}]
     assert "overlong-counts-tools" in fired(tool_recipe_with(tmp_path, {"max_tool_calling_iterations": 1}, penalty))
     assert "overlong-counts-tools" not in fired(recipe_with(tmp_path, rewards=penalty))
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_is_said_to_be_emulated(tmp_path):
+    r = recipe_with(tmp_path, model={**recipe_dict()["model"], "dtype": "bfloat16"})
+    text = fired(r, cpu_bf16=False)["bf16-unsupported"]
+    assert "[bf16-unsupported] model.dtype: bfloat16 on this CPU, which has no bfloat16 instructions" in text, text
+    assert "emulates it" in text and "set model.dtype: auto (float32 on this CPU)" in text
+    assert "bf16-unsupported" not in fired(r, cpu_bf16=True)  # AVX512-BF16 / AMX: computed natively
+    assert "bf16-unsupported" not in fired(recipe_with(tmp_path), cpu_bf16=False)  # auto picks float32 there
+    # a run on a GPU is judged by the GPU
+    assert "bf16-unsupported" not in fired(r, cpu_bf16=False, gpu={"name": "NVIDIA L4", "bf16": True})
+
+
+def test_check_says_bf16_is_emulated_on_a_cpu_without_it(tmp_path, capsys, monkeypatch, no_weights):
+    from grpokit import check
+    from grpokit.config import trainer_args
+
+    monkeypatch.setattr(check, "gpu_facts", lambda: None)  # the CPU path, on any machine
+    monkeypatch.setattr(trainer_args, "cpu_computes_bf16", lambda *a: False)
+    data = recipe_dict(model={**recipe_dict()["model"], "dtype": "bfloat16"})
+    data["trainer"]["output_dir"] = str(tmp_path / "run")
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0
+    assert "model.dtype: bfloat16 on this CPU, which has no bfloat16 instructions" in capsys.readouterr().out

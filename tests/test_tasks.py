@@ -223,3 +223,68 @@ def test_a_task_recipe_trains_on_the_tiny_model(tmp_path):
     assert "- dataset: `reasoning-gym chain_sum (16 problems, seed 1)`" in (tmp_path / "run" / "README.md").read_text()
     # the recipe saved with the run reruns as is: the same source, so the same problems
     assert validate(config.load(tmp_path / "run" / "recipe.yaml")).dataset == recipe.dataset
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recipe mistakes around the task source, one line each at --check
+
+
+def test_eval_of_a_heldout_set_left_empty_says_so(tmp_path, capsys, no_weights):
+    # as --check says it (test_a_heldout_set_left_empty_fails_check), not as a dataset with no columns
+    rg = {"tasks": [{"name": "leg_counting", "config": {"min_animals": 1, "max_animals": 1, "max_instances": 1}}],
+          "size": 200, "eval_size": 20}
+    path = write_recipe(tmp_path, task_recipe(tmp_path, rg))
+    assert main(["--recipe", str(path), "--eval"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset.reasoning_gym.eval_size: all 20 held-out problems ask a question training asks too" in err, err
+    assert "names no column" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("tasks_value, expected", [
+    # a mapping of one entry's keys: the list it meant holds that one entry
+    ({"name": "chain_sum", "config": {"max_terms": 3}},
+     "dataset.reasoning_gym.tasks: is a mapping, and tasks are a list, one entry per task; write it as "
+     "tasks: [{name: chain_sum, config: {max_terms: 3}}]"),
+    # a mapping of task names to configs
+    ({"chain_sum": {"max_terms": 3}, "leg_counting": {}},
+     "dataset.reasoning_gym.tasks: is a mapping, and tasks are a list, one entry per task; write it as "
+     "tasks: [{name: chain_sum, config: {max_terms: 3}}, {name: leg_counting}]"),
+])
+def test_a_task_list_given_as_a_mapping_is_answered_in_words(tmp_path, capsys, tasks_value, expected):
+    path = write_recipe(tmp_path, task_recipe(tmp_path, {"tasks": tasks_value, "size": 10}))
+    assert main(["--recipe", str(path), "--check"]) == 2
+    lines = check_lines(capsys)
+    assert len(lines) == 1 and expected in lines[0], lines
+    assert "<class" not in lines[0]
+
+
+@pytest.mark.parametrize("dataset, expected", [
+    ({"reasoning_gym": {"size": 10}}, "dataset.reasoning_gym.tasks: is required; allowed: a list of tasks"),
+    ({"reasoning_gym": {"tasks": ["chain_sum"], "size": 10}, "few_shot": {"role": "user", "content": "2 + 2?"}},
+     "dataset.few_shot: has the wrong type (got {'role': 'user', 'content': '2 + 2?'}); allowed: a list of chat messages"),
+])
+def test_a_missing_task_list_and_a_few_shot_mapping_are_said_in_words(tmp_path, capsys, dataset, expected):
+    data = task_recipe(tmp_path, {"tasks": ["chain_sum"]})
+    data["dataset"] = dataset
+    path = write_recipe(tmp_path, data)
+    assert main(["--recipe", str(path), "--check"]) == 2
+    lines = check_lines(capsys)
+    assert len(lines) == 1 and expected in lines[0], lines
+    assert "<class" not in lines[0]
+
+
+def test_last_number_on_a_task_whose_gold_is_no_number_is_refused(tmp_path, capsys, no_weights):
+    # spell_backward's gold is a word ('ainomma'): no completion's last number can match it, the gold's own included
+    rg = {"tasks": [{"name": "chain_sum"}, {"name": "spell_backward"}], "size": 20, "eval_size": 5}
+    path = write_recipe(tmp_path, task_recipe(tmp_path, rg))
+    assert main(["--recipe", str(path), "--check"]) == 2
+    lines = check_lines(capsys)
+    assert len(lines) == 1, lines
+    assert ("rewards[0].args.answer_from: takes the last number of a completion, and none of spell_backward's gold "
+            "answers is a number (e.g. ") in lines[0], lines
+    assert "so not even the gold answer can score 1.0 (got 'last_number'); allowed: tag" in lines[0], lines
+
+
+def test_last_number_on_a_task_whose_gold_is_a_number_passes(tmp_path, capsys, no_weights):
+    path = write_recipe(tmp_path, task_recipe(tmp_path, {"tasks": [CHAIN], "size": 20, "eval_size": 5}))
+    assert main(["--recipe", str(path), "--check"]) == 0, capsys.readouterr().err

@@ -69,17 +69,19 @@ def on_policy(args) -> bool:
 
 def lint(recipe, args, *, answer_lengths: list[int] | None = None, gpu: dict | None = None,
          prompt_length: int | None = None, vllm_plan=None, vllm_plan_asleep=None,
-         tool_round_tokens: int | None = None) -> list[LintWarning]:
+         tool_round_tokens: int | None = None, cpu_bf16: bool | None = None) -> list[LintWarning]:
     """The warnings for a validated `Recipe` and its `GRPOConfig`, minus the rules its `lint.ignore` names.
 
     Facts, each optional (rules that need one stay silent without it): `answer_lengths`, token lengths of the
     dataset's reference answers (see `answer_lengths`); `gpu`, the visible GPU (`{"name", "bf16"}`);
     `prompt_length`, the longest prompt the plan assumes; `vllm_plan`, the memory plan with vLLM colocated
     (`grpokit.planning.vllm_share.plan_for`), and `vllm_plan_asleep`, the same with sleep mode on; `tool_round_tokens`,
-    the tokens one round of tool use costs in the chat template before any output (`grpokit.tooluse.round_tokens`).
+    the tokens one round of tool use costs in the chat template before any output (`grpokit.tooluse.round_tokens`);
+    `cpu_bf16`, whether this CPU has bfloat16 instructions (`trainer_args.cpu_computes_bf16`), for a run on the CPU.
     """
     facts = {"answer_lengths": answer_lengths or None, "gpu": gpu, "prompt_length": prompt_length,
-             "vllm_plan": vllm_plan, "vllm_plan_asleep": vllm_plan_asleep, "tool_round_tokens": tool_round_tokens}
+             "vllm_plan": vllm_plan, "vllm_plan_asleep": vllm_plan_asleep, "tool_round_tokens": tool_round_tokens,
+             "cpu_bf16": cpu_bf16}
     ignored = set((getattr(recipe, "lint", None) or {}).get("ignore", ()))
     found = (r.check(recipe, args, facts) for name, r in RULES.items() if name not in ignored)
     return [w for w in found if w is not None]
@@ -340,9 +342,15 @@ def _vllm_max_model_len(recipe, args, facts):
     return LintWarning("vllm-max-model-len", (knob,), f"{plan.engine.blocking()}; {fix}")
 
 
-@rule("bf16-unsupported", "bfloat16 asked for on a GPU without bfloat16 (T4, V100)")
+@rule("bf16-unsupported", "bfloat16 asked for on a GPU without bfloat16 (T4, V100), or on a CPU without its instructions")
 def _bf16_unsupported(recipe, args, facts):
     gpu = facts.get("gpu")
+    if gpu is None and facts.get("cpu_bf16") is False and recipe.model.get("dtype") == "bfloat16":
+        # x86 without AVX512-BF16 or AMX: PyTorch converts to float32 and back around each product, in software
+        return LintWarning("bf16-unsupported", ("model.dtype",), (
+            "bfloat16 on this CPU, which has no bfloat16 instructions (avx512_bf16, amx_bf16): PyTorch emulates it, "
+            "slowly (SmolLM2-135M's 576x1536 product took 6-8x float32's time on an AVX2-only CPU); set model.dtype: "
+            "auto (float32 on this CPU)"))
     knobs = (["model.dtype"] if recipe.model.get("dtype") == "bfloat16" else []) + (
         ["trainer.bf16"] if recipe.trainer.get("bf16") is True else [])
     if gpu is None or gpu.get("bf16", True) or not knobs:

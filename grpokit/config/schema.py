@@ -39,6 +39,7 @@ class Field:
     gt: float | None = None  # exclusive lower bound
     lt: float | None = None  # exclusive upper bound
     also: tuple = ()  # extra accepted literal values, e.g. scale_rewards also takes True/False
+    shape: str = ""  # what the value is, in words, where the type alone says too little ("a list of tasks, ...")
 
 
 def describe(annotation) -> str:
@@ -52,7 +53,7 @@ def describe(annotation) -> str:
         return " or ".join(dict.fromkeys(describe(a) for a in typing.get_args(annotation)))
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
-    if origin in (list, tuple):
+    if origin in (list, tuple) or annotation in (list, tuple):
         args = typing.get_args(annotation)
         return f"list of {describe(args[0])}" if args else "list"
     if origin is dict or annotation is dict:
@@ -209,7 +210,7 @@ def validate_fields(data, spec: dict[str, Field], path: str, problems: Problems,
         field = spec[key]
         ok, value = coerce(value, field.type)
         if not ok:
-            problems.add(key_path, "has the wrong type", value, describe(field.type), file=where_set(key_path))
+            problems.add(key_path, "has the wrong type", value, field.shape or describe(field.type), file=where_set(key_path))
             continue
         check_bounds(value, field, key_path, problems, where_set(key_path))
         out[key] = value
@@ -218,7 +219,8 @@ def validate_fields(data, spec: dict[str, Field], path: str, problems: Problems,
             continue
         if field.default is REQUIRED:
             if key not in data:
-                problems.add(f"{path}.{key}", "is required", allowed=describe(field.type) + (f" ({field.doc})" if field.doc else ""), file=where_set(path))
+                allowed = field.shape or describe(field.type) + (f" ({field.doc})" if field.doc else "")
+                problems.add(f"{path}.{key}", "is required", allowed=allowed, file=where_set(path))
         else:
             out[key] = field.default
     return {key: out[key] for key in spec if key in out}  # in the spec's order, for a readable resolved recipe

@@ -33,7 +33,9 @@ DATASET = {
     "template": Field(str | None, None, "text with {column} placeholders; default: the prompt column as is"),
     "system_prompt": Field(str | None, None),
     "few_shot": Field(list, [], "chat messages put before every prompt's user message (after system_prompt): worked "
-                      "examples, e.g. a question and the assistant's tool call: {role, content, tool_calls}"),
+                      "examples, e.g. a question and the assistant's tool call: {role, content, tool_calls}",
+                      shape="a list of chat messages, each {role, content} (an assistant's may hold tool_calls): "
+                      "few_shot: [{role: user, content: ...}, {role: assistant, content: ...}]"),
     "answer_column": Field(str | None, None, "gold answer column; exposed to rewards as `answer`"),
     "conversational": Field(str | bool, "auto", "auto: chat format when the tokenizer has a chat template",
                             choices=("auto", True, False)),
@@ -46,7 +48,9 @@ DATASET = {
 
 # `dataset.reasoning_gym` (grpokit/tasks.py): one reasoning-gym task or a weighted mix, generated from seeds.
 REASONING_GYM = {
-    "tasks": Field(list, doc="[{name, weight, config}]: reasoning-gym task names, each with its own config keys"),
+    "tasks": Field(list, doc="[{name, weight, config}]: reasoning-gym task names, each with its own config keys",
+                   shape="a list of tasks, one entry each: tasks: [{name: chain_sum, weight: 1, config: {max_terms: 3}}] "
+                   "(weight and config may be left out, and an entry may be the bare name)"),
     # Bounds: every problem is generated at --check and before training (a countdown problem takes ~10 ms).
     "size": Field(int, 1000, "training problems", min=1, max=1_000_000),
     "seed": Field(int, 1, "problem i of training is drawn from seed + i", min=0, max=2**31),

@@ -300,8 +300,13 @@ def run(req: Request) -> int:
         return check(recipe, gpu_memory_gb=req.gpu_memory)
     if req.mode == "eval":
         from grpokit import evaluate
+        from grpokit.toolguard import EnvironmentFailure
 
-        result = evaluate.evaluate(recipe, req.eval_run, samples=req.eval_samples, out=req.eval_out)
+        try:
+            result = evaluate.evaluate(recipe, req.eval_run, samples=req.eval_samples, out=req.eval_out)
+        except EnvironmentFailure as err:  # the recipe's environment failed on a held-out row: one line, as in training
+            print(f"eval stopped: {err}", file=sys.stderr)
+            return 1
         run_dir = Path(req.eval_run or recipe.trainer["output_dir"])
         if CHECKPOINT.fullmatch(run_dir.name):  # a checkpoint's figures are a row of its run's report
             run_dir = run_dir.parent

@@ -13,7 +13,7 @@ import pytest
 
 from grpokit import config
 from grpokit.config import validate
-from tests.helpers import write_recipe
+from tests.helpers import SMOKE_DATA, write_recipe
 from tests.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
 
 pytestmark = pytest.mark.slow
@@ -103,7 +103,7 @@ def record(completions, **kwargs):
 '''
 
 
-def limits_recipe(tmp_path, monkeypatch, tools: dict, **trainer) -> str:
+def limits_recipe(tmp_path, monkeypatch, tools: dict, dataset: dict | None = None, **trainer) -> str:
     (tmp_path / "reader.py").write_text(textwrap.dedent(READER))
     monkeypatch.setenv("SEEN_COMPLETIONS", str(tmp_path / "seen.jsonl"))
     monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tool.log"))
@@ -111,6 +111,7 @@ def limits_recipe(tmp_path, monkeypatch, tools: dict, **trainer) -> str:
                        rewards=[{"name": "reader.py:record", "weight": 0.0}])
     data["trainer"].update({"per_device_train_batch_size": 4, "num_generations": 4, "max_steps": 1,
                             "max_completion_length": 320, **trainer})
+    data["dataset"].update(dataset or {})
     return str(write_recipe(tmp_path, data))
 
 
@@ -226,3 +227,15 @@ def test_a_tool_that_swallows_its_cut_is_cut_again_and_the_console_says_why(caps
         bounded_function(retry, Limits(0.2, 100))()
     assert len(caught) == 4
     assert "past tools.timeout_seconds (0.2 s): the tool catches the exception that ends it" in capsys.readouterr().err
+
+
+def test_an_environment_fault_under_eval_is_one_line(tmp_path, monkeypatch, capsys):
+    from grpokit import cli
+
+    # the training prompts are held out too: enough rows to roll out
+    path = limits_recipe(tmp_path, monkeypatch, {"environment": "env.py:Box", "environment_args": {"fault": "reset"}},
+                         dataset={"eval_path": str(SMOKE_DATA), "eval_limit": 2})
+    assert cli.main(["--recipe", path, "--eval"]) == 1
+    err = capsys.readouterr().err
+    assert "eval stopped: environment Box.reset raised KeyError: 'question' on sample 0 (prompt: '" in err, err
+    assert "Traceback" not in err

@@ -15,7 +15,10 @@ SCORERS = Kind("rewards._sandbox.task_job", "task scorer", "import reasoning_gym
 MAX_COMPLETION_CHARS = 2_000_000  # a longer completion is sent to no scorer: it is scored as having no answer
 
 
-@register("task_score")
+NAME = "task_score"
+
+
+@register(NAME)
 class TaskScore:
     """The reasoning-gym task's own score_answer of the extracted answer (its partial credit kept); None without a task.
 
@@ -32,7 +35,9 @@ class TaskScore:
     several scorers `eval` the answer), each completion within `timeout` seconds from its problem being built
     (killed past it: 0.0), taking the answer included. A scorer that raises on an answer scores it 0.0: the answer
     is the policy's. A row without a task item scores None, which TRL skips; a problem that cannot be rebuilt stops
-    the run, naming this reward and the sample. `last` counts the last call's timeouts and scorer errors.
+    the run, naming this reward and the sample. `last` counts the last call's timeouts and scorer errors; in a run
+    both are logged at every step (`task_score/timeouts`, `task_score/scorer_errors`, beside `task_score/limit_s`),
+    and report.md says them.
 
     >>> TaskScore()(completions=["<answer>8</answer>"], task_item=[None])
     [None]
@@ -76,6 +81,11 @@ class TaskScore:
             self.last.count(reply, len(samples))
             for i in samples:
                 out[i] = score
+        log_metric = kwargs.get("log_metric")  # TRL's, for a reward's own figures beside its mean
+        if callable(log_metric):
+            log_metric(f"{NAME}/limit_s", self.timeout)
+            log_metric(f"{NAME}/timeouts", float(self.last.timeouts))
+            log_metric(f"{NAME}/scorer_errors", float(self.last.scorer_errors))
         return out
 
 

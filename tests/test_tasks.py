@@ -219,7 +219,11 @@ def test_a_task_recipe_trains_on_the_tiny_model(tmp_path):
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     logged = [h for h in state["log_history"] if "rewards/task_score/mean" in h]
     assert len(logged) == 2 and all(0.0 <= h["rewards/task_score/mean"] <= 1.0 for h in logged)
-    assert "data: reasoning-gym chain_sum (16 problems, seed 1)" in (tmp_path / "run" / "report.md").read_text()
+    # the scorer's limit and the completions that hit it, logged at every step and said in the report
+    assert all(h["task_score/limit_s"] == 2.0 and "task_score/timeouts" in h for h in logged)
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Scoring" in report and "`task_score` scored each completion within 2 s" in report
+    assert "data: reasoning-gym chain_sum (16 problems, seed 1)" in report
     assert "- dataset: `reasoning-gym chain_sum (16 problems, seed 1)`" in (tmp_path / "run" / "README.md").read_text()
     # the recipe saved with the run reruns as is: the same source, so the same problems
     assert validate(config.load(tmp_path / "run" / "recipe.yaml")).dataset == recipe.dataset

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from grpokit import files
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
+from grpokit.reporting.scoring import scoring_section
 from grpokit.reporting.tool_calls import tool_use_section
 from grpokit.reporting.verdict import cut_short, diagnosis, heldout
 from grpokit.rundir import STATE_FILE, read_state
@@ -404,6 +405,7 @@ def write_report(
     if found:
         lines += ["", "## What the curves say", ""] + found
     lines += tool_use_section(state["log_history"])  # nothing for a run without tools
+    lines += scoring_section(state["log_history"])  # nothing for a run without task_score
     lines += ["", "## Curves", ""]
     for plot in plots:  # links relative to report.md, so the run dir can be moved or shared whole
         lines.append(f"![{plot.stem}]({Path(os.path.relpath(plot, run_dir)).as_posix()})")

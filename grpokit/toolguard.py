@@ -208,15 +208,15 @@ def _error(err: BaseException) -> str:
         return type(err).__name__
 
 
-def _wrap(function: Callable, name: str, shown: str, limits: Limits, sample: Callable[[], str], *, signature_of=None):
+def _wrap(function: Callable, name: str, shown: str, limits: Limits, sample: Callable[[], str]):
     """`function` bounded, with its name, signature and docstring (the schema the model reads is unchanged)."""
     if inspect.iscoroutinefunction(function):
-        @functools.wraps(signature_of or function)
+        @functools.wraps(function)
         async def bounded_async(*args, **kwargs):
             return await _call_async(function, name, limits, args, kwargs)
         return bounded_async
 
-    @functools.wraps(signature_of or function)
+    @functools.wraps(function)
     def bounded(*args, **kwargs):
         return _call(function, name, shown, limits, sample, args, kwargs)
     return bounded
@@ -334,20 +334,33 @@ def _reset(env: type, label: str):
 def _get_reward(env: type, label: str):
     raw = inspect.getattr_static(env, "get_reward")
 
-    @functools.wraps(raw)
-    def get_reward(self):
-        where = _sample(self, "for")
-        value = _environment_call(raw.__get__(self, type(self)), (), {}, f"{label}.get_reward",
-                                  lambda err: f"environment {label}.get_reward raised {_error(err)}{where}")
-        if value is None:
-            return None  # abstains, as any reward may
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
-            raise EnvironmentFailure(f"environment {label}.get_reward returned {show(value)} (a {type(value).__name__})"
-                                     f"{where}; expected a float or None")
-        number = float(value)
-        if not math.isfinite(number):  # NaN poisons the group's mean, inf zeroes the loss: refused as any reward's
-            raise EnvironmentFailure(f"environment {label}.get_reward returned {'NaN' if number != number else number}"
-                                     f"{where}; rewards must be finite, return None to abstain")
-        return number
+    def fault(self):
+        return lambda err: f"environment {label}.get_reward raised {_error(err)}{_sample(self, 'for')}"
 
-    return get_reward
+    if inspect.iscoroutinefunction(raw):  # TRL awaits it on its event loop thread, where no signal comes
+        async def get_reward(self):
+            try:
+                value = await raw.__get__(self, type(self))()
+            except Exception as err:  # noqa: BLE001 - the user's code: one line, not a traceback
+                raise EnvironmentFailure(fault(self)(err)) from None
+            return _reward_value(value, label, _sample(self, "for"))
+    else:
+        def get_reward(self):
+            value = _environment_call(raw.__get__(self, type(self)), (), {}, f"{label}.get_reward", fault(self))
+            return _reward_value(value, label, _sample(self, "for"))
+
+    return functools.wraps(raw)(get_reward)
+
+
+def _reward_value(value, label: str, where: str) -> float | None:
+    """get_reward's value as TRL may take it: a finite float, or None to abstain (as any reward may)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
+        raise EnvironmentFailure(f"environment {label}.get_reward returned {show(value)} (a {type(value).__name__})"
+                                 f"{where}; expected a float or None")
+    number = float(value)
+    if not math.isfinite(number):  # NaN poisons the group's mean, inf zeroes the loss: refused as any reward's
+        raise EnvironmentFailure(f"environment {label}.get_reward returned {'NaN' if number != number else number}"
+                                 f"{where}; rewards must be finite, return None to abstain")
+    return number

@@ -59,6 +59,22 @@ def stuck() -> str:
     return "late"
 
 
+class Waits:
+    """Async all through: its tool waits for ever, its reward is NaN."""
+
+    def reset(self, **row):
+        pass
+
+    async def wait(self) -> str:
+        """Wait."""
+        import asyncio
+
+        await asyncio.Event().wait()
+
+    async def get_reward(self) -> float:
+        return math.nan
+
+
 class Box:
     """`fault` picks what the environment itself does wrong."""
 
@@ -239,3 +255,16 @@ def test_an_environment_fault_under_eval_is_one_line(tmp_path, monkeypatch, caps
     err = capsys.readouterr().err
     assert "eval stopped: environment Box.reset raised KeyError: 'question' on sample 0 (prompt: '" in err, err
     assert "Traceback" not in err
+
+
+def test_async_tools_and_rewards_are_bounded_and_checked_too(tmp_path, monkeypatch, capsys, scripted_calls):
+    """TRL runs an async tool and an async get_reward on its event loop thread: the limit and the reward's rule hold."""
+    from grpokit import cli
+
+    path = limits_recipe(tmp_path, monkeypatch, {"environment": "env.py:Waits", "timeout_seconds": 0.5})
+    scripted_calls.tokenizer, scripted_calls.calls = tokenizer_for(path), [call("wait")]
+    assert cli.main(["--recipe", path]) == 1
+    err = capsys.readouterr().err
+    assert "run stopped: environment Waits.get_reward returned NaN for sample 0 (prompt: '" in err, err
+    results = [r for line in (tmp_path / "seen.jsonl").read_text().splitlines() for r in json.loads(line)]
+    assert results and all("wait: no result within tools.timeout_seconds (0.5 s)" in r for r in results), results

@@ -14,8 +14,10 @@ A leaf beside `grpokit.tasks`, which imports it: this module imports nothing of 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -64,10 +66,14 @@ def build(source: dict):
 
 
 def row(entry: dict, default_task: str) -> tuple:
-    """What a source keeps of a reasoning-gym entry: (question, answer as text or None, the task that made it)."""
+    """What a source keeps of a reasoning-gym entry: (question, answer as text or None, the task that made it, the
+    whole entry pickled as base64 text). The entry travels with the row to the scorer's cage, which unpickles it
+    there: a problem rebuilt in another process can be another problem (polynomial_multiplication iterates a set of
+    sympy terms, whose order follows object addresses), so the problem scored is the one made here, the one shown."""
     answer = entry.get("answer")
     return (entry["question"], None if answer is None else str(answer),
-            entry.get("metadata", {}).get("source_dataset", default_task))
+            entry.get("metadata", {}).get("source_dataset", default_task),
+            base64.b64encode(pickle.dumps(entry, protocol=4)).decode("ascii"))
 
 
 class Expensive(Exception):

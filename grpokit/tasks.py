@@ -29,7 +29,8 @@ from grpokit.errors import Problem, Problems, RecipeError, nearest
 # build is the scorer's way back to a problem (rewards._taskworker): made in taskgen, reached through this module too
 from grpokit.taskgen import Expensive, Failed, Producer, blame, bounds, build, registry  # noqa: F401
 
-ITEM_COLUMN = "task_item"  # the column `task_score` reads: {"source": {tasks, size, seed}, "index": i}
+# The column `task_score` reads: {"source": {tasks, size, seed}, "index": i, "entry": the problem, pickled (taskgen.row)}
+ITEM_COLUMN = "task_item"
 KEY = "dataset.reasoning_gym"
 # Keys of a task's own config that the source sets for every task alike.
 OWN_KEYS = {"seed": f"is set for every task by {KEY}.seed (and eval_seed)",
@@ -232,12 +233,12 @@ def _generate(key: str, heldout: bool) -> Generated:
     shown = {k: part[k] for k in ("tasks", "size", "seed")}
     rows, repeats = [], 0
     train = {r["prompt"] for r in _generate(key, False).rows} if heldout else set()
-    for i, (question, answer, task) in enumerate(_made(key)[int(heldout)]):
+    for i, (question, answer, task, entry) in enumerate(_made(key)[int(heldout)]):
         if question in train:
             repeats += 1
             continue
         rows.append({"prompt": question, "answer": answer, "task": task,
-                     ITEM_COLUMN: json.dumps({"source": shown, "index": i}, sort_keys=True)})
+                     ITEM_COLUMN: json.dumps({"source": shown, "index": i, "entry": entry}, sort_keys=True)})
     return Generated(tuple(rows), repeats)
 
 

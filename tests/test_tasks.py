@@ -3,7 +3,9 @@ reasoning-gym at --check (every problem at once, exit 2, no weights), a held-out
 
 from __future__ import annotations
 
+import base64
 import json
+import pickle
 import re
 
 import pytest
@@ -44,8 +46,11 @@ def test_rows_are_the_tasks_problems_with_what_the_reward_rebuilds_them_from():
     first = rows[0]
     assert first["prompt"].startswith("State the final answer") and first["answer"] == str(eval(first["prompt"].split(":")[1].rstrip(" =")))
     item = json.loads(first["task_item"])
-    assert item == {"source": {"tasks": src["tasks"], "size": 40, "seed": 1}, "index": 0}
-    # the same seed makes the same problems, in a fresh dataset object too (the scorer process rebuilds them)
+    assert {k: v for k, v in item.items() if k != "entry"} == {"source": {"tasks": src["tasks"], "size": 40, "seed": 1},
+                                                               "index": 0}
+    # the problem itself travels with the row, as made (the scorer's cage unpickles it: rebuilt in another process, a
+    # problem of some tasks is another problem); the same seed still makes the same problems in a fresh dataset object
+    assert pickle.loads(base64.b64decode(item["entry"]))["question"] == first["prompt"]
     assert tasks.build(item["source"])[0]["question"] == first["prompt"]
 
 

@@ -314,7 +314,8 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
               "results included: a result that would pass it is dropped and the rollout ends",
               "  reward        " + _reward_source(toolset, recipe),
               "  logged        tools/call_frequency (calls per completion) and tools/failure_frequency (failed calls per "
-              "call), in report.md's Tool use part and the plots"]
+              "call), in report.md's Tool use part and the plots; tools/timeout_frequency and tools/oversize_frequency "
+              "(calls each limit cut, per call)"]
     return lines
 
 

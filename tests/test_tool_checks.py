@@ -137,3 +137,12 @@ def test_check_says_what_a_users_tool_may_do_and_what_bounds_each_call(tmp_path,
 def test_limits_out_of_range_are_refused(tmp_path, no_weights, key, value):
     [line] = formatted_problems(tmp_path, tool_recipe(tmp_path, {"environment": "env.py:Calculator", key: value}))
     assert f"tools.{key}: is out of range" in line, line
+
+
+def test_the_checks_docstring_examples_run():
+    import doctest
+
+    from grpokit import toolchecks
+
+    result = doctest.testmod(toolchecks)
+    assert result.attempted and not result.failed

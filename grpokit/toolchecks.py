@@ -16,7 +16,7 @@ def duplicate_problems(functions: list, environment: type | None, methods: list[
     tools it calls by name, so one of the two would never be reached, and the model would read two schemas for one name.
 
     >>> def add(a: int) -> int: ...
-    >>> [p.message[:36] for p in duplicate_problems([add, add], None, [], None)]
+    >>> [p.message[:35] for p in duplicate_problems([add, add], None, [], None)]
     ["tool name 'add' is also the name of"]
     """
     found, seen = [], {}

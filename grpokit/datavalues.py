@@ -281,8 +281,8 @@ def screen_file(path: Path, fmt: str, spec: dict, set_in: str = "") -> None:
 
     if path.stat().st_size == 0:
         fail("is empty (0 bytes)")
-    if fmt == "parquet":
-        return
+    if fmt == "parquet":  # every cell a refusal would name is judged before `datasets` caches the file as Arrow
+        return _screen_parquet(path, Checker(spec, name, "row", set_in))
     blank = True
     with path.open("rb") as f:  # in blocks: a file's first line may be hundreds of MB
         while block := f.read(1 << 16):
@@ -293,6 +293,69 @@ def screen_file(path: Path, fmt: str, spec: dict, set_in: str = "") -> None:
         fail("is empty (only blank lines)")
     if fmt == "json":
         _screen_json(path, spec, set_in, fail)
+    elif fmt == "csv":
+        _screen_csv(path, Checker(spec, name, "row", set_in), fail)
+
+
+def _screen_csv(path: Path, check: Checker, fail) -> None:
+    """The sizes of a CSV's cells that a refusal would name, rows counted from 1 under the header, blank lines skipped
+    (as `datasets`, through pandas, reads them); a cell longer than MAX_LINE_BYTES is refused unread, as a JSON line is."""
+    import csv
+
+    limit = csv.field_size_limit()
+    csv.field_size_limit(MAX_LINE_BYTES)
+    try:
+        with path.open(encoding="utf-8-sig", errors="replace", newline="") as f:
+            records = csv.reader(f)
+            header, n = next(records, None) or [], 0
+            names = {check.prompt_col, check.answer_col, *check.template_cols}
+            judged = [i for i, name in enumerate(header) if name in names]  # a text cell's one possible fault: its size
+            while True:
+                try:
+                    record = next(records)
+                except StopIteration:
+                    break
+                except csv.Error as err:
+                    if "field limit" not in str(err):  # the csv module's other complaints are pandas' to judge
+                        break
+                    fail(f"row {n + 1} has a cell longer than {MAX_LINE_BYTES // 2**20} MiB (MAX_LINE_BYTES); refused "
+                         f"unread: a cell is at most {MAX_CELL_CHARS:,} characters")
+                if record:
+                    n += 1
+                    if any(len(record[i]) > MAX_CELL_CHARS for i in judged if i < len(record)):
+                        check.row(dict(zip(header, record)), n)  # said as the loaded dataset's check would say it
+    finally:
+        csv.field_size_limit(limit)
+    check.raise_if_any()
+
+
+def _screen_parquet(path: Path, check: Checker) -> None:
+    """A Parquet file's text cells that a refusal would name, by their length in batches (pyarrow, no Python rows):
+    only a row with a cell over MAX_CELL_CHARS is turned into values, for the message the loaded dataset would get."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    columns = [c for c in dict.fromkeys([check.prompt_col, check.answer_col, *check.template_cols]) if c]
+    table = pq.ParquetFile(path)
+    columns = [c for c in columns if c in table.schema_arrow.names]
+    seen = 0
+    for batch in table.iter_batches(batch_size=1000, columns=columns) if columns else ():
+        for col in columns:
+            values = batch.column(col)
+            if not (_text(values.type) and len(values)):
+                continue
+            over = pc.greater(pc.utf8_length(values), MAX_CELL_CHARS)
+            if pc.any(over).as_py():
+                i = pc.index(over, True).as_py()
+                check.row({c: batch.column(c)[i].as_py() for c in columns}, seen + i + 1)
+        seen += batch.num_rows
+    check.raise_if_any()
+
+
+def _text(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
 def _screen_json(path: Path, spec: dict, set_in: str, fail) -> None:

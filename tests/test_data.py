@@ -160,3 +160,35 @@ def test_check_source_refuses(spec, rows, said):
     with pytest.raises(RecipeError) as caught:
         data.check_source(raw, spec, "r.yaml")
     assert caught.value.problems[0].format().startswith(f"r.yaml: {said}")
+
+
+# Rule: a local file refused for what it holds is refused before `datasets` reads it, so nothing is cached: a 1 GB CSV
+# over the cell bound wrote a 1.1 GB Arrow cache into ~/.cache/huggingface first. The bound is made small here.
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "jsonl"])
+def test_a_file_over_the_cell_bound_is_refused_before_anything_is_cached(fmt, tmp_path, capsys, monkeypatch, no_weights):
+    import json
+
+    import datasets
+    from helpers import with_trainer, write_recipe
+
+    from grpokit import datavalues
+    from grpokit.cli import main
+
+    monkeypatch.setattr(datavalues, "MAX_CELL_CHARS", 1000)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    rows = [{"prompt": "Say apple.", "answer": "a"}, {"prompt": "x" * 1001, "answer": "b"}]
+    path = tmp_path / f"big.{fmt}"
+    if fmt == "parquet":
+        datasets.Dataset.from_list(rows).to_parquet(str(path))
+    elif fmt == "csv":
+        path.write_text("prompt,answer\n" + "".join(f"{r['prompt']},{r['answer']}\n" for r in rows))
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = with_trainer(tmp_path)
+    recipe["dataset"]["path"] = str(path)
+    assert main(["--recipe", str(write_recipe(tmp_path, recipe)), "--check"]) == 2
+    err = capsys.readouterr().err
+    unit = "line" if fmt == "jsonl" else "row"
+    assert f"dataset.prompt_column: big.{fmt} {unit} 2: 'prompt' holds 1,001 characters" in err, err
+    assert "Traceback" not in err
+    assert not (tmp_path / "hf-cache").exists() or not any((tmp_path / "hf-cache").rglob("*.arrow"))

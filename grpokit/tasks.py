@@ -329,6 +329,8 @@ def explain(source: dict, rewards: list[dict]) -> list[str]:
                      f"scored by {scorer}")
     seed, size, start, n = source["seed"], source["size"], eval_seed(source), source["eval_size"]
     lines.append(f"  training: {size:,} problems from seeds {seed}..{seed + size - 1} (problem i from seed + i)")
+    lines.append(f"  both sets made in a child process within a bound: {bounds()} (past it: refused, naming the "
+                 "config key that makes it expensive)")
     held = generate(source, heldout=True)
     repeats = f", {held.repeats} dropped whose question a training problem asks too" if held.repeats else ""
     lines.append(f"  held-out (--eval, trainer.eval_strategy): {len(held.rows):,} problems from seeds {start}..{start + n - 1}"

@@ -21,6 +21,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Callable
 
+from grpokit.config.sections import TOOLS
 from grpokit.errors import Problem, Problems, nearest
 
 # Class members TRL does not expose as tools (`GRPOTrainer.__init__` lists them on the class): `reset` starts a
@@ -45,8 +46,8 @@ class Toolset:
     environment: type | None = None
     environment_args: dict = field(default_factory=dict)
     functions: list[Callable] = field(default_factory=list)
-    timeout_seconds: float = 10.0  # the section's values (grpokit.config.sections: defaults and bounds)
-    max_result_chars: int = 10_000
+    timeout_seconds: float = TOOLS["timeout_seconds"].default  # the section's limits on each call (grpokit.toolguard)
+    max_result_chars: int = TOOLS["max_result_chars"].default
 
     def methods(self) -> list[str]:
         """The environment's tool methods, as TRL finds them: public functions on the class but reset and get_reward."""

@@ -36,6 +36,7 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
     print("\n".join(explain_table(recipe, prep.args)))
     print()
     facts["prompt_length"] = prompt_length
+    facts["task_audit"] = _task_audit(prep, recipe)
     _memory_plan(prep, recipe, prompt_length, prompt_how, gpu_memory_gb, facts)
     warnings = lint.lint(recipe, prep.args, answer_lengths=lint.answer_lengths(prep), **facts)
     if warnings:
@@ -45,6 +46,18 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
         print(f"\nnote: {note}")
     print("\ncheck passed: no weights loaded, nothing trained.")
     return 0
+
+
+def _task_audit(prep, recipe: Recipe) -> dict | None:
+    """How each task's scorer treats its own gold answers, as the recipe's first `task_score` reads answers
+    (rewards.tasks.audit; for the lint), or None for a recipe without both a task source and that reward."""
+    scorers = [f for r, f in zip(recipe.rewards, prep.reward_funcs) if r["name"] == "task_score"]
+    if not recipe.dataset.get("reasoning_gym") or not scorers or prep.dataset is None:
+        return None
+    from rewards.tasks import audit
+
+    columns = [c for c in ("task_item", "answer", "task") if c in prep.dataset.column_names]
+    return audit(getattr(scorers[0], "fn", scorers[0]), list(prep.dataset.select_columns(columns)))
 
 
 def _formatted_rows(prep, recipe: Recipe) -> tuple[int | None, str]:

@@ -105,3 +105,41 @@ class Tally:
             self.timeouts += n
         elif reply.how == "error" or (reply.how == "result" and not _is_score(reply.value)):
             self.scorer_errors += n
+
+
+NONSENSE = "I do not know"  # what the audit offers as an answer that answers nothing
+
+
+def audit(reward: TaskScore, rows: list[dict], per_task: int = 4) -> dict[str, dict]:
+    """How the tasks' own scorers treat their own problems, as `reward` reads answers: per task, of up to `per_task`
+    rows, how many have a gold answer, how many golds score 1.0 written as the prompt asks, and the most a nonsense
+    answer scored. For --check (the lint's task-gold-cannot-score and task-pays-any-text): a task whose gold cannot
+    score 1.0, or whose scorer pays any text, teaches nothing. Scored in the cage, like any answer.
+
+    >>> audit(TaskScore(), [])
+    {}
+    """
+    picked: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("task_item") and len(picked.setdefault(row.get("task") or "?", [])) < per_task:
+            picked[row.get("task") or "?"].append(row)
+    completions, items, whose = [], [], []
+    for task, chosen in picked.items():
+        for row in chosen:
+            for kind, text in (("gold", row.get("answer")), ("nonsense", NONSENSE)):
+                if text is None:
+                    continue
+                wrapped = f"<{reward.tag}>{text}</{reward.tag}>" if reward.answer_from == "tag" else str(text)
+                completions.append(wrapped)
+                items.append(row["task_item"])
+                whose.append((task, kind))
+    scores = reward(completions=completions, task_item=items) if completions else []
+    found = {task: {"checked": len(chosen), "gold": sum(r.get("answer") is not None for r in chosen), "gold_full": 0,
+                    "nonsense": 0.0} for task, chosen in picked.items()}
+    for (task, kind), score in zip(whose, scores):
+        if kind == "gold":
+            found[task]["gold_full"] += score == 1.0
+        else:
+            found[task]["nonsense"] = max(found[task]["nonsense"], score or 0.0)
+    return found
+

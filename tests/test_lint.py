@@ -101,6 +101,23 @@ def test_task_answer_not_asked(tmp_path):
     assert "task-answer-not-asked" not in fired(validate(load(write_recipe(tmp_path, data))))
 
 
+def test_task_scorer_audit(tmp_path):
+    # the audit itself (scored in the cage) is tested in test_rewards_tasks.py; here what the two rules say of it
+    data = recipe_dict(dataset={"reasoning_gym": {"tasks": ["chain_sum"], "size": 20}}, rewards=[{"name": "task_score"}])
+    data["trainer"]["output_dir"] = str(tmp_path / "run")
+    recipe = validate(load(write_recipe(tmp_path, data)))
+    audit = {"chain_sum": {"checked": 4, "gold": 4, "gold_full": 4, "nonsense": 0.0},
+             "boxnet": {"checked": 4, "gold": 0, "gold_full": 0, "nonsense": 0.0},
+             "knight_swap": {"checked": 4, "gold": 4, "gold_full": 3, "nonsense": 0.0},
+             "game_of_life_halting": {"checked": 4, "gold": 4, "gold_full": 4, "nonsense": 1.0}}
+    said = fired(recipe, task_audit=audit)
+    assert ("score 1.0 on boxnet: 0 of 4 problems checked (4 carry no gold answer: the task's scorer checks a solution, "
+            "of which there are many); knight_swap: 3 of 4 problems checked;") in said["task-gold-cannot-score"]
+    assert "pays the answer 'I do not know': game_of_life_halting (1)" in said["task-pays-any-text"]
+    clean = {"chain_sum": audit["chain_sum"]}
+    assert not {"task-gold-cannot-score", "task-pays-any-text"} & set(fired(recipe, task_audit=clean))
+
+
 @pytest.mark.parametrize("temperature,warns", [(0.1, True), (0.3, True), (0.31, False), (1.0, False)])
 def test_low_temperature(tmp_path, temperature, warns):
     found = fired(recipe_with(tmp_path, {"temperature": temperature}))

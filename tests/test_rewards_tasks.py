@@ -7,10 +7,13 @@ import time
 
 import pytest
 
+from helpers import recipe_dict, write_recipe
+
 import rewards
+from grpokit.cli import main
 from grpokit import tasks
 from rewards._sandbox.pool import shared
-from rewards.tasks import SCORERS
+from rewards.tasks import SCORERS, TaskScore, audit
 
 
 def item(name: str, config: dict | None = None, index: int = 0, size: int = 8) -> tuple[str, str]:
@@ -169,3 +172,33 @@ def test_docstring_examples_run(module):
 
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted and not result.failed
+
+
+def rows_of(name: str, config: dict | None = None, size: int = 4) -> list[dict]:
+    src, problems = tasks.check_source({"tasks": [{"name": name, "config": config or {}}], "size": size, "seed": 1})
+    assert not problems
+    return list(tasks.generate(src).rows)
+
+
+def test_the_audit_finds_a_scorer_that_pays_any_text_and_golds_the_reward_cannot_read():
+    # game_of_life_halting's scorer compares bool(answer) with bool(gold): any text scores 1.0
+    said = audit(TaskScore(), rows_of("game_of_life_halting"))
+    assert said == {"game_of_life_halting": {"checked": 4, "gold": 4, "gold_full": 4, "nonsense": 1.0}}
+    # string_insertion's golds are letters: read as the last number, none scores
+    said = audit(TaskScore(answer_from="last_number"), rows_of("string_insertion"))
+    assert said["string_insertion"]["gold_full"] == 0 and said["string_insertion"]["nonsense"] == 0.0
+    # chain_sum read from its tag: every gold scores, nonsense does not
+    assert audit(TaskScore(), rows_of("chain_sum")) == {"chain_sum": {"checked": 4, "gold": 4, "gold_full": 4,
+                                                                      "nonsense": 0.0}}
+
+
+def test_check_warns_of_a_task_that_pays_any_text(tmp_path, capsys):
+    data = recipe_dict(dataset={"reasoning_gym": {"tasks": ["game_of_life_halting", "chain_sum"], "size": 20},
+                                "template": "{prompt} Give the answer as <answer>...</answer>."},
+                       rewards=[{"name": "task_score"}])
+    data["trainer"]["output_dir"] = str(tmp_path / "run")
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "warning [task-pays-any-text] dataset.reasoning_gym.tasks: the task's own scorer pays the answer " \
+           "'I do not know': game_of_life_halting (1)" in out
+    assert "task-gold-cannot-score" not in out  # both tasks' golds score 1.0 from the tag

@@ -69,7 +69,8 @@ def on_policy(args) -> bool:
 
 def lint(recipe, args, *, answer_lengths: list[int] | None = None, gpu: dict | None = None,
          prompt_length: int | None = None, vllm_plan=None, vllm_plan_asleep=None,
-         tool_round_tokens: int | None = None, cpu_bf16: bool | None = None) -> list[LintWarning]:
+         tool_round_tokens: int | None = None, cpu_bf16: bool | None = None,
+         task_audit: dict | None = None) -> list[LintWarning]:
     """The warnings for a validated `Recipe` and its `GRPOConfig`, minus the rules its `lint.ignore` names.
 
     Facts, each optional (rules that need one stay silent without it): `answer_lengths`, token lengths of the
@@ -77,11 +78,13 @@ def lint(recipe, args, *, answer_lengths: list[int] | None = None, gpu: dict | N
     `prompt_length`, the longest prompt the plan assumes; `vllm_plan`, the memory plan with vLLM colocated
     (`grpokit.planning.vllm_share.plan_for`), and `vllm_plan_asleep`, the same with sleep mode on; `tool_round_tokens`,
     the tokens one round of tool use costs in the chat template before any output (`grpokit.tooluse.round_tokens`);
-    `cpu_bf16`, whether this CPU has bfloat16 instructions (`trainer_args.cpu_computes_bf16`), for a run on the CPU.
+    `cpu_bf16`, whether this CPU has bfloat16 instructions (`trainer_args.cpu_computes_bf16`), for a run on the CPU;
+    `task_audit`, how each reasoning-gym task's scorer treats its own gold answers and a nonsense one
+    (`rewards.tasks.audit`).
     """
     facts = {"answer_lengths": answer_lengths or None, "gpu": gpu, "prompt_length": prompt_length,
              "vllm_plan": vllm_plan, "vllm_plan_asleep": vllm_plan_asleep, "tool_round_tokens": tool_round_tokens,
-             "cpu_bf16": cpu_bf16}
+             "cpu_bf16": cpu_bf16, "task_audit": task_audit}
     ignored = set((getattr(recipe, "lint", None) or {}).get("ignore", ()))
     found = (r.check(recipe, args, facts) for name, r in RULES.items() if name not in ignored)
     return [w for w in found if w is not None]
@@ -374,6 +377,32 @@ def _task_answer_not_asked(recipe, args, facts):
             f"(0 for most tasks), every group alike, and learns nothing; ask for it (\"... as <{tag}>...</{tag}>\") or "
             "set the reward's answer_from to what the prompt asks (last_line, last_number, whole)"))
     return None
+
+
+@rule("task-gold-cannot-score", "a task's own gold answers do not score 1.0 as task_score reads them")
+def _task_gold_cannot_score(recipe, args, facts):
+    audit = facts.get("task_audit") or {}
+    short = {task: a for task, a in audit.items() if a["gold_full"] < a["checked"]}
+    if not short:
+        return None
+    said = "; ".join(f"{task}: {a['gold_full']} of {a['checked']} problems checked"
+                     + (f" ({a['checked'] - a['gold']} carry no gold answer: the task's scorer checks a solution, of "
+                        "which there are many)" if a["gold"] < a["checked"] else "") for task, a in sorted(short.items()))
+    return LintWarning("task-gold-cannot-score", ("dataset.reasoning_gym.tasks", "rewards"), (
+        f"the task's own gold answers, written as the prompt asks and scored by task_score in its cage, score 1.0 on "
+        f"{said}; a right answer the scorer cannot recognize earns what a wrong one does, so the reward says little "
+        "about being right there (docs/troubleshooting.md, 'What runs caged')"))
+
+
+@rule("task-pays-any-text", "a task's scorer pays an answer that answers nothing")
+def _task_pays_any_text(recipe, args, facts):
+    from_audit = {task: a["nonsense"] for task, a in (facts.get("task_audit") or {}).items() if a["nonsense"] >= 0.5}
+    if not from_audit:
+        return None
+    said = ", ".join(f"{task} ({score:g})" for task, score in sorted(from_audit.items()))
+    return LintWarning("task-pays-any-text", ("dataset.reasoning_gym.tasks",), (
+        f"the task's own scorer pays the answer 'I do not know': {said}; a policy learns to write anything there "
+        "(game_of_life_halting compares bool(answer) with bool(gold), and any text is true): leave the task out"))
 
 
 # -- multi-turn tool use (the recipe's tools section, grpokit/tooluse.py)

@@ -190,6 +190,42 @@ def code_throughput(n: int, batch: int = 64) -> None:
     print(f"  sandbox layers: {', '.join(sorted(isolation()))}")
 
 
+def task_throughput(rounds: int = 7) -> None:
+    """task_score per scored completion, warm: 64 completions a call (16 problems x 4 answers, 48 distinct jobs, a
+    third of them the gold) on chain_sum (a plain compare) and countdown (its scorer evaluates the answer with sympy's
+    parse_expr, in the cage); the median of `rounds` calls. Then one answer that runs code on countdown: the worker
+    that ran it is replaced (a warm fork), and the next call's time says what that costs."""
+    import os
+    import statistics
+
+    import rewards
+    from grpokit import tasks
+
+    reward = rewards.build("task_score")
+    print(f"\n== task_score, warm, 64 completions a call, workers={reward.fn.workers}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f} at start")
+    for name, config in (("chain_sum", {}), ("countdown", {"min_numbers": 3, "max_numbers": 3})):
+        source, problems = tasks.check_source({"tasks": [{"name": name, "config": config}], "size": 16, "seed": 1})
+        rows = tasks.generate(source).rows
+        completions = [f"<think>so</think><answer>{r['answer'] if k % 2 else k}</answer>" for k in range(4) for r in rows]
+        items = [r["task_item"] for _ in range(4) for r in rows]
+        reward(completions=completions, task_item=items)  # workers up, problems built: outside the timing
+        took = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            reward(completions=completions, task_item=items)
+            took.append(time.perf_counter() - start)
+        print(f"  {name:10s} {statistics.median(took) / len(completions) * 1000:6.3f} ms per scored completion "
+              f"(median of {rounds} calls; min {min(took) / len(completions) * 1000:.3f})")
+    hack = "<answer>__import__('os').getpid() or 1</answer>"
+    start = time.perf_counter()
+    reward(completions=[hack], task_item=[items[0]])
+    after = time.perf_counter()
+    reward(completions=["<answer>1 + 2</answer>"], task_item=[items[0]])
+    print(f"  an answer that runs code: {(after - start) * 1000:.1f} ms; the next call, on the worker that replaced its "
+          f"worker: {(time.perf_counter() - after) * 1000:.1f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--n", type=int, default=10_000, help="GSM8K-style samples (default 10,000)")
@@ -197,6 +233,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256, help="completions per accuracy call")
     parser.add_argument("--hard", type=int, default=64, help="copies of a power tower in the hard batch (0: skip)")
     parser.add_argument("--code", type=int, default=256, help="code_tests candidates for the throughput figure (0: skip)")
+    parser.add_argument("--tasks", type=int, default=7, help="task_score calls timed per task (0: skip)")
     args = parser.parse_args()
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
@@ -209,6 +246,8 @@ def main() -> None:
         hard_batches(args.hard)
     if args.code:
         code_throughput(args.code)
+    if args.tasks:
+        task_throughput(args.tasks)
 
 
 if __name__ == "__main__":

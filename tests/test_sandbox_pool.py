@@ -130,7 +130,7 @@ def test_the_cage_holds_on_this_machine():
     assert Accuracy()(completions=[r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]
     layers = untrusted.shared(MATH_VERIFY, 2).layers
     if os.geteuid() == 0:
-        assert "uid=65534" in layers or any(layer.startswith("uid=") for layer in layers)
+        assert any(layer.startswith("uid=") and layer != "uid=0" for layer in layers)
     assert {"net", "pid", "pid-apart", "newroot", "readonly", "nocaps", "nomemfd"} <= layers, sorted(layers)
 
 
@@ -158,3 +158,25 @@ def test_a_worker_that_ran_an_answers_code_scores_nothing_after_it():
     assert pool.counts.replaced_after_code == before + 1 and "__import__" in pool.counts.last_code  # the first code
     # The next completion is scored by a fresh worker, where the scorer is the task's own.
     assert reward(completions=["<answer>1 + 2</answer>"], task_item=[item]) == honest
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop is what holds without namespaces, and only root can drop")
+def test_without_namespaces_the_uid_drop_and_the_limits_still_hold(tmp_path):
+    # What a machine refusing `unshare` gets (a container's default seccomp profile): no new root, no network namespace;
+    # the job still runs as nobody, within its memory, process and time limits.
+    kind = untrusted.Kind(SCORERS.module, SCORERS.what, SCORERS.check, namespaces=False)
+    pool = untrusted.Pool(kind, 1)
+    try:
+        victim = tmp_path / "thesis.tex"
+        victim.write_text("years of work")
+        item = countdown_item()
+        job = lambda text: {"item": item, "text": f"<answer>{text}</answer>", "answer_from": "tag", "tag": "answer"}  # noqa: E731
+        delete = f"__import__('os').remove({str(victim)!r}) or 1"
+        allocate = "__import__('builtins').exec('x = \" \" * (1 << 36)') or 1"
+        replies = pool.run([job("1 + 2"), job(delete), job(allocate), job("__import__('time').sleep(600)")], 1.0)
+        assert [r.how for r in replies] == ["result", "result", "result", "timeout"]
+        assert replies[0].value == 0.05 and replies[1].value == replies[2].value == 0.01  # the scorer caught the error
+        assert victim.read_text() == "years of work"
+        assert "net" not in pool.layers and any(layer.startswith("uid=") and layer != "uid=0" for layer in pool.layers)
+    finally:
+        pool.close()

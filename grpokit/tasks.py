@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass, fields
 
 from grpokit.errors import Problem, Problems, RecipeError, nearest
-# build is the scorer's way back to a problem (rewards._taskworker): made in taskgen, reached through this module too
+# build and registry are made in taskgen (a leaf the scorer's cage imports too), reached through this module as well
 from grpokit.taskgen import Expensive, Failed, Producer, blame, bounds, build, registry  # noqa: F401
 
 # The column `task_score` reads: {"source": {tasks, size, seed}, "index": i, "entry": the problem, pickled (taskgen.row)}

@@ -50,8 +50,8 @@ import sys
 from multiprocessing.connection import Connection
 
 from rewards._sandbox import child as layers
+from rewards._sandbox.pool import FRAME
 
-FRAME = 32  # bytes per control frame: a stream socket may split or join sends, frames keep them apart
 REAP_EVERY_S = 0.5  # how often an idle zygote reaps the processes that have exited (zombies hold a pid each)
 MAX_JOB_BYTES = 8 << 20  # a job (a completion, its problem's key) read by a worker at most
 # Names a code object compiled at run time may use and still not taint its worker: what sympy's `parse_expr` makes of

@@ -54,7 +54,7 @@ BUILD_TIMEOUT_S = 300.0  # for the trusted part a worker announces (building a p
 STUCK_FRACTION = 0.25  # a job past this share of its limit is likely to run it out: a spare takes the queue
 MAX_SPARES_PER_WORKER = 1  # each stuck job holds a CPU until its limit
 MAX_REPLY_BYTES = 64 << 10  # one message from a worker at most; a longer one ends the worker
-FRAME = 32  # bytes per control frame (cage.FRAME)
+FRAME = 32  # bytes per control frame to the zygote: a stream socket may split or join sends, frames keep them apart
 ROOT = str(Path(__file__).resolve().parent.parent.parent)
 # The whole environment of a sandbox's process (nothing of the trainer's passes). One thread per numeric library: a
 # pool of threads would reserve address space the memory bound counts.

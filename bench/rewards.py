@@ -154,6 +154,32 @@ def hard_batches(copies: int) -> None:
     print(f"{'next call (2 easy LaTeX checks)':34s} {time.perf_counter() - start:6.2f} s")
 
 
+def replacement_cost(rounds: int = 3) -> None:
+    """Why the pool forks its workers from a warm zygote: a worker past its limit is killed, and what replaces it
+    costs either a fork (the zygote has imported and warmed math-verify) or, without a zygote, a new process
+    importing it -- what a fresh cage's first verdict costs."""
+    import statistics
+
+    from rewards._sandbox.pool import Pool
+    from rewards.math import MATH_VERIFY
+
+    easy, tower = [["\\boxed{2}"], ["\\boxed{\\sqrt{4}}"]], [["\\boxed{42}"], ["\\boxed{9^{9^{9^{9}}}}"]]
+    cold, warm = [], []
+    for _ in range(rounds):
+        pool = Pool(MATH_VERIFY, 1)
+        start = time.perf_counter()
+        pool.run([easy], 30)
+        cold.append(time.perf_counter() - start)
+        for _ in range(3):
+            pool.run([tower], 0.3)  # killed at its limit: the worker is replaced
+            start = time.perf_counter()
+            pool.run([easy], 30)
+            warm.append(time.perf_counter() - start)
+        pool.close()
+    print(f"{'a verdict from a new cage (cold)':34s} {statistics.median(cold):6.2f} s   (median of {len(cold)})")
+    print(f"{'the next verdict after a timeout':34s} {statistics.median(warm):6.2f} s   (warm fork; median of {len(warm)})")
+
+
 WHY = {
     "hashes": "math-verify's LaTeX extraction does not read GSM8K's '#### N' marker, so it finds no answer",
     "answer_tag": "math-verify's LaTeX extraction does not read <answer> tags without $...$ around the number",
@@ -244,6 +270,7 @@ def main() -> None:
         run("LaTeX radicals (every one goes to math-verify)", [latex_sample(rng) for _ in range(args.n_latex)], args.batch)
     if args.hard:
         hard_batches(args.hard)
+        replacement_cost()
     if args.code:
         code_throughput(args.code)
     if args.tasks:

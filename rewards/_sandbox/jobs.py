@@ -117,7 +117,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rewards._sandbox.candidate import setup_for_code
-from rewards._sandbox.pool import end, sandbox_ids, start
+from rewards._sandbox.process import end, sandbox_ids, start
 
 CHILD = str(Path(__file__).resolve().with_name("child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it

@@ -4,7 +4,7 @@ What runs here: everything that reads a model's output with code we did not writ
 `eval` the answer, or hand it to sympy's `parse_expr`, which does) and math-verify. A `Kind` names the module a worker
 imports (`rewards._sandbox.task_job`, `rewards._sandbox.math_job`); the pool is the same for both. (code_tests' sandbox,
 `rewards._sandbox.jobs`, runs a whole program per candidate instead, and shares this module's way of starting and
-ending a process tree: `start` and `end`.)
+ending a process tree: rewards/_sandbox/process.py.)
 
 Why processes: a thread cannot be stopped mid-call (a bignum power in sympy holds the GIL for minutes); a process can
 be killed. Why a zygote: a worker past its time is killed and must be replaced, and a fresh Python importing sympy
@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import signal
 import site
 import socket
 import subprocess
@@ -49,6 +47,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from rewards._sandbox.process import end, sandbox_ids, start
+
 STARTUP_TIMEOUT_S = 120.0  # importing sympy or reasoning-gym on a loaded 2-core box takes seconds, not minutes
 BUILD_TIMEOUT_S = 300.0  # for the trusted part a worker announces (building a problem; bounded at --check)
 STUCK_FRACTION = 0.25  # a job past this share of its limit is likely to run it out: a spare takes the queue
@@ -56,10 +56,6 @@ MAX_SPARES_PER_WORKER = 1  # each stuck job holds a CPU until its limit
 MAX_REPLY_BYTES = 64 << 10  # one message from a worker at most; a longer one ends the worker
 FRAME = 32  # bytes per control frame to the zygote: a stream socket may split or join sends, frames keep them apart
 ROOT = str(Path(__file__).resolve().parent.parent.parent)
-# The whole environment of a sandbox's process (nothing of the trainer's passes). One thread per numeric library: a
-# pool of threads would reserve address space the memory bound counts.
-ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "TMPDIR": "/tmp",
-       "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _BOOTSTRAP = (
     "import sys, json; sys.path.insert(0, sys.argv[1]); "
     "[sys.modules.setdefault(n, type(sys)(n)).__dict__.setdefault('__path__', [p]) for n, p in "
@@ -94,38 +90,6 @@ class Reply:
     how: str
     value: object = None
     marked: bool = False
-
-
-def start(argv: list, pass_fds: tuple, **popen) -> subprocess.Popen:
-    """Start a sandbox's outer process: the minimal environment, no stdin, its own process group (killed whole by
-    `end`), the descriptors it is given and no others."""
-    return subprocess.Popen(argv, pass_fds=pass_fds, env=ENV, cwd="/", start_new_session=True,
-                            stdin=popen.pop("stdin", subprocess.DEVNULL), **popen)
-
-
-def end(proc: subprocess.Popen, stop: bool, timeout: float = 5.0) -> None:
-    """Leave nothing running: ask it to stop (it kills what it started and exits once that is gone), wait, then
-    kill its process group, for what a machine without pid namespaces leaves behind."""
-    try:
-        if stop:
-            proc.terminate()
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group outlives its leader only as long as we let it
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def sandbox_ids() -> tuple[int, int]:
-    """The uid/gid jobs run as when we are root: nobody's (65534 where there is no such user)."""
-    try:
-        entry = pwd.getpwnam("nobody")
-        return entry.pw_uid, entry.pw_gid
-    except KeyError:
-        return 65534, 65534
 
 
 def _visible() -> list[str]:

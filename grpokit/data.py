@@ -50,7 +50,7 @@ def load_raw(spec: dict, set_in: str = "", key: str = "dataset.path"):
             raise RecipeError([problem])
         path = builtin_path(spec["path"], set_in, key) if spec["path"].startswith(BUILTIN) else Path(spec["path"])
         fmt = LOCAL_FORMATS[path.suffix.lower()]
-        from grpokit.datavalues import screen_file
+        from grpokit.screening import screen_file
 
         screen_file(path, fmt, spec, set_in)
         try:

@@ -7,7 +7,8 @@ message with no content (which passed --check and then raised KeyError in TRL's 
 at `--check` with its 1-based line (JSON Lines) or row (parquet, CSV, hub), and a count of the rows like it.
 Missing or blank cells are holes, dropped and counted by `grpokit.data.prepare`, not refused here.
 
-Local files are screened as bytes first (`screen_file`): not UTF-8, empty, a line that is not JSON. Before that, each
+Local files are screened before `datasets` reads them (`grpokit.screening`): not UTF-8, empty, a line that is not
+JSON, a cell over the bound, so nothing is cached of a file that will be refused. Before that, each
 data file a recipe names is checked without being opened (`file_problem`): a `builtin:` name that ships nothing, a
 missing file, a FIFO or device (refused, never waited on), a type grpokit does not read; `--check` says it under the
 key that named the file.
@@ -121,7 +122,7 @@ def data_file_problems(dataset: dict, where_set) -> list[Problem]:
 
 
 
-def _kind(value) -> str:
+def kind(value) -> str:
     """A cell's type in a user's words."""
     if isinstance(value, bool):
         return "true/false"
@@ -153,15 +154,15 @@ def prompt_fault(value) -> tuple[str, str] | None:
             return "holds a list of plain strings", "text; a chat prompt is a list of {role, content} messages"
         for i, message in enumerate(value, 1):
             if not isinstance(message, dict):
-                return f"message {i} is {_kind(message)}", "each message a {role, content} mapping"
+                return f"message {i} is {kind(message)}", "each message a {role, content} mapping"
             if not isinstance(message.get("role"), str) or not message["role"].strip():
                 return f"message {i} has no 'role'", "each message a {role, content} mapping with text content"
             if message.get("content") is None:
                 return f"message {i} has no 'content'", "each message a {role, content} mapping with text content"
             if not isinstance(message["content"], str):
-                return f"message {i}'s 'content' is {_kind(message['content'])}", "text content in every message"
+                return f"message {i}'s 'content' is {kind(message['content'])}", "text content in every message"
         return None
-    return f"holds {_kind(value)}", PROMPT_ALLOWED
+    return f"holds {kind(value)}", PROMPT_ALLOWED
 
 
 def answer_fault(value) -> tuple[str, str] | None:
@@ -172,7 +173,7 @@ def answer_fault(value) -> tuple[str, str] | None:
         return "holds true/false", ANSWER_ALLOWED + " (quote it: \"true\")"
     if isinstance(value, float):
         return f"holds {value}", ANSWER_ALLOWED
-    return f"holds {_kind(value)}", ANSWER_ALLOWED
+    return f"holds {kind(value)}", ANSWER_ALLOWED
 
 
 def _chars(value) -> int:
@@ -195,7 +196,7 @@ def size_fault(value) -> tuple[str, str] | None:
 def template_fault(value) -> tuple[str, str] | None:
     if value is None or isinstance(value, (str, int, float)):
         return None
-    return f"holds {_kind(value)}", "text or a number in a template placeholder"
+    return f"holds {kind(value)}", "text or a number in a template placeholder"
 
 
 class Checker:
@@ -270,154 +271,3 @@ def check_dataset(ds, spec: dict, source: str, set_in: str = "") -> None:
             n += 1
             check.row({c: batch[c][i] for c in cols}, n)
     check.raise_if_any()
-
-
-def screen_file(path: Path, fmt: str, spec: dict, set_in: str = "") -> None:
-    """A local file's faults before `datasets` reads it: empty, not UTF-8, bad JSON lines, bad cells (JSON)."""
-    name = path.name
-
-    def fail(message, allowed=None):
-        raise RecipeError([Problem("dataset.path", f"{name} {message}", allowed=allowed, file=set_in)])
-
-    if path.stat().st_size == 0:
-        fail("is empty (0 bytes)")
-    if fmt == "parquet":  # every cell a refusal would name is judged before `datasets` caches the file as Arrow
-        return _screen_parquet(path, Checker(spec, name, "row", set_in))
-    blank = True
-    with path.open("rb") as f:  # in blocks: a file's first line may be hundreds of MB
-        while block := f.read(1 << 16):
-            if block.strip():
-                blank = False
-                break
-    if blank:
-        fail("is empty (only blank lines)")
-    if fmt == "json":
-        _screen_json(path, spec, set_in, fail)
-    elif fmt == "csv":
-        _screen_csv(path, Checker(spec, name, "row", set_in), fail)
-
-
-def _screen_csv(path: Path, check: Checker, fail) -> None:
-    """The sizes of a CSV's cells that a refusal would name, rows counted from 1 under the header, blank lines skipped
-    (as `datasets`, through pandas, reads them); a cell longer than MAX_LINE_BYTES is refused unread, as a JSON line is."""
-    import csv
-
-    limit = csv.field_size_limit()
-    csv.field_size_limit(MAX_LINE_BYTES)
-    try:
-        with path.open(encoding="utf-8-sig", errors="replace", newline="") as f:
-            records = csv.reader(f)
-            header, n = next(records, None) or [], 0
-            names = {check.prompt_col, check.answer_col, *check.template_cols}
-            judged = [i for i, name in enumerate(header) if name in names]  # a text cell's one possible fault: its size
-            while True:
-                try:
-                    record = next(records)
-                except StopIteration:
-                    break
-                except csv.Error as err:
-                    if "field limit" not in str(err):  # the csv module's other complaints are pandas' to judge
-                        break
-                    fail(f"row {n + 1} has a cell longer than {MAX_LINE_BYTES // 2**20} MiB (MAX_LINE_BYTES); refused "
-                         f"unread: a cell is at most {MAX_CELL_CHARS:,} characters")
-                if record:
-                    n += 1
-                    if any(len(record[i]) > MAX_CELL_CHARS for i in judged if i < len(record)):
-                        check.row(dict(zip(header, record)), n)  # said as the loaded dataset's check would say it
-    finally:
-        csv.field_size_limit(limit)
-    check.raise_if_any()
-
-
-def _screen_parquet(path: Path, check: Checker) -> None:
-    """A Parquet file's text cells that a refusal would name, by their length in batches (pyarrow, no Python rows):
-    only a row with a cell over MAX_CELL_CHARS is turned into values, for the message the loaded dataset would get."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    columns = [c for c in dict.fromkeys([check.prompt_col, check.answer_col, *check.template_cols]) if c]
-    table = pq.ParquetFile(path)
-    columns = [c for c in columns if c in table.schema_arrow.names]
-    seen = 0
-    for batch in table.iter_batches(batch_size=1000, columns=columns) if columns else ():
-        for col in columns:
-            values = batch.column(col)
-            if not (_text(values.type) and len(values)):
-                continue
-            over = pc.greater(pc.utf8_length(values), MAX_CELL_CHARS)
-            if pc.any(over).as_py():
-                i = pc.index(over, True).as_py()
-                check.row({c: batch.column(c)[i].as_py() for c in columns}, seen + i + 1)
-        seen += batch.num_rows
-    check.raise_if_any()
-
-
-def _text(kind) -> bool:
-    import pyarrow as pa
-
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
-
-
-def _screen_json(path: Path, spec: dict, set_in: str, fail) -> None:
-    """JSON Lines (or one JSON array): every line decoded and parsed once, cells checked, faults by 1-based line."""
-    check = Checker(spec, path.name, "line", set_in)
-    bad_json: list[tuple[int, str]] = []  # (line, why): the first is said in full, the rest counted
-    with path.open("rb") as f:
-        first = f.read(1)
-    if first == b"[":  # one JSON array: rows counted from 1
-        try:
-            rows = json.loads(path.read_bytes().decode("utf-8"))
-        except RecursionError:
-            fail("nests JSON arrays or objects deeper than Python's JSON reader can follow; a row is a flat {...} of "
-                 "columns")
-        except UnicodeDecodeError as err:
-            fail(f"is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start})", "save the file as UTF-8")
-        except json.JSONDecodeError as err:
-            fail(f"line {err.lineno} is not valid JSON: {err.msg} (column {err.colno})")
-        check.unit = "row"
-        for n, row in enumerate(rows, 1):
-            if isinstance(row, dict):
-                check.row(row, n)
-        check.raise_if_any()
-        return
-    with path.open("rb") as f:
-        for n, raw in enumerate(_bounded_lines(f), 1):
-            if raw is None:
-                fail(f"line {n} is longer than {MAX_LINE_BYTES // 2**20} MiB (MAX_LINE_BYTES); refused unread: a row is a "
-                     f"prompt and its answer, each at most {MAX_CELL_CHARS:,} characters")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                fail(f"line {n} is not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1})", "save the file as UTF-8")
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line.lstrip("\ufeff") if n == 1 else line)
-            except json.JSONDecodeError as err:
-                bad_json.append((n, f"is not valid JSON: {err.msg} (column {err.colno})"))
-                continue
-            except RecursionError:
-                bad_json.append((n, "nests JSON arrays or objects deeper than Python's JSON reader can follow; a row is "
-                                    "a flat {...} of columns"))
-                continue
-            if not isinstance(row, dict):
-                bad_json.append((n, f"is not a JSON object ({{...}}, one row): it holds {'null' if row is None else _kind(row)}"))
-                continue
-            if not bad_json:
-                check.row(row, n)
-    if bad_json:
-        n, why = bad_json[0]
-        later = [str(b[0]) for b in bad_json[1:]]
-        more = f" (and {len(later)} more bad line{'s' if len(later) > 1 else ''}: {', '.join(later[:SHOWN_ROWS])}{', ...' if len(later) > SHOWN_ROWS else ''})" if later else ""
-        fail(f"line {n} {why}{more}")
-    check.raise_if_any()
-
-
-def _bounded_lines(f):
-    """The lines of a binary file, each read with at most MAX_LINE_BYTES + 1 bytes in memory; None for a longer
-    line (and the iteration ends: nothing after it is read)."""
-    while line := f.readline(MAX_LINE_BYTES + 1):
-        if len(line) > MAX_LINE_BYTES:
-            yield None
-            return
-        yield line

@@ -215,8 +215,10 @@ def _made(key: str) -> tuple:
         value = source["size"] if named.value is None else named.value
         raise RecipeError([Problem(named.path, f"reasoning-gym's {' + '.join(t['name'] for t in source['tasks'])} "
                                    f"{err.what} ({which} problem {err.index}, seeds from {parts[err.part]['seed']}): "
-                                   f"{named.why}", value,
-                                   f"the bound: {bounds()}; a value nearer its default, or a smaller size")]) from None
+                                   f"{named.why}", value, f"the bound: {bounds()}; " + (
+                                       "a smaller size" if named.path == f"{KEY}.size" else
+                                       "a value nearer its default, or a smaller size" if ".config." in named.path else
+                                       "another task: this one at its defaults is past the bound"))]) from None
     except Failed as err:  # a config the task accepted but cannot generate from: said, not a traceback
         which = ("training", "held-out")[err.part]
         raise RecipeError([Problem(f"{KEY}.tasks", f"reasoning-gym could not generate {which} problem {err.index} (seed "

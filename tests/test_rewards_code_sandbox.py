@@ -438,3 +438,12 @@ def test_without_a_pid_namespace_the_cgroup_still_ends_every_process_of_the_job(
         assert "Uid:\t65534" not in status or "State:\tZ" in status, status  # gone (or a zombie)
     finally:
         marker.unlink(missing_ok=True)
+
+
+def test_what_the_code_printed_comes_back_every_time():
+    # Outcome.output is the candidate's print-out, for a user debugging a 0 score. The code runner is killed once the
+    # judge is done; output still in its buffers would be lost whenever it lost that race (seen: empty in 3 of 6
+    # runs of this very candidate, and in a fork bomb's run after a candidate that left a daemon).
+    outcomes = run_many([("print('forks 15', end='')\ndef f():\n    return 1", ["assert f() == 1"], "")] * 8, workers=2)
+    assert [o.passed for o in outcomes] == [[True]] * 8
+    assert [o.output for o in outcomes] == [b"forks 15"] * 8

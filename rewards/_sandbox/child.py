@@ -482,6 +482,7 @@ def _runner_main(job: dict, fds: tuple, layers: list, uid: int, gid: int, judge:
             _judge.judge(job, pipe, report)
         else:
             pipe = _link.Pipe(*fds)
+            _write_through()
             if pipe.receive() == b"go":
                 _candidate.serve(job, pipe)
     except BaseException:  # noqa: BLE001 - only the sandbox's own setup can get here
@@ -495,6 +496,19 @@ def _runner_main(job: dict, fds: tuple, layers: list, uid: int, gid: int, judge:
             except BaseException:  # noqa: BLE001 - a closed or replaced stream
                 pass
         os._exit(0)
+
+
+def _write_through() -> None:
+    """The code runner's stdout and stderr write each print straight to the output pipe: the supervisor kills the
+    runner as soon as the judge is done, and what sat in a buffer then (a print with no newline, or any print when
+    the pipe made stdout block-buffered) would be lost, so the parent's debugging copy came back empty at random."""
+    import io
+
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+                                  write_through=True)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
 
 
 def _reporter(out: int, secret: int, job: dict):

@@ -52,7 +52,10 @@ def load_raw(spec: dict, set_in: str = "", key: str = "dataset.path"):
         fmt = LOCAL_FORMATS[path.suffix.lower()]
         from grpokit.screening import screen_file
 
-        screen_file(path, fmt, spec, set_in)
+        columns = screen_file(path, fmt, spec, set_in)
+        problems = check_columns(spec, columns, set_in) if columns is not None else []
+        if problems:  # said before `datasets` reads the file and caches it, as check_source would say it after
+            raise RecipeError(problems)
         try:
             with _quiet_datasets():
                 return datasets.load_dataset(fmt, data_files=str(path), split="train")

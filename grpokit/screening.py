@@ -14,8 +14,9 @@ from grpokit.datavalues import SHOWN_ROWS, Checker, kind
 from grpokit.errors import Problem, RecipeError
 
 
-def screen_file(path: Path, fmt: str, spec: dict, set_in: str = "") -> None:
-    """A local file's faults before `datasets` reads it: empty, not UTF-8, bad JSON lines, bad cells (JSON)."""
+def screen_file(path: Path, fmt: str, spec: dict, set_in: str = "") -> list[str] | None:
+    """A local file's faults before `datasets` reads it: empty, not UTF-8, bad JSON lines, bad cells; the column names
+    a CSV's header or a Parquet schema gives (None for JSON), for the caller to check before it loads the file."""
     name = path.name
 
     def fail(message, allowed=None):
@@ -36,10 +37,11 @@ def screen_file(path: Path, fmt: str, spec: dict, set_in: str = "") -> None:
     if fmt == "json":
         _screen_json(path, spec, set_in, fail)
     elif fmt == "csv":
-        _screen_csv(path, Checker(spec, name, "row", set_in), fail)
+        return _screen_csv(path, Checker(spec, name, "row", set_in), fail)
+    return None
 
 
-def _screen_csv(path: Path, check: Checker, fail) -> None:
+def _screen_csv(path: Path, check: Checker, fail) -> list[str]:
     """The sizes of a CSV's cells that a refusal would name, rows counted from 1 under the header, blank lines skipped
     (as `datasets`, through pandas, reads them); a cell longer than datavalues.MAX_LINE_BYTES is refused unread, as a JSON line is."""
     import csv
@@ -69,9 +71,10 @@ def _screen_csv(path: Path, check: Checker, fail) -> None:
     finally:
         csv.field_size_limit(limit)
     check.raise_if_any()
+    return header
 
 
-def _screen_parquet(path: Path, check: Checker) -> None:
+def _screen_parquet(path: Path, check: Checker) -> list[str]:
     """A Parquet file's text cells that a refusal would name, by their length in batches (pyarrow, no Python rows):
     only a row with a cell over datavalues.MAX_CELL_CHARS is turned into values, for the message the loaded dataset would get."""
     import pyarrow.compute as pc
@@ -92,6 +95,7 @@ def _screen_parquet(path: Path, check: Checker) -> None:
                 check.row({c: batch.column(c)[i].as_py() for c in columns}, seen + i + 1)
         seen += batch.num_rows
     check.raise_if_any()
+    return list(table.schema_arrow.names)
 
 
 def _text(kind) -> bool:

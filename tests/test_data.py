@@ -192,3 +192,25 @@ def test_a_file_over_the_cell_bound_is_refused_before_anything_is_cached(fmt, tm
     assert f"dataset.prompt_column: big.{fmt} {unit} 2: 'prompt' holds 1,001 characters" in err, err
     assert "Traceback" not in err
     assert not (tmp_path / "hf-cache").exists() or not any((tmp_path / "hf-cache").rglob("*.arrow"))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_file_without_the_prompt_column_is_refused_before_anything_is_cached(fmt, tmp_path, capsys, monkeypatch,
+                                                                               no_weights):
+    import datasets
+    from helpers import with_trainer, write_recipe
+
+    from grpokit.cli import main
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    path = tmp_path / f"data.{fmt}"
+    if fmt == "parquet":
+        datasets.Dataset.from_list([{"question": "Say apple.", "answer": "a"}]).to_parquet(str(path))
+    else:
+        path.write_text("question,answer\nSay apple.,a\n")
+    recipe = with_trainer(tmp_path)
+    recipe["dataset"]["path"] = str(path)
+    assert main(["--recipe", str(write_recipe(tmp_path, recipe)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset.prompt_column: names no column of the dataset (got 'prompt'); allowed: question, answer" in err, err
+    assert not (tmp_path / "hf-cache").exists() or not any((tmp_path / "hf-cache").rglob("*.arrow"))

@@ -180,3 +180,29 @@ def test_compare_without_tools_keeps_its_columns_and_panels(tmp_path):
     runs = load_runs(write_state(tmp_path / "a", history(None)), [write_state(tmp_path / "b", history(None))])
     assert [line.count("|") for line in table(runs)] == [9] * 4 and "tool calls" not in table(runs)[0]
     assert "Tool calls" not in titles(compare_figure(runs))
+
+
+# --- sampled completions ------------------------------------------------------------------------------------------------
+
+
+def test_sampled_completions_show_each_tool_call_its_result_and_the_worked_call(tmp_path):
+    # a row as a tool run stores it in report_record.json: TRL's messages, the call on a turn with no text
+    prompt = [{"role": "system", "content": "Use the tools."},
+              {"role": "user", "content": "2718 * 43?", "name": None, "tool_calls": None},
+              {"role": "assistant", "content": "",
+               "tool_calls": [{"type": "function", "function": {"name": "multiply", "arguments": {"a": 2718, "b": 43}}}]},
+              {"role": "user", "content": "98517 / 3?"}]
+    completion = [{"role": "assistant", "content": "",
+                   "tool_calls": [{"type": "function", "function": {"name": "divide", "arguments": {"a": 98517, "b": 3}}}]},
+                  {"role": "tool", "name": "divide", "content": "{'error': 'Tool divide not found.'}"},
+                  {"role": "assistant", "content": "The final answer is 32839."}]
+    folder = write_state(tmp_path, history(lambda s: 1.0, lambda s: 1.0, steps=2))
+    (folder / "report_record.json").write_text(json.dumps({"completions": [
+        {"prompt": prompt, "completion": completion, "rewards": {"task_score": 1.0}, "step": 2}], "resumed_at": None}))
+    text = write_report(folder, recipe_name="t", plots=[]).read_text()
+    sampled = text.split("## Sampled completions", 1)[1]
+    assert 'assistant: → calls multiply({"a": 2718, "b": 43})' in sampled  # the few-shot worked call
+    assert 'assistant: → calls divide({"a": 98517, "b": 3})' in sampled  # the model's own call, its turn otherwise blank
+    assert "tool divide: {'error': 'Tool divide not found.'}" in sampled  # what the tool gave back, and which tool
+    assert "assistant: The final answer is 32839." in sampled
+    assert "assistant: \n" not in sampled and not sampled.rstrip().endswith("assistant:")

@@ -47,16 +47,45 @@ FIGURES = (
 )
 
 
+def _call(call) -> str:
+    """One tool call as the model made it: `add({"a": 20, "b": 22})`; TRL's `{type, function: {name, arguments}}` or a
+    bare `{name, arguments}` (arguments as a dict or the JSON text a parser left)."""
+    if not isinstance(call, dict):
+        return str(call)
+    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False, default=str)
+    return f"{function.get('name', '?')}({arguments})"
+
+
+def _content(content) -> str:
+    """A message's content as text: content blocks (a multimodal tool result) give their text parts."""
+    if isinstance(content, list):
+        return " ".join(str(b.get("text", f"[{b.get('type', '?')}]")) if isinstance(b, dict) else str(b) for b in content)
+    return "" if content is None else str(content)
+
+
+def _message(message: dict, alone: bool = False) -> str:
+    """`role: content`, with the tool calls an assistant turn made (an empty turn but for them reads as the call) and
+    the tool a result came from; `alone`: the only message, shown without its role."""
+    role = message.get("role") or "?"
+    if role == "tool" and message.get("name"):
+        role = f"tool {message['name']}"
+    text = _content(message.get("content"))
+    calls = [f"→ calls {_call(c)}" for c in message.get("tool_calls") or []]
+    body = "\n".join(([text] if text else []) + calls)
+    return body if alone else f"{role}: {body}"
+
+
 def _text(value) -> str:
-    """A prompt or completion as plain text: conversational messages become `role: content` lines."""
-    if hasattr(value, "tolist"):  # numpy arrays from parquet
-        value = value.tolist()
-    if isinstance(value, dict) and "content" in value:
+    """A prompt or completion as plain text: conversational messages become `role: content` lines, with the tool
+    calls an assistant turn made and the tool each result came from."""
+    value = _plain(value)  # numpy arrays from parquet, nested too
+    if isinstance(value, dict) and ("content" in value or "tool_calls" in value):
         value = [value]
-    if isinstance(value, (list, tuple)) and all(isinstance(m, dict) and "content" in m for m in value):
-        if len(value) == 1:
-            return str(value[0]["content"])
-        return "\n".join(f"{m.get('role', '?')}: {m['content']}" for m in value)
+    if isinstance(value, list) and value and all(isinstance(m, dict) and ("content" in m or "tool_calls" in m) for m in value):
+        return "\n".join(_message(m, alone=len(value) == 1 and not m.get("tool_calls")) for m in value)
     return str(value)
 
 

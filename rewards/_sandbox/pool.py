@@ -11,7 +11,7 @@ be killed. Why a zygote: a worker past its time is killed and must be replaced, 
 or reasoning-gym takes 1-3 s of CPU; the zygote imports and warms the kind's module once and forks each worker on
 request, warm, in milliseconds. Nothing is forked from the trainer's process (which holds torch's threads).
 
-What holds for a job (rewards/_sandbox/cage.py builds it; `layers()` names the layers that held on this machine):
+What holds for a job (rewards/_sandbox/cage.py builds it; a pool's `layers` names those that held on this machine):
     time       wall time per job from the moment the worker takes it, less what it announces as trusted work (building
                the problem: not the answer's time; bounded by BUILD_TIMEOUT_S), then killed; CPU time per job
                (3 x timeout + 1 s) as the kernel's backstop should the pool die mid-job

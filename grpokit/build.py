@@ -56,9 +56,9 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     from peft import LoraConfig
 
     if recipe.dataset.get("reasoning_gym"):  # its problems are made in a child process, started now to overlap this work
-        from grpokit import tasks
+        from grpokit import taskgen
 
-        tasks.start(recipe.dataset["reasoning_gym"])
+        taskgen.warm()
     found = _Findings(training=mode != "check", problems=Problems(file=str(recipe.path)))
     args = grpo_args(recipe, num_processes=None if mode == "train" else recipe.num_processes)
     lora = LoraConfig(**recipe.lora) if recipe.lora is not None else None

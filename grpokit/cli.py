@@ -290,6 +290,10 @@ def run(req: Request) -> int:
     from grpokit.dist import say
 
     loaded = load(req.recipe, list(req.overrides))
+    if isinstance(loaded.data.get("dataset"), dict) and loaded.data["dataset"].get("reasoning_gym"):
+        from grpokit import taskgen  # its problems are made in a child process: start it beside the validation
+
+        taskgen.warm()
     if req.mode != "check":
         models.offline_unless_hub_reachable(loaded.data)  # fail fast, not after minutes of retries
     say(f"recipe: {loaded.path.resolve()}" + (f" (+ {len(req.overrides)} override(s))" if req.overrides else ""))  # as messages name it

@@ -35,7 +35,7 @@ STARTUP_S = 120.0  # importing reasoning-gym on a loaded 2-core box takes second
 BATCH_S = 0.25  # the child sends what it made at least this often, so the parent's clock stays per problem
 _ROOT = str(Path(__file__).resolve().parent.parent)
 _CODE = ("import sys; sys.path.insert(0, sys.argv[1]); from grpokit.taskgen import serve; "
-         "serve(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))")
+         "serve(int(sys.argv[2]), int(sys.argv[3]))")
 
 
 def registry() -> dict:
@@ -100,43 +100,60 @@ def bounds() -> str:
 
 
 class Producer:
-    """The child process making `parts` ({tasks, size, seed} each), started at once so that its import of
-    reasoning-gym overlaps the caller's own work; `collect()` waits for the rows within the bounds. A producer
-    never collected is killed when it is collected by Python, or at exit."""
+    """A child process that imports reasoning-gym at once, then makes the parts `collect` sends it ({tasks, size,
+    seed} each) within the bounds. Started early (`warm`), its import (~4 s) overlaps the caller's own work; one never
+    used is stopped when Python collects it, or at exit, and ends by itself when this process goes."""
 
-    def __init__(self, parts: list[dict]):
-        self.parts = parts
-        read_fd, write_fd = os.pipe()
+    def __init__(self):
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
         # one thread each for numpy's libraries: a pool of threads reserves address space the memory bound would count
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         try:  # its output is not shown: what it has to say comes over the pipe, never as a traceback
-            self.proc = subprocess.Popen([sys.executable, "-c", _CODE, _ROOT, str(write_fd), json.dumps(parts),
-                                          str(MEMORY_BYTES)], pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
+            self.proc = subprocess.Popen([sys.executable, "-c", _CODE, _ROOT, str(to_child_r), str(from_child_w)],
+                                         pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         finally:
-            os.close(write_fd)
-        self.inbox = Connection(read_fd, writable=False)
-        self._finalizer = weakref.finalize(self, _stop, self.proc, self.inbox)
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self.outbox = Connection(to_child_w, readable=False)
+        self.inbox = Connection(from_child_r, writable=False)
+        self._finalizer = weakref.finalize(self, _stop, self.proc, self.outbox, self.inbox)
 
-    def collect(self) -> list[list[tuple]]:
+    def collect(self, parts: list[dict]) -> list[list[tuple]]:
         """The rows (`row`) of each part. Raises `Expensive` past a bound, `Failed` when the task raises,
         RuntimeError when the child cannot start."""
         try:
-            return _collect(self.inbox, self.proc, self.parts)
+            try:
+                self.outbox.send((parts, MEMORY_BYTES, int(STARTUP_S + TOTAL_S) + 60))
+            except OSError:  # it died before it was asked: said as a start that failed, below
+                pass
+            return _collect(self.inbox, self.proc, parts)
         finally:
             self._finalizer()
 
 
-def _stop(proc, inbox: Connection) -> None:
-    inbox.close()
+def _stop(proc, outbox: Connection, inbox: Connection) -> None:
+    for conn in (outbox, inbox):
+        conn.close()
     if proc.poll() is None:
         proc.kill()
     proc.wait()
 
 
+_WARM: list[Producer] = []  # at most one producer started ahead of need
+
+
+def warm() -> None:
+    """Start a producer now, so that its import of reasoning-gym runs beside the caller's own work (the recipe's
+    validation, which imports reasoning-gym too, and the tokenizer's loading); `produce` takes it."""
+    if not _WARM:
+        _WARM.append(Producer())
+
+
 def produce(parts: list[dict]) -> list[list[tuple]]:
-    """The rows of each part, made in a bounded child process (`Producer`)."""
-    return Producer(parts).collect()
+    """The rows of each part, made in a bounded child process: the warm producer, or a new one."""
+    return (_WARM.pop() if _WARM else Producer()).collect(parts)
 
 
 def _collect(inbox: Connection, proc, parts: list[dict]) -> list[list[tuple]]:
@@ -195,19 +212,25 @@ def _where(rows: list[list], parts: list[dict]) -> tuple[int, int]:
     return len(parts) - 1, parts[-1]["size"]
 
 
-def serve(write_fd: int, parts_json: str, memory_bytes: int) -> None:
-    """The child: cap its memory, import reasoning-gym, say ready, make every part's problems in batches, say done.
-    Ends when its parent goes (a closed pipe), or by the kernel's CPU limit should the parent be killed mid-problem."""
+def serve(read_fd: int, write_fd: int) -> None:
+    """The child: import reasoning-gym, say ready, wait for the parts, cap its memory and CPU, make every part's
+    problems in batches, say done. Ends when its parent goes (a closed pipe), or by the kernel's CPU limit should the
+    parent be killed mid-problem."""
     import resource
 
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, resource.RLIM_INFINITY))
-    cpu = int(STARTUP_S + TOTAL_S) + 60
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, max(cpu, resource.getrlimit(resource.RLIMIT_CPU)[1])))
-    outbox = Connection(write_fd, readable=False)
+    inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     warnings.simplefilter("ignore")
     registry()
     outbox.send(("ready",))
-    for p, part in enumerate(json.loads(parts_json)):
+    try:
+        parts, memory_bytes, cpu_s = inbox.recv()
+    except (EOFError, OSError):  # warmed, never used
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, resource.RLIM_INFINITY))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = int(usage.ru_utime + usage.ru_stime) + cpu_s
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, max(cpu, resource.getrlimit(resource.RLIMIT_CPU)[1])))
+    for p, part in enumerate(parts):
         i, batch, sent = 0, [], time.monotonic()
         try:
             ds = build(part)

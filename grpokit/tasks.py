@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 
 from grpokit.errors import Problem, Problems, RecipeError, nearest
 # build and registry are made in taskgen (a leaf the scorer's cage imports too), reached through this module as well
-from grpokit.taskgen import Expensive, Failed, Producer, blame, bounds, build, registry  # noqa: F401
+from grpokit.taskgen import Expensive, Failed, blame, bounds, build, produce, registry  # noqa: F401
 
 # The column `task_score` reads: {"source": {tasks, size, seed}, "index": i, "entry": the problem, pickled (taskgen.row)}
 ITEM_COLUMN = "task_item"
@@ -179,20 +179,8 @@ class Generated:
     repeats: int  # held-out problems dropped because a training problem has the same question
 
 
-_STARTED: dict[str, Producer] = {}  # producers `start` set going, until `_made` collects them
-_MADE: set[str] = set()  # sources `_made` has made (and holds, while its cache keeps them)
-
-
 def _key(source: dict) -> str:
     return json.dumps({k: source.get(k) for k in ("tasks", "size", "seed", "eval_size", "eval_seed")}, sort_keys=True)
-
-
-def start(source: dict) -> None:
-    """Start making the source's problems in the background (`taskgen.Producer`), so that the child's import of
-    reasoning-gym (~4 s) overlaps the caller's work until `generate` asks for them; nothing when made already."""
-    key = _key(source)
-    if key not in _STARTED and key not in _MADE:
-        _STARTED[key] = Producer(_parts(source))
 
 
 def _parts(source: dict) -> list[dict]:
@@ -201,14 +189,12 @@ def _parts(source: dict) -> list[dict]:
 
 @functools.lru_cache(maxsize=8)
 def _made(key: str) -> tuple:
-    """Both sets' rows (question, answer, task), made at once in one bounded child process (`taskgen.Producer`): every
+    """Both sets' rows (`taskgen.row`), made at once in one bounded child process (`taskgen.produce`): every
     caller needs training's, and the held-out set is small beside it."""
     source = json.loads(key)
     parts = _parts(source)
     try:
-        made = tuple((_STARTED.pop(key, None) or Producer(parts)).collect())
-        _MADE.add(key)
-        return made
+        return tuple(produce(parts))
     except Expensive as err:
         which = ("training", "held-out")[err.part]
         named = blame(source["tasks"], err.bound, KEY)

@@ -26,7 +26,6 @@ def small_bounds(monkeypatch):
     monkeypatch.setattr(taskgen, "MEMORY_BYTES", 2 * 2**30)
     tasks._made.cache_clear()
     tasks._generate.cache_clear()
-    tasks._MADE.clear()
 
 
 def refusal(capsys) -> str:

@@ -175,11 +175,16 @@ def quiet_known_noise() -> None:
     Each is exact to its message: TRL 1.16 calls transformers 5's deprecated `gradient_checkpointing_*`
     names (a FutureWarning per call site, repeated through the run); torch's DataLoader warns that
     `pin_memory` does nothing without an accelerator (every CPU run); bitsandbytes warns on every CPU
-    start that an optional hub kernel is missing.
+    start that an optional hub kernel is missing. TRL 1.16 warns that `environment_factory` is experimental at every
+    tool run, naming the file and line of grpokit's GRPOTrainer call as its source: it speaks to that call's author,
+    who pins TRL and checks what grpokit relies on in `grpokit.trl_compat`, not to a recipe's user, who can do nothing
+    about it (docs/tools.md says the API is TRL's experimental one).
     """
     warnings.filterwarnings("ignore", message=r"`(is_gradient_checkpointing|gradient_checkpointing_\w+)` is deprecated",
                             category=FutureWarning)
     warnings.filterwarnings("ignore", message=r"'pin_memory' argument is set as true but no accelerator", category=UserWarning)
+    warnings.filterwarnings("ignore", message=r"You are using 'environment_factory', which is an experimental feature",
+                            category=UserWarning)
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 

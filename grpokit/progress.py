@@ -21,6 +21,37 @@ SHOWN = (
     ("sampling/rounds", "rounds", "{:.1f}"),
     ("loss", "loss", "{:.4f}"),
 )
+# TRL's tool metrics (a run given tools logs both at every step): calls per completion, and failed calls over calls,
+# shown only where calls were made (TRL logs 0 failures at a step without calls, which is no call that worked).
+CALLS, FAILURES = "tools/call_frequency", "tools/failure_frequency"
+
+
+def tools(logs: dict) -> str:
+    """The step's tool calls per completion and the share of them that failed; '' for a run without tools.
+
+    >>> tools({CALLS: 0.5, FAILURES: 1.0}), tools({CALLS: 0.0, FAILURES: 0.0}), tools({"reward": 1.0})
+    ('tool calls 0.50/completion, 100% failed', 'tool calls 0.00/completion', '')
+    """
+    calls, failed = logs.get(CALLS), logs.get(FAILURES)
+    if not isinstance(calls, (int, float)):
+        return ""
+    text = f"tool calls {calls:.2f}/completion"
+    return text + (f", {failed:.0%} failed" if calls > 0 and isinstance(failed, (int, float)) else "")
+
+
+def every_call_failed(logs: dict, step: int) -> str | None:
+    """A plain sentence when every tool call of a step failed (the reward then comes without the tool); else None.
+
+    >>> every_call_failed({CALLS: 1.0, FAILURES: 1.0}, 3)[:41]
+    'every tool call at step 3 failed (1.00 pe'
+    """
+    calls, failed = logs.get(CALLS), logs.get(FAILURES)
+    if not isinstance(calls, (int, float)) or calls <= 0 or failed != 1.0:
+        return None
+    return (f"every tool call at step {step} failed ({calls:.2f} per completion): the model read only error messages, "
+            "so no reward came from the tool. report.md's sampled completions show each call and its error "
+            "(`tool NAME: {'error': ...}`); a 'Tool X not found.' names a tool the model was shown (in the prompt or "
+            "dataset.few_shot) that the recipe does not give.")
 
 
 def summary(logs: dict, step: int, started_at: int = 0) -> str | None:
@@ -44,12 +75,13 @@ def summary(logs: dict, step: int, started_at: int = 0) -> str | None:
 
 
 def line(logs: dict, step: int, max_steps: int, pace: "Pace | None" = None) -> str:
-    """`step 13/30  reward 0.354 ± 0.166  zero-std groups 0.00  len 14 ...  17 s/step, ~5 min left`"""
+    """`step 13/30  reward 0.354 ± 0.166  zero-std groups 0.00  len 14 ...  tool calls 0.50/completion, 0% failed  17 s/step, ~5 min left`"""
     parts = [f"step {step}/{max_steps}" if max_steps > 0 else f"step {step}"]
     for key, label, fmt in SHOWN:
         value = logs.get(key)
         if isinstance(value, (int, float)):
             parts.append(f"{label} {fmt.format(value)}")
+    parts.append(tools(logs))
     if pace is not None:
         parts.append(pace.update(logs, step, max_steps))
     return "  ".join(p for p in parts if p)
@@ -94,9 +126,20 @@ class Pace:
 
 class _Resumed:
     """Remembers the step training began at (the checkpoint's, when resuming: the trainer has loaded its state by
-    `on_train_begin`), so the summary counts what this session trained."""
+    `on_train_begin`), so the summary counts what this session trained; and says once when every tool call of a step
+    failed, under its step line."""
 
     started_at = 0
+    failed_said = False
+
+    def lines(self, logs: dict, state) -> list[str]:
+        self.pace = getattr(self, "pace", None) or Pace()
+        out = [line(logs, state.global_step, state.max_steps, self.pace)]
+        alarm = None if self.failed_said else every_call_failed(logs, state.global_step)
+        if alarm:
+            self.failed_said = True
+            out.append(alarm)
+        return out
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.started_at = state.global_step
@@ -115,8 +158,8 @@ class CompactProgress(_Resumed, ProgressCallback):
             return
         if "reward" not in logs:  # eval logs: keep transformers' form
             return super().on_log(args, state, control, logs=logs, **kwargs)
-        self.pace = getattr(self, "pace", None) or Pace()
-        self.training_bar.write(line(logs, state.global_step, state.max_steps, self.pace))
+        for text in self.lines(logs, state):
+            self.training_bar.write(text)
 
 
 class CompactPrinter(_Resumed, PrinterCallback):
@@ -131,8 +174,8 @@ class CompactPrinter(_Resumed, PrinterCallback):
             return
         if "reward" not in logs:
             return super().on_log(args, state, control, logs=logs, **kwargs)
-        self.pace = getattr(self, "pace", None) or Pace()
-        print(line(logs, state.global_step, state.max_steps, self.pace), flush=True)
+        for text in self.lines(logs, state):
+            print(text, flush=True)
 
 
 def events(args) -> list[str]:

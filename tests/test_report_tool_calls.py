@@ -206,3 +206,18 @@ def test_sampled_completions_show_each_tool_call_its_result_and_the_worked_call(
     assert "tool divide: {'error': 'Tool divide not found.'}" in sampled  # what the tool gave back, and which tool
     assert "assistant: The final answer is 32839." in sampled
     assert "assistant: \n" not in sampled and not sampled.rstrip().endswith("assistant:")
+
+
+def test_when_most_calls_fail_the_advice_points_at_the_tool_not_the_batch(tmp_path):
+    # every call failed; the reward barely moved and most groups had no spread: the thin-signal verdict's fixes
+    # (more prompts per step, dynamic sampling) would be the advice without the tool's failures
+    log = history(lambda s: 1.0, lambda s: 1.0)
+    for entry in log[:-1]:
+        entry.update(reward=0.1 * (entry["step"] % 2), frac_reward_zero_std=0.9)
+    said = report(tmp_path, log).split("## What the curves say", 1)[1].split("\n## ", 1)[0]
+    assert "What to change: the tool, first. 100% of the model's tool calls at the end failed" in said
+    assert "'Tool X not found.' names a tool the model was shown" in said
+    assert "per_device_train_batch_size" not in said and "sampling.dynamic" not in said
+    # the same curves without tools get the thin-signal advice
+    plain = report(tmp_path / "plain", [{k: v for k, v in e.items() if not k.startswith("tools/")} for e in log])
+    assert "sampling.dynamic" in plain.split("## What the curves say", 1)[1]

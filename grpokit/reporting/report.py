@@ -24,7 +24,7 @@ from pathlib import Path
 from grpokit import files
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.scoring import scoring_section
-from grpokit.reporting.tool_calls import tool_use_section
+from grpokit.reporting.tool_calls import failed_at_end, tool_use_section
 from grpokit.reporting.verdict import cut_short, diagnosis, heldout
 from grpokit.rundir import STATE_FILE, read_state
 
@@ -430,7 +430,7 @@ def write_report(
     lines += [_fence("\n".join(explain_lines))] if explain_lines else ["(no explain summary given)"]
     lines += ["", "## Final figures", ""] + _summary(state, record["resumed_at"]) + [""] + _figures(state)
     lines += ["", f"Source: `{Path(os.path.relpath(state_path, run_dir)).as_posix()}`"]
-    found = diagnosis(state["log_history"], heldout(run_dir)[0], run_dir)
+    found = diagnosis(state["log_history"], heldout(run_dir)[0], run_dir, tools_failed=failed_at_end(state["log_history"]))
     if found:
         lines += ["", "## What the curves say", ""] + found
     lines += tool_use_section(state["log_history"])  # nothing for a run without tools

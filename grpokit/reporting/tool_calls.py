@@ -15,16 +15,13 @@ from __future__ import annotations
 import math
 
 from grpokit.reporting.plots import series
-from grpokit.reporting.verdict import COLLAPSE_MIN_STEPS, window, windows
+from grpokit.reporting.verdict import COLLAPSE_MIN_STEPS, MOSTLY_FAILED, window, windows
 
 CALLS, FAILURES = "tools/call_frequency", "tools/failure_frequency"
 # grpokit's own, logged per call (grpokit.toolguard): the share of calls each of the recipe's tool limits cut. Each such
 # call is also one of TRL's failed calls.
 LIMITS = {"tools.timeout_seconds": ("calls past tools.timeout_seconds, per call", "tools/timeout_frequency"),
           "tools.max_result_chars": ("results over tools.max_result_chars, per call", "tools/oversize_frequency")}
-# "Most calls failed" at the end: more than half of them, so the reward was earned (or not) mostly without the
-# tool's answers.
-MOSTLY_FAILED = 0.5
 # The end's calls per completion count as more (or fewer) than the start's when they differ by more than this share
 # of the larger, and by more than 2 standard errors of the difference of two window means: single steps swing.
 CHANGE = 0.1
@@ -70,6 +67,16 @@ def failures_per_call(history: list[dict], span: tuple) -> float | None:
     pairs = [(c, fails[s]) for s, c in zip(*series(history, CALLS)) if span[0] <= s <= span[1] and s in fails]
     calls = sum(c for c, _ in pairs)
     return sum(c * f for c, f in pairs) / calls if calls > 0 else None
+
+
+def failed_at_end(history: list[dict]) -> float | None:
+    """Failed calls over calls over the end window of a run given tools (what `verdict.diagnosis` weighs); None for a
+    run without tools or one whose end made no call.
+
+    >>> failed_at_end([{"step": 1, CALLS: 2.0, FAILURES: 1.0}]), failed_at_end([{"step": 1, "reward": 0.5}])
+    (1.0, None)
+    """
+    return failures_per_call(history, ends(history)[1]) if logged(history) else None
 
 
 def _moved(history: list[dict], start: float, end: float) -> bool:

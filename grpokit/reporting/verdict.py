@@ -373,6 +373,8 @@ def _number(value) -> str:
     return f"{value:.3g}" if abs(value) < 1e6 else f"{value:.4g}"
 
 
+# "Most calls failed": more than half of them, so the reward was earned (or not) mostly without the tool's answers.
+MOSTLY_FAILED = 0.5
 FIX_COLLAPSE = ("What to change: fewer steps (`trainer.max_steps`, about the collapse step) when the goal was reached; a "
                 "higher `trainer.temperature` to keep a group's completions apart; DAPO's dynamic sampling "
                 "(`sampling.dynamic: true`), which replaces groups without spread by fresh prompts; or a harder task or "
@@ -388,19 +390,35 @@ FIX_FALL = ("To keep the best model: save checkpoints often enough to hold it (`
             "lower `trainer.learning_rate` makes a fall less likely.")
 
 
-def diagnosis(history: list[dict], evals: list[dict] | None = None, run_dir: str | Path | None = None) -> list[str]:
+FIX_TOOL = ("What to change: the tool, first. {failed:.0%} of the model's tool calls at the end failed, so its reward "
+            "came without the tool's answers, and more prompts per step or dynamic sampling cannot change that. Read "
+            "each call and its error in the sampled completions below (`tool NAME: {{'error': ...}}`): 'Tool X not "
+            "found.' names a tool the model was shown (its prompt, `dataset.few_shot`) that the recipe does not give; "
+            "an error of the tool's own is its code or its arguments' types; an error naming a `tools.` limit is that "
+            "limit.")
+
+
+def diagnosis(history: list[dict], evals: list[dict] | None = None, run_dir: str | Path | None = None,
+              tools_failed: float | None = None) -> list[str]:
     """What the curves (and held-out figures, when `--eval` scored the run) mean, in sentences: a held-out drop first,
     then the learning signal judged over a window, how much of the run had no gradient, a reward that fell from its
-    best, and what to change. [] when nothing was logged to judge."""
+    best, and what to change. `tools_failed`: failed tool calls over calls at the end of a run given tools
+    (`tool_calls.failed_at_end`); past `MOSTLY_FAILED` the tool is what to change, whatever the signal did. [] when
+    nothing was logged to judge."""
     z = zero_spread(history)
     falls = _falls(history)
     flat = never_varied(history)
     silent = bool(flat) and len(flat) == len(reward_names(history))  # no reward ever told completions apart
     paragraphs = heldout_lines(evals or [], run_dir) + _constant(history) + (_signal(history, z) if z is not None else [])
     paragraphs += ([] if fall_from_best(history) else _course(history)) + falls
-    if flat:
+    broken_tool = tools_failed is not None and tools_failed > MOSTLY_FAILED
+    if broken_tool:  # the reward's and the signal's own fixes cannot help a reward the tool never answered
+        paragraphs.append(FIX_TOOL.format(failed=tools_failed))
+    elif flat:
         paragraphs.append(fix_constant(history))
-    if silent:
+    if broken_tool:
+        pass
+    elif silent:
         pass  # not a collapse nor a thin signal: nothing ever varied, and fix_constant said what to do
     elif z is not None and solved(history, collapse(history)):
         paragraphs.append(FIX_SOLVED.format(step=collapse(history)["from_step"]))

@@ -37,7 +37,7 @@ __all__ = [
 @dataclass(frozen=True)
 class Entry:
     name: str
-    target: Callable  # a function (no args) or a class (args go to __init__)
+    target: Callable  # a function (args set its keyword arguments) or a class (args go to __init__)
     # args the recipe loader fills from the recipe when the entry leaves them out: {arg: "trainer.key"}
     from_recipe: dict
 
@@ -221,12 +221,39 @@ def _check_call_signature(name: str, target) -> None:
         )
 
 
+# What TRL's call passes a reward itself (dataset columns come too): never a recipe's `args`.
+TRL_CALL = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                      "environments"})
+
+
 def arg_parameters(target) -> dict[str, inspect.Parameter]:
-    """The arguments a recipe may give: a class's __init__ parameters; none for a plain function."""
+    """The arguments a recipe may give: a class's __init__ parameters; a plain function's keyword arguments that have a
+    default, other than those TRL's call passes (one without a default is filled by the call: a dataset column)."""
     if not inspect.isclass(target):
-        return {}
+        params = _call_signature(target).parameters
+        return {k: p for k, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                and p.default is not p.empty and k not in TRL_CALL}
     params = inspect.signature(target.__init__).parameters
     return {k: p for k, p in params.items() if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+class Bound:
+    """A plain function with the recipe's `args` for its keyword arguments: what `functools.partial` does, with the
+    function's name kept (TRL logs `rewards/<name>/mean`) and pickling by reference to the function. The recipe's
+    value wins over a dataset column of the same name: the entry set it on purpose.
+
+    >>> def at_most(completions, n: int = 1, **kwargs):
+    ...     return [float(len(c) <= n) for c in completions]
+    >>> Bound(at_most, {"n": 2})(completions=["ab", "abc"])
+    [1.0, 0.0]
+    """
+
+    def __init__(self, fn: Callable, args: dict):
+        self.fn, self.args = fn, dict(args)
+        self.__name__ = fn.__name__
+
+    def __call__(self, completions, **kwargs):
+        return self.fn(completions=completions, **{**kwargs, **self.args})
 
 
 def bind(name: str, args: dict) -> Entry:
@@ -237,7 +264,13 @@ def bind(name: str, args: dict) -> Entry:
     for key in args:
         if key not in params:
             hint = nearest(key, params)
-            allowed = ", ".join(params) if params else "none (a plain function takes no args)"
+            if inspect.isclass(e.target):
+                allowed = ", ".join(params) if params else "none"
+            else:
+                allowed = (f"{', '.join(params)} (the function's keyword arguments with a default)" if params else
+                           "none (`args` sets a function's keyword arguments that have a default, e.g. "
+                           f"`def {e.target.__name__}(completions, max_chars: int = 8, **kwargs)`; the others come from "
+                           "TRL's call and the dataset's columns)")
             raise RewardError(
                 f"reward {name!r} has no argument {key!r}; arguments: {allowed}"
                 + (f"; did you mean {hint!r}?" if hint else ""),
@@ -264,7 +297,7 @@ def build(name: str, **args: Any) -> Callable:
             # the constructor's error is the class's own text: blamed on the first argument given
             raise RewardError(f"reward {name!r}: bad arguments {args}: {err}", arg=next(iter(args), None)) from None
     else:
-        fn = e.target
+        fn = Bound(e.target, args) if args else e.target
     return Guarded(e.name, fn)
 
 

@@ -224,3 +224,39 @@ def test_a_reward_file_must_be_python_source(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "rewards[0].name: user reward" in err and "notpy.txt' is not a .py file; a reward file is Python source" in err
     assert "Traceback" not in err
+
+
+PLAIN_WITH_KEYWORDS = '''
+from rewards import text
+
+
+def short_and_a(completions, max_chars: int = 8, prompts=None, **kwargs):
+    return [float(len(text(c)) <= max_chars and "a" in text(c)) for c in completions]
+'''
+
+
+def test_a_plain_functions_keyword_arguments_are_set_by_args(tmp_path):
+    import pickle
+
+    src = tmp_path / "mine.py"
+    src.write_text(PLAIN_WITH_KEYWORDS)
+    done = ["a" * 10, "a" * 9, "b" * 5]
+    assert rewards.build(f"{src}:short_and_a")(completions=done) == [0.0, 0.0, 0.0]  # its default, 8
+    bound = rewards.build(f"{src}:short_and_a", max_chars=10)
+    assert bound(completions=done) == [1.0, 1.0, 0.0]
+    assert bound.__name__ == "short_and_a"  # logged as rewards/short_and_a/mean, args or not
+    assert pickle.loads(pickle.dumps(bound))(completions=done) == [1.0, 1.0, 0.0]  # DDP and dataloader workers pickle it
+    with pytest.raises(rewards.RewardError) as err:  # an unknown name: the ones it has, and the nearest
+        rewards.bind(f"{src}:short_and_a", {"max_char": 10})
+    assert str(err.value) == (f"reward '{src}:short_and_a' has no argument 'max_char'; arguments: max_chars "
+                              "(the function's keyword arguments with a default); did you mean 'max_chars'?")
+
+
+def test_a_plain_function_without_keyword_arguments_says_what_to_write_instead(tmp_path):
+    src = tmp_path / "mine.py"
+    src.write_text("def plain(completions, answer, **kwargs):\n    return [1.0 for _ in completions]\n")
+    with pytest.raises(rewards.RewardError) as err:  # `answer` has no default: a dataset column TRL passes, not an arg
+        rewards.bind(f"{src}:plain", {"answer": "x"})
+    assert ("has no argument 'answer'; arguments: none (`args` sets a function's keyword arguments that have a default, "
+            "e.g. `def plain(completions, max_chars: int = 8, **kwargs)`; the others come from TRL's call and the "
+            "dataset's columns)") in str(err.value)

@@ -207,6 +207,7 @@ def plot(run_dir: Path, compare: list[Path] = ()) -> int:
     from grpokit.files import ownership
     from grpokit.config import load, validate
     from grpokit.config.trainer_args import grpo_args
+    from grpokit.dist import say
     from grpokit.reporting.compare import COMPARE_FILE, load_runs
     from grpokit.reporting.plots import PLOT_FILE, PLOTS_DIR, plot_run
     from grpokit.reporting.report import REPORT_FILE, write_report
@@ -228,6 +229,8 @@ def plot(run_dir: Path, compare: list[Path] = ()) -> int:
         else:
             paths = plot_run(run_dir)
             paths.append(write_report(run_dir, recipe_name=run_dir.name, plots=list(paths), compare=runs))
+            for path in paths:  # finish_run says what it wrote; this branch says it here, once each
+                say(f"wrote {path}")
     except ValueError as err:
         raise RecipeError([Problem("--plot", str(err), str(run_dir))]) from None
     ownership.claim_file(run_dir / REPORT_FILE)
@@ -237,9 +240,7 @@ def plot(run_dir: Path, compare: list[Path] = ()) -> int:
     else:
         ownership.claim_file(run_dir / PLOTS_DIR)
     if compare:
-        paths.append(run_dir / PLOTS_DIR / COMPARE_FILE)
-    for path in paths:
-        print(path)
+        say(f"wrote {run_dir / PLOTS_DIR / COMPARE_FILE}")
     from grpokit.reporting.compare import different_rewards
 
     for line in different_rewards(runs or []):  # said here too: the shared axes alone do not show it

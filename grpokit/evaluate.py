@@ -171,7 +171,9 @@ def summary(result: dict) -> str:
 
 def run_steps(recipe: Recipe, run_dir: str) -> dict | None:
     """The steps the scored model trained, the steps its run was to train (the larger of the state's own `max_steps` and
-    the recipe's `trainer.max_steps`), and whether its run reached them: {"trained", "planned", "run_finished"}; None
+    the recipe's `trainer.max_steps`), the steps the run itself was set to (its state's `max_steps`: fewer than the
+    recipe's after a `trainer.max_steps=N` override), and whether its run reached the planned ones:
+    {"trained", "planned", "set", "run_finished"}; None
     when the folder holds no readable trainer state. A checkpoint's run is the folder above it: a checkpoint of a
     finished run is a point of it, one of a run that stopped early is the most that run reached."""
     from grpokit.rundir import STATE_FILE, read_state
@@ -185,7 +187,9 @@ def run_steps(recipe: Recipe, run_dir: str) -> dict | None:
     planned = max(given) if given else None
     whole = read_state(folder.parent / STATE_FILE)[0] if folder.name.startswith("checkpoint-") else state
     finished = planned is None or (whole is not None and whole["global_step"] >= planned)
-    return {"trained": state["global_step"], "planned": planned, "run_finished": finished}
+    own = state.get("max_steps")
+    return {"trained": state["global_step"], "planned": planned,
+            "set": own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else None, "run_finished": finished}
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

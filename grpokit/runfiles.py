@@ -54,14 +54,17 @@ def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=Non
     shows them too; with `compare` (`reporting.compare.load_runs`), the runs side by side."""
     from grpokit.reporting.explain import explain_table
     from grpokit.reporting.plots import plot_run
-    from grpokit.reporting.report import run_completions, store_record, write_report
+    from grpokit.reporting.report import read_record, run_completions, store_record, write_report
 
     plots = plot_run(output_dir, args=args)
-    completions = (store_record(output_dir, run_completions(trainer), resumed_at) or None) if trainer is not None else None
+    completions = (store_record(output_dir, run_completions(trainer), resumed_at, recipe.name) or None
+                   if trainer is not None else None)
+    # drawn again (`--plot`, `--eval`), `recipe` is the run's saved recipe.yaml: the name is the one the run kept
+    name = recipe.name if trainer is not None else read_record(output_dir)["recipe_name"] or recipe.name
     from grpokit.data import source_name
 
     head = [f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}", f"data: {source_name(recipe.dataset)}"]
-    report = write_report(output_dir, recipe_name=recipe.name, explain_lines=head + explain_table(recipe, args),
+    report = write_report(output_dir, recipe_name=name, explain_lines=head + explain_table(recipe, args),
                           completions=completions, plots=plots, args=args, compare=compare)
     for path in plots + [report]:
         say(f"wrote {path}")

@@ -76,7 +76,7 @@ def trained(tmp_path_factory, tiny_model_dir):
     folder = tmp_path_factory.mktemp("reports")
     data = with_trainer(folder, max_steps=4, save_strategy="steps", save_steps=2)
     data["dataset"].update(eval_path=str(SMOKE_DATA), eval_limit=4)
-    recipe = write_recipe(folder, data)
+    recipe = write_recipe(folder, data, name="smoke.yaml")
     assert cli.main(["--recipe", str(recipe), "trainer.max_steps=2"]) == 0
     return recipe, folder / "run"
 
@@ -95,7 +95,7 @@ def test_the_record_keeps_what_earlier_sessions_showed(tmp_path):
     store_record(run, [], resumed_at=2)  # a session that kept no batch takes nothing away
     assert [r["step"] for r in read_record(run)["completions"]] == [1, 4]
     (run / "report_record.json").write_text("[1, 2]")  # not a record: the report falls back, nothing raises
-    assert read_record(run) == {"completions": [], "resumed_at": None}
+    assert read_record(run) == {"completions": [], "resumed_at": None, "recipe_name": None}
 
 
 def completions_of(report: str) -> str:
@@ -109,22 +109,33 @@ def test_eval_and_plot_keep_the_completions_the_run_recorded(trained, capsys):
     assert "#### 1." in first and "log_completions" not in first
     assert cli.main(["--recipe", str(recipe), "--eval", str(run)]) == 0  # rewrites report.md with before/after
     assert completions_of((run / "report.md").read_text()) == first
+    capsys.readouterr()
     assert cli.main(["--plot", str(run)]) == 0
     assert completions_of((run / "report.md").read_text()) == first
-    capsys.readouterr()
+    # drawn again from the run's saved recipe.yaml, the report keeps the name of the recipe the run was made from
+    assert (run / "report.md").read_text().startswith("# GRPO run report: smoke\n")
+    out = capsys.readouterr().out
+    said = [line for line in out.splitlines() if "report.md" in line]
+    assert len(said) == 1 and said[0].endswith(f"wrote {run / 'report.md'}")  # said once
 
 
 @pytest.mark.slow
 def test_an_eval_of_a_short_run_says_it_is_short(trained, capsys):
     recipe, run = trained
     assert cli.main(["--recipe", str(recipe), "--eval", str(run)]) == 0
-    line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert line.startswith("pass@1 ") and "the run trained 2 of its 4 steps" in line
-    assert json.loads((run / "eval.json").read_text())["steps"] == {"trained": 2, "planned": 4, "run_finished": False}
+    out = capsys.readouterr().out.strip().splitlines()
+    line = out[-1]
+    # set to 2 steps on the command line, it trained all of them: short of the recipe, not cut short, as report.md's
+    # "Steps: 2 of 2" says
+    shortened = "the run trained all 2 steps it was set to (trainer.max_steps: 2), where the recipe asks for 4"
+    assert line.startswith("pass@1 ") and shortened in line and "cut short" not in line
+    assert len([x for x in out if "report.md" in x]) == 1  # the refreshed report, said once
+    assert json.loads((run / "eval.json").read_text())["steps"] == {"trained": 2, "planned": 4, "set": 2,
+                                                                    "run_finished": False}
     report = (run / "report.md").read_text()
-    assert "**This run is short**: the run trained 2 of its 4 steps" in report
+    assert f"**This run is short**: {shortened}" in report and "- Steps: 2 of 2" in report
     assert cli.main(["--recipe", str(recipe), "--eval", str(run / "checkpoint-2")]) == 0  # the most the run reached
-    assert "the run trained 2 of its 4 steps" in capsys.readouterr().out.strip().splitlines()[-1]
+    assert shortened in capsys.readouterr().out.strip().splitlines()[-1]
     assert "**checkpoint-2 is of a run cut short**" in (run / "report.md").read_text()
 
 
@@ -152,6 +163,8 @@ def test_figures_of_a_checkpoint_or_a_whole_run_are_not_called_short():
 
     assert cut_short({"trained": 10, "planned": 30, "run_finished": True}) is None  # a checkpoint of a finished run
     assert cut_short({"trained": 30, "planned": 30}) is None and cut_short(None) is None
+    assert cut_short({"trained": 3, "planned": 30, "set": 30}).startswith("the run trained 3 of its 30 steps")  # stopped
+    assert cut_short({"trained": 3, "planned": 30, "set": 3}).startswith("the run trained all 3 steps it was set to")
     assert evaluate.summary({"greedy": {"pass@1": 0.5, "passed": 2}, "prompts": 4, "pass_reward": "r",
                              "steps": {"trained": 5, "planned": 30}}).endswith(
         "; the run trained 5 of its 30 steps: these are the figures of a run cut short, not of the recipe")

@@ -190,10 +190,12 @@ def _plain(value):
     return str(value)
 
 
-def store_record(run_dir: str | Path, rows: list[dict], resumed_at: int | None = None) -> list[dict]:
+def store_record(run_dir: str | Path, rows: list[dict], resumed_at: int | None = None,
+                 recipe_name: str | None = None) -> list[dict]:
     """Keep with the run what its report shows beyond trainer_state.json, in `<run_dir>/report_record.json`: the
-    sampled completions (`rows`) and the step the finishing session resumed at (None: it started at step 0). Every
-    later report of the run (`--plot`, `--eval`) shows them too. Returns the completions kept.
+    sampled completions (`rows`), the step the finishing session resumed at (None: it started at step 0) and the name of
+    the recipe the run was made from (a later report reads the run's saved `recipe.yaml`, whose own name is "recipe").
+    Every later report of the run (`--plot`, `--eval`) shows them too. Returns the completions kept.
 
     A resumed run adds its own completions: the earlier sessions' rows from before its first step stay, so "early"
     is still the run's first logged step.
@@ -202,21 +204,22 @@ def store_record(run_dir: str | Path, rows: list[dict], resumed_at: int | None =
     kept = [r for r in before if isinstance(r.get("step"), int)
             and all(isinstance(n.get("step"), int) and r["step"] < n["step"] for n in rows)] if rows else before
     merged = kept + [_plain(dict(r)) for r in rows]
-    record = {"completions": merged, "resumed_at": resumed_at}
+    record = {"completions": merged, "resumed_at": resumed_at, "recipe_name": recipe_name or read_record(run_dir)["recipe_name"]}
     files.write_text(Path(run_dir) / RECORD_FILE, json.dumps(record, indent=1) + "\n", key="--plot", root=Path(run_dir))
     return merged
 
 
 def read_record(run_dir: str | Path) -> dict:
-    """What `store_record` kept with the run: {"completions": rows, "resumed_at": step or None}; empty when the run
-    has no record (or a file there that is not one)."""
+    """What `store_record` kept with the run: {"completions": rows, "resumed_at": step or None, "recipe_name": name or
+    None}; empty when the run has no record (or a file there that is not one)."""
     data, _ = files.try_json(Path(run_dir) / RECORD_FILE, dict)
     data = data or {}
     rows = data.get("completions") if isinstance(data.get("completions"), list) else []
     resumed = data.get("resumed_at")
     return {"completions": [r for r in rows if isinstance(r, dict) and "completion" in r
                             and isinstance(r.get("rewards", {}), dict)],
-            "resumed_at": resumed if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed > 0 else None}
+            "resumed_at": resumed if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed > 0 else None,
+            "recipe_name": data["recipe_name"] if isinstance(data.get("recipe_name"), str) and data["recipe_name"] else None}
 
 
 def completions_from_disk(run_dir: str | Path, names: list[str] | None = None) -> list[dict]:

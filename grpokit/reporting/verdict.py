@@ -193,12 +193,18 @@ def cut_short(steps) -> str | None:
     'the run trained 5 of its 30 steps: these are the figures of a run cut short, not of the recipe'
     >>> cut_short({"trained": 10, "planned": 30, "run_finished": True}) is None
     True
+    >>> cut_short({"trained": 3, "planned": 30, "set": 3})[:41]
+    'the run trained all 3 steps it was set to'
     """
     if not isinstance(steps, dict) or steps.get("run_finished"):
         return None
     trained, planned = steps.get("trained"), steps.get("planned")
     if not isinstance(trained, int) or not isinstance(planned, int) or trained >= planned:
         return None
+    own = steps.get("set")
+    if isinstance(own, int) and trained >= own:  # it finished what it was set to: fewer steps than the recipe's, on purpose
+        return (f"the run trained all {trained} steps it was set to (trainer.max_steps: {own}), where the recipe asks for "
+                f"{planned}: these are the figures of a shortened run, not of the recipe")
     return f"the run trained {trained} of its {planned} steps: these are the figures of a run cut short, not of the recipe"
 
 

@@ -216,6 +216,16 @@ def _exited(name: str, where: str, err: SystemExit, kind: "Kind") -> RewardNameE
                            "`if __name__ == \"__main__\":`")
 
 
+def _python_files(folder: Path, limit: int = 1000) -> list[str]:
+    """The names of the `.py` files in `folder` (the first `limit`), for the nearest to a misspelt one; [] unreadable."""
+    import itertools
+
+    try:
+        return [p.name for p in itertools.islice(folder.iterdir(), limit) if p.suffix == ".py"]
+    except OSError:
+        return []
+
+
 def _not_a_file(path: Path) -> str:
     """Why `path` cannot be read as a source file, in words: a folder, a FIFO (opening it would wait for a writer), ..."""
     import stat
@@ -241,7 +251,10 @@ def load_user_target(name: str, kind: Kind = REWARD) -> Callable:
     if user_reward_file(name):
         path = Path(where).expanduser()
         if not path.is_file():
-            raise RewardNameError(f"{kind.label} {name!r}: file {str(path)!r} {_not_a_file(path)}")
+            why = _not_a_file(path)
+            beside = nearest(path.name, _python_files(path.parent)) if why == "does not exist" else None
+            raise RewardNameError(f"{kind.label} {name!r}: file {str(path)!r} {why}"
+                                  + (f"; did you mean {beside!r} (beside it)?" if beside else ""))
         module = _load_user_file(name, path, kind)
     else:
         module = _import_module(name, where, kind)

@@ -147,11 +147,27 @@ def validate(loaded: Loaded, num_processes: int | None = None, data_files: bool 
                   dict(loaded.set_by))
 
 
+def _section_of(key: str) -> str | None:
+    """`trainer.max_steps` for `max_steps`: the section a key given without one (`max_steps=3` on the command line)
+    belongs to, first match in the order a recipe is read; None when no section has it. Read only on that mistake."""
+    from dataclasses import fields
+
+    from peft import LoraConfig
+    from trl import GRPOConfig
+
+    for section, names in (("model", MODEL), ("dataset", DATASET), ("trainer", [f.name for f in fields(GRPOConfig)]),
+                           ("lora", [f.name for f in fields(LoraConfig)]), ("sampling", SAMPLING), ("tools", TOOLS)):
+        if key in names:
+            return f"{section}.{key}"
+    return None
+
+
 def _check_section_names(data: dict, problems: Problems, where_set) -> None:
     """Every top-level key names a recipe section, and each required section is there."""
     for key in data:
         if key not in SECTIONS:
-            problems.add(str(key), "is not a recipe section", allowed=", ".join(SECTIONS), suggestion=nearest(str(key), SECTIONS),
+            suggestion = nearest(str(key), SECTIONS) or _section_of(str(key))
+            problems.add(str(key), "is not a recipe section", allowed=", ".join(SECTIONS), suggestion=suggestion,
                          file=where_set(str(key)))
     for key in REQUIRED_SECTIONS:
         if data.get(key) is None and not (key == "rewards" and data.get("tools")) and not (key == "dataset" and environment_only(data)):

@@ -111,6 +111,12 @@ def _memory_plan(prep, recipe: Recipe, prompt_length: int | None, prompt_how: st
             print(f"  on this machine (no CUDA) a run takes the CPU path ({cpu.settings.dtype}, TRL's head without "
                   f"Triton scores every position): peak {cpu.allocated_gb:.2f} GiB of host memory in the "
                   f"{cpu.peak.name} phase ({cpu.peak.moment})")
+            from grpokit.config.trainer_args import cpu_computes_bf16
+            from grpokit.cpu import default_threads
+            from grpokit.planning.cpu_time import SHAPE, estimate
+
+            resolved = {k: getattr(prep.args, k, None) for k in ("max_steps", *SHAPE)}  # the GRPOConfig a run gets
+            print(f"  {estimate(recipe.model['name_or_path'], resolved, cpu.settings.dtype, cpu_computes_bf16(), default_threads())}")
         if prompt_length is None:
             why = "the environment's reset() makes each prompt" if not recipe.dataset else "dataset not reachable"
             print(f"  note: prompt length not measured ({why}) and not bounded: assumed 256 tokens")

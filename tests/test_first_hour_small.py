@@ -25,3 +25,43 @@ def test_a_reward_file_one_letter_off_names_the_file_beside_it(tmp_path, capsys,
     assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
     err = capsys.readouterr().err
     assert "my_reward.py' does not exist; did you mean 'my_rewards.py' (beside it)?" in err
+
+
+def test_the_expected_time_of_a_cpu_run_comes_from_a_measured_row_and_says_which():
+    from grpokit.planning import cpu_time
+
+    trainer = {**cpu_time.SHAPE, "max_steps": 30}
+    said = cpu_time.estimate(cpu_time.MODEL, trainer, "float32", cpu_bf16=False, cores=2)
+    # 115.3 s + 29 x 147.1 s = 73 min, the row measured on a CPU without bfloat16 instructions
+    assert said.startswith("time on this CPU: about 73 min for 30 steps (a first step of 115 s, then 147.1 s a step), "
+                           "from the measured row for a float32 base on a CPU without bfloat16 instructions: "
+                           "bench/cpu_speed.py --steps 3 on 2026-12-03, a 2-core x86_64 with AVX2")
+    assert said.endswith('bench/README.md, "CPU time of the real-model recipe". A busier machine takes longer.')
+    with_bf16 = cpu_time.estimate(cpu_time.MODEL, trainer, "bfloat16", cpu_bf16=True, cores=16)
+    assert "about 7 min for 30 steps" in with_bf16 and "measured with 2 cores, this machine has 16" in with_bf16
+    # no row, no figure: another shape, or a dtype no row was measured in
+    assert "not measured for this model and batch shape" in cpu_time.estimate("builtin:tiny-llama", trainer, "float32",
+                                                                              False, 2)
+    assert "not measured for a bfloat16 base on a CPU without" in cpu_time.estimate(cpu_time.MODEL, trainer, "bfloat16",
+                                                                                     False, 2)
+
+
+def test_bench_readme_shows_the_rows_check_estimates_from():
+    from helpers import ROOT
+
+    from grpokit.planning import cpu_time
+
+    page = (ROOT / "bench" / "README.md").read_text()
+    section = page.split("## CPU time of the real-model recipe", 1)[1].split("\n## ", 1)[0]
+    for row in cpu_time.MEASURED:
+        line = next(x for x in section.splitlines() if x.startswith(f"| {row.dtype} base ")
+                    and ("with bfloat16" if row.cpu_bf16 else "without bfloat16") in x)
+        assert f"| {row.first_s:g} | {row.per_step_s:g} | {cpu_time.total_s(row, 30) / 60:.1f} min |" in line, line
+
+
+def test_check_gives_the_time_of_the_real_model_recipe_on_this_cpu(capsys, no_weights):
+    from helpers import ROOT
+
+    assert main(["--recipe", str(ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "  time on this CPU: about " in out and "for 30 steps" in out and "from the measured row" in out

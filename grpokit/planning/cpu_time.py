@@ -1,0 +1,77 @@
+"""How long a run takes on a CPU, from measured figures only: `--check` gives the expected time of the run on this
+machine when a measured row fits it, and says where the figure comes from; else it says nothing was measured.
+
+    from grpokit.planning.cpu_time import estimate
+    estimate("builtin:smollm2-135m-instruct", trainer, dtype="float32", cpu_bf16=False, cores=2)
+
+The rows are `bench/cpu_speed.py` runs of the real-model recipe (recipes/smollm2-135m/arithmetic.yaml, every knob as
+shipped but `max_steps` and saving): the trainer's own `step_time`, the first step apart (it warms kernels up), the rest
+averaged. bench/README.md ("CPU time of the real-model recipe") shows the same rows; a test holds the two equal. A
+figure of a recipe of another shape (model, batch, group, completion length) would be a guess, so none is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MODEL = "builtin:smollm2-135m-instruct"
+# The shape the rows were measured at: what a step's work depends on, besides the CPU and the dtype.
+SHAPE = {"per_device_train_batch_size": 32, "num_generations": 8, "max_completion_length": 16,
+         "gradient_accumulation_steps": 1, "gradient_checkpointing": False}
+WHERE = "bench/README.md, \"CPU time of the real-model recipe\""
+
+
+@dataclass(frozen=True)
+class Row:
+    cpu_bf16: bool  # the CPU has bfloat16 instructions (AVX512-BF16 or AMX-BF16)
+    dtype: str  # the frozen base's dtype (`model.dtype: auto` gives bfloat16 only where the CPU has them)
+    first_s: float  # the first step, warm-up included
+    per_step_s: float  # each later step, averaged
+    cores: int  # torch threads = cores, OpenMP waiting passive (grpokit's default)
+    measured: str  # when, on what, how loaded
+
+
+MEASURED = (
+    Row(True, "bfloat16", 15.6, 14.5, 2, "bench/cpu_speed.py --steps 3 on 2026-12-02, a 2-core x86_64 with AVX512-BF16 "
+        "and AMX, other sessions idle (load average 1.55 before)"),
+    Row(True, "float32", 16.0, 16.7, 2, "bench/cpu_speed.py --steps 3 on 2026-12-02, a 2-core x86_64 with AVX512-BF16 "
+        "and AMX, other sessions idle (load average 1.19 before)"),
+    Row(False, "float32", 115.3, 147.1, 2, "bench/cpu_speed.py --steps 3 on 2026-12-03, a 2-core x86_64 with AVX2 and no "
+        "bfloat16 instructions, shared with other sessions' test runs (load average 4.94 before: 2-3 busy processes)"),
+)
+
+
+def total_s(row: Row, steps: int) -> float:
+    """The first step plus the later ones at the measured rate.
+
+    >>> total_s(MEASURED[0], 30)
+    436.1
+    """
+    return round(row.first_s + max(0, steps - 1) * row.per_step_s, 1)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 300 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def estimate(model: str, trainer: dict, dtype: str, cpu_bf16: bool, cores: int) -> str:
+    """`--check`'s line on the time a CPU run of `trainer["max_steps"]` steps takes here, with its source.
+
+    >>> estimate(MODEL, {**SHAPE, "max_steps": 30}, "bfloat16", True, 2)[:78]
+    'time on this CPU: about 7 min for 30 steps (a first step of 16 s, then 14.5 s a'
+    """
+    steps = trainer.get("max_steps")
+    shape = {k: trainer.get(k) for k in SHAPE}
+    if model != MODEL or shape != SHAPE or not isinstance(steps, int) or steps <= 0:
+        return (f"time on this CPU: not measured for this model and batch shape (the measured rows are {MODEL} at "
+                f"{', '.join(f'{k} {v}' for k, v in SHAPE.items())}, set max_steps: {WHERE}); the step line gives the "
+                "pace from the second step on")
+    row = next((r for r in MEASURED if r.cpu_bf16 == cpu_bf16 and r.dtype == dtype), None)
+    kind = "with bfloat16 instructions" if cpu_bf16 else "without bfloat16 instructions"
+    if row is None:
+        return (f"time on this CPU: not measured for a {dtype} base on a CPU {kind} ({WHERE}); the step line gives "
+                "the pace from the second step on")
+    cores_note = "" if cores == row.cores else f"; measured with {row.cores} cores, this machine has {cores}"
+    return (f"time on this CPU: about {_duration(total_s(row, steps))} for {steps} steps (a first step of "
+            f"{_duration(row.first_s)}, then {row.per_step_s:g} s a step), from the measured row for a {dtype} base on a "
+            f"CPU {kind}: {row.measured}; {WHERE}{cores_note}. A busier machine takes longer.")

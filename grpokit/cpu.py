@@ -27,7 +27,8 @@ def default_threads() -> int:
 def configure(threads: int | None) -> str:
     """Set the threads for this process before torch starts its thread pool; returns the line that says what was set.
 
-    `threads` from `--threads` wins; else OMP_NUM_THREADS when the user set it; else `default_threads()`. The wait
+    `threads` from `--threads` wins; else OMP_NUM_THREADS when the user set it (not the 1 `accelerate launch` sets by
+    default: the cores shared by the machine's processes instead); else `default_threads()`. The wait
     policy is set only where the environment does not say one (it must be set before torch is first imported to act).
     """
     said = []
@@ -35,6 +36,16 @@ def configure(threads: int | None) -> str:
         os.environ["OMP_WAIT_POLICY"] = WAIT_POLICY
     else:
         said.append(f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']} from the environment")
+    if threads is None and os.environ.get("OMP_NUM_THREADS") == "1" and "ACCELERATE_MIXED_PRECISION" in os.environ:
+        # `accelerate launch` sets OMP_NUM_THREADS=1 for its processes unless told otherwise (--cpu and
+        # --num_cpu_threads_per_process aside), so one process on a CPU ran on one of its cores: share them instead
+        local = next((int(v) for v in (os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("WORLD_SIZE"))
+                      if v and v.isdigit() and int(v) > 0), 1)
+        share = max(1, default_threads() // local)
+        if share > 1:
+            threads = share
+            said.append(f"not accelerate launch's OMP_NUM_THREADS=1: the {default_threads()} cores shared by "
+                        f"{local} process{'es' if local > 1 else ''} (--threads 1 keeps one)")
     if threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         threads = int(os.environ["OMP_NUM_THREADS"])
         said.append("OMP_NUM_THREADS from the environment")

@@ -65,3 +65,27 @@ def test_check_gives_the_time_of_the_real_model_recipe_on_this_cpu(capsys, no_we
     assert main(["--recipe", str(ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"), "--check"]) == 0
     out = capsys.readouterr().out
     assert "  time on this CPU: about " in out and "for 30 steps" in out and "from the measured row" in out
+
+
+@pytest.mark.slow
+def test_accelerate_launch_on_a_cpu_uses_every_core_not_its_one_thread(tmp_path):
+    """`accelerate launch` sets OMP_NUM_THREADS=1 for its processes when nothing says otherwise; one process on a CPU
+    then ran on one core of the machine's. A recipe mistake ends the process right after it says its threads."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    from grpokit.cpu import default_threads
+
+    bad = write_recipe(tmp_path, recipe_dict() | {"trainer": recipe_dict()["trainer"] | {"epsilon_hihg": 0.3}})
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate/single_gpu.yaml",
+           str(ROOT / "launch.py"), "--recipe", str(bad)]
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400, env=env)
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "torch thread" in line]
+    cores = default_threads()
+    assert len(said) == 1 and f"cpu: {cores} torch thread" in said[0], said
+    if cores > 1:
+        assert "accelerate launch's OMP_NUM_THREADS=1" in said[0]  # what it did not keep, and why

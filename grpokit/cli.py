@@ -126,6 +126,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_intermixed_args(argv)  # flags and overrides in any order
+    bars_only_on_a_terminal()
     quiet_known_noise()
     try:
         req = request(args, argv)
@@ -167,6 +168,15 @@ def under_plain_accelerate_launch() -> bool:
     from grpokit.launcher import LAUNCHED
 
     return "ACCELERATE_MIXED_PRECISION" in os.environ and not os.environ.get(LAUNCHED) and is_main_process()
+
+
+def bars_only_on_a_terminal() -> None:
+    """No tqdm progress bars where the console is not a terminal (a log file, a pipe): each redraw of a bar (GGUF
+    conversion, shard writing, dataset maps, downloads) became a line of the saved log. tqdm reads TQDM_DISABLE when it
+    is first imported, so this runs before anything imports it; the processes a launch starts inherit it. The step
+    lines say the run's progress there (grpokit.progress prints them without a bar)."""
+    if not sys.stderr.isatty():
+        os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 def quiet_known_noise() -> None:

@@ -89,3 +89,24 @@ def test_accelerate_launch_on_a_cpu_uses_every_core_not_its_one_thread(tmp_path)
     assert len(said) == 1 and f"cpu: {cores} torch thread" in said[0], said
     if cores > 1:
         assert "accelerate launch's OMP_NUM_THREADS=1" in said[0]  # what it did not keep, and why
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("terminal_rule", [False, True])
+def test_a_log_that_is_not_a_terminal_gets_no_progress_bars(tmp_path, terminal_rule):
+    """A first real-model run converts the GGUF and writes its shards: in a log file each bar's redraws were lines."""
+    import os
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    script = ("from grpokit import cli\n" + ("cli.bars_only_on_a_terminal()\n" if terminal_rule else "")
+              + "from grpokit import gguf\ngguf.ensure_builtin('smollm2-135m-instruct')\n")
+    env = {**os.environ, "GRPOKIT_CACHE": str(tmp_path / "cache")}
+    env.pop("TQDM_DISABLE", None)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=400, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    bars = [b for b in ("Converting and de-quantizing GGUF tensors", "Writing model shards") if b in done.stderr]
+    # without the rule the same conversion draws both bars into the pipe: what the rule is for
+    assert bars == ([] if terminal_rule else ["Converting and de-quantizing GGUF tensors", "Writing model shards"])

@@ -80,3 +80,38 @@ def argument_problems(environment: type, args: dict, where: str | None) -> list[
             found.append(Problem(f"tools.environment_args.{key}", f"does not fit {environment.__name__}'s constructor's "
                                  f"annotation for {key}", value, describe(hints[key]), file=where))
     return found
+
+
+def what_the_model_reads(function) -> str:
+    """What the model reads as a tool's result, from its return annotation: TRL writes `str(result)` as the `tool`
+    message, except a list, which it passes on as content blocks (`[{"type": "text", "text": ...}]`, images).
+
+    >>> def add(a: int, b: int) -> int: ...
+    >>> what_the_model_reads(add)
+    'returns an int: the model reads str(value), e.g. 42'
+    """
+    try:
+        returned = typing.get_type_hints(function).get("return", inspect.Signature.empty)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: said as not known
+        returned = inspect.Signature.empty
+    origin = typing.get_origin(returned) or returned
+    if returned is inspect.Signature.empty:
+        return ("return not annotated: the model reads str() of whatever it returns (a list goes on as content "
+                "blocks)")
+    if returned is type(None):
+        return "returns None: the model reads the text 'None' after every call; return what the call did"
+    if origin is str:
+        return "returns a str: the model reads it as written"
+    if origin is bool:
+        return "returns a bool: the model reads True or False"
+    if origin is int:
+        return "returns an int: the model reads str(value), e.g. 42"
+    if origin is float:
+        return "returns a float: the model reads str(value), e.g. 0.1 + 0.2 as 0.30000000000000004"
+    if origin is dict or (inspect.isclass(origin) and issubclass(origin, typing.Mapping)):
+        return ("returns a dict: the model reads its Python repr, {'key': 'value'} (single quotes: not JSON; return "
+                "json.dumps(...) for JSON)")
+    if origin is list:
+        return ("returns a list: TRL passes it on as content blocks ([{'type': 'text', 'text': ...}] or images), not as "
+                "text; a list of anything else breaks the chat template: return a str")
+    return f"returns {getattr(returned, '__name__', returned)}: the model reads str(value)"

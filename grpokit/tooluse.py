@@ -289,6 +289,8 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
     iterations = args.max_tool_calling_iterations
     rounds = f"at most {iterations} round(s) (trainer.max_tool_calling_iterations)" if iterations else \
         "no bound on rounds (trainer.max_tool_calling_iterations unset): only the length stops it"
+    from grpokit import toolchecks
+
     lines = ["# tool use: how a rollout goes (TRL's multi-turn loop, inside GRPOTrainer)"]
     if toolset.environment is not None:
         env = toolset.environment.__name__
@@ -296,10 +298,12 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
         lines.append(f"  environment   {env}({args_shown}), one instance per rollout; {env}.reset(**row) starts it with the "
                      "dataset row (text it returns is added to the prompt)")
     for fn in toolset.functions:
-        lines.append(f"  tool          {fn.__name__}{_shown_signature(fn, method=False)} (function)")
+        lines.append(f"  tool          {fn.__name__}{_shown_signature(fn, method=False)} (function); "
+                     f"{toolchecks.what_the_model_reads(fn)}")
     for name in toolset.methods():
-        lines.append(f"  tool          {toolset.environment.__name__}.{name}"
-                     f"{_shown_signature(tool_view(toolset.environment, name), method=False)} (environment method)")
+        view = tool_view(toolset.environment, name)
+        lines.append(f"  tool          {toolset.environment.__name__}.{name}{_shown_signature(view, method=False)} "
+                     f"(environment method); {toolchecks.what_the_model_reads(view)}")
     lines += [f"  limits        each call: tools.timeout_seconds {toolset.timeout_seconds:g} s, tools.max_result_chars "
               f"{toolset.max_result_chars} characters; past either the call fails with an error naming the limit (the "
               "model reads it as the result; a failed call in the report) and the run goes on",

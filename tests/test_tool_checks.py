@@ -146,3 +146,49 @@ def test_the_checks_docstring_examples_run():
 
     result = doctest.testmod(toolchecks)
     assert result.attempted and not result.failed
+
+
+RETURNS = '''
+class Env:
+    def reset(self, **row):
+        pass
+
+    def lookup(self, key: str) -> dict:
+        """Look a key up.
+
+        Args:
+            key: the key
+        """
+        return {"key": key}
+
+    def note(self, text: str) -> None:
+        """Take a note.
+
+        Args:
+            text: the note
+        """
+
+    def count(self, text: str) -> int:
+        """Count characters.
+
+        Args:
+            text: the text
+        """
+        return len(text)
+'''
+
+
+def test_check_says_what_the_model_reads_for_each_kind_of_return(tmp_path, capsys, no_weights):
+    from grpokit import cli
+    from tests.helpers import write_recipe
+    from tests.test_tooluse import tool_recipe
+
+    data = tool_recipe(tmp_path, {"environment": "env.py:Env"}, source=RETURNS)
+    assert cli.main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0
+    out = capsys.readouterr().out
+    # TRL writes str(result) as the tool message, but for a list, which it passes on as content blocks
+    assert ("Env.lookup(key: str) -> dict (environment method); returns a dict: the model reads its Python repr, "
+            "{'key': 'value'} (single quotes: not JSON; return json.dumps(...) for JSON)") in out
+    assert ("Env.note(text: str) -> None (environment method); returns None: the model reads the text 'None' after "
+            "every call; return what the call did") in out
+    assert "Env.count(text: str) -> int (environment method); returns an int: the model reads str(value), e.g. 42" in out

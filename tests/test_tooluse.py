@@ -210,8 +210,8 @@ def test_check_explains_the_rollout(tmp_path, capsys, no_weights):
     out = capsys.readouterr().out
     assert "# tool use: how a rollout goes" in out
     assert "Calculator(digits=4), one instance per rollout" in out
-    assert "tool          multiply(a: int, b: int) -> int (function)" in out
-    assert "tool          Calculator.add(a: int, b: int) -> int (environment method)" in out
+    assert "tool          multiply(a: int, b: int) -> int (function); returns an int" in out
+    assert "tool          Calculator.add(a: int, b: int) -> int (environment method); returns an int" in out
     assert "at most 1 round(s)" in out and "masked out of the loss" in out
     assert "Calculator.get_reward() (x1" in out
 

@@ -22,6 +22,7 @@ import weakref
 from pathlib import Path
 
 from grpokit import files
+from grpokit.reporting.messages import plain, text
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.scoring import scoring_section
 from grpokit.reporting.tool_calls import failed_at_end, tool_use_section
@@ -45,48 +46,6 @@ FIGURES = (
     ("learning_rate", "learning rate"),
     ("loss", "loss"),
 )
-
-
-def _call(call) -> str:
-    """One tool call as the model made it: `add({"a": 20, "b": 22})`; TRL's `{type, function: {name, arguments}}` or a
-    bare `{name, arguments}` (arguments as a dict or the JSON text a parser left)."""
-    if not isinstance(call, dict):
-        return str(call)
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
-    arguments = function.get("arguments")
-    if not isinstance(arguments, str):
-        arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False, default=str)
-    return f"{function.get('name', '?')}({arguments})"
-
-
-def _content(content) -> str:
-    """A message's content as text: content blocks (a multimodal tool result) give their text parts."""
-    if isinstance(content, list):
-        return " ".join(str(b.get("text", f"[{b.get('type', '?')}]")) if isinstance(b, dict) else str(b) for b in content)
-    return "" if content is None else str(content)
-
-
-def _message(message: dict, alone: bool = False) -> str:
-    """`role: content`, with the tool calls an assistant turn made (an empty turn but for them reads as the call) and
-    the tool a result came from; `alone`: the only message, shown without its role."""
-    role = message.get("role") or "?"
-    if role == "tool" and message.get("name"):
-        role = f"tool {message['name']}"
-    text = _content(message.get("content"))
-    calls = [f"→ calls {_call(c)}" for c in message.get("tool_calls") or []]
-    body = "\n".join(([text] if text else []) + calls)
-    return body if alone else f"{role}: {body}"
-
-
-def _text(value) -> str:
-    """A prompt or completion as plain text: conversational messages become `role: content` lines, with the tool
-    calls an assistant turn made and the tool each result came from."""
-    value = _plain(value)  # numpy arrays from parquet, nested too
-    if isinstance(value, dict) and ("content" in value or "tool_calls" in value):
-        value = [value]
-    if isinstance(value, list) and value and all(isinstance(m, dict) and ("content" in m or "tool_calls" in m) for m in value):
-        return "\n".join(_message(m, alone=len(value) == 1 and not m.get("tool_calls")) for m in value)
-    return str(value)
 
 
 def _clip(text: str, limit: int = TEXT_LIMIT) -> str:
@@ -174,22 +133,6 @@ def run_completions(trainer) -> list[dict]:
     return first + last
 
 
-def _plain(value):
-    """A completion row's value as JSON holds it: chat messages and numbers as they are, a non-finite number as
-    None, anything else (a numpy array, a tensor) as plain lists and numbers."""
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    return str(value)
-
-
 def store_record(run_dir: str | Path, rows: list[dict], resumed_at: int | None = None,
                  recipe_name: str | None = None) -> list[dict]:
     """Keep with the run what its report shows beyond trainer_state.json, in `<run_dir>/report_record.json`: the
@@ -203,7 +146,7 @@ def store_record(run_dir: str | Path, rows: list[dict], resumed_at: int | None =
     before = read_record(run_dir)["completions"]
     kept = [r for r in before if isinstance(r.get("step"), int)
             and all(isinstance(n.get("step"), int) and r["step"] < n["step"] for n in rows)] if rows else before
-    merged = kept + [_plain(dict(r)) for r in rows]
+    merged = kept + [plain(dict(r)) for r in rows]
     record = {"completions": merged, "resumed_at": resumed_at, "recipe_name": recipe_name or read_record(run_dir)["recipe_name"]}
     files.write_text(Path(run_dir) / RECORD_FILE, json.dumps(record, indent=1) + "\n", key="--plot", root=Path(run_dir))
     return merged
@@ -311,7 +254,7 @@ def _stage(rows: list[dict], per: int, number: int) -> tuple[list[str], int]:
     """Up to `per` distinct completions of one step, best reward first, numbered from `number`."""
     distinct: dict[str, dict] = {}
     for row in rows:
-        distinct.setdefault(_text(row.get("completion") or ""), row)
+        distinct.setdefault(text(row.get("completion") or ""), row)
     out = []
     if len(distinct) == 1 and len(rows) > 1:
         out += [f"All {len(rows)} completions at this step are the same text.", ""]
@@ -320,8 +263,8 @@ def _stage(rows: list[dict], per: int, number: int) -> tuple[list[str], int]:
         facts += [f"{name} {_number(v)}" for name, v in (row.get("rewards") or {}).items()]
         if row.get("advantage") is not None:
             facts.append(f"advantage {float(row['advantage']):+.3f}")
-        out += [f"#### {number}. " + " · ".join(facts), "", "Prompt:", "", _fence(_clip(_text(row.get("prompt") or ""))),
-                "", "Completion:", "", _fence(_clip(_text(row.get("completion") or ""))), ""]
+        out += [f"#### {number}. " + " · ".join(facts), "", "Prompt:", "", _fence(_clip(text(row.get("prompt") or ""))),
+                "", "Completion:", "", _fence(_clip(text(row.get("completion") or ""))), ""]
         number += 1
     return out, number
 
@@ -350,7 +293,7 @@ def _completion_section(rows: list[dict], k: int) -> list[str]:
     number = 1
     for label, step in stages:
         group = by_step[step]
-        distinct = len({_text(r.get("completion") or "") for r in group})
+        distinct = len({text(r.get("completion") or "") for r in group})
         out += ["", f"### {label}" + (f": step {step}" if step is not None else "")
                 + f" ({len(group)} completions, {distinct} distinct)", ""]
         lines, number = _stage(group, per, number)

@@ -61,8 +61,8 @@ def check_source(raw, where_set=lambda p: None) -> tuple[dict, list[Problem]]:
     >>> problems[0].path, problems[0].suggestion
     ('dataset.reasoning_gym.tasks[0].name', 'leg_counting')
     """
-    from grpokit.config.schema import validate_dataclass_keys, validate_fields
-    from grpokit.config.sections import REASONING_GYM, TASK_ENTRY
+    from grpokit.config.schema import validate_fields
+    from grpokit.config.sections import REASONING_GYM
 
     problems = Problems()
     mapped = isinstance(raw, dict) and isinstance(raw.get("tasks"), dict)
@@ -79,43 +79,54 @@ def check_source(raw, where_set=lambda p: None) -> tuple[dict, list[Problem]]:
         problems.add(f"{KEY}.tasks", "must list at least one task", source["tasks"], file=where_set(f"{KEY}.tasks"))
     known = registry() if raw_tasks else {}
     for i, item in enumerate(raw_tasks):
-        path, dotted = f"{KEY}.tasks[{i}]", f"{KEY}.tasks.{i}"
-        if isinstance(item, str):  # shorthand: "- leg_counting"
-            item = {"name": item}
-        entry = validate_fields(item, TASK_ENTRY, path, problems, lambda p, d=dotted, s=path: where_set(p.replace(s, d)))
-        name = entry.get("name")
-        if name is None:
-            continue
-        if name not in known:
-            problems.add(f"{path}.name", "is not a reasoning-gym task", name,
-                         f"the {len(known)} tasks of reasoning-gym {version()} (python -c \"import reasoning_gym; "
-                         "print(sorted(reasoning_gym.factory.DATASETS))\")", nearest(name, known) or nearest(name, known, 0.4),
-                         file=where_set(f"{dotted}.name"))
-            continue
-        if name in seen:
-            problems.add(f"{path}.name", f"task {name!r} is listed twice (also tasks[{seen[name]}]); give it one entry and weight",
-                         name, file=where_set(f"{dotted}.name"))
-            continue
-        seen[name] = i
-        config_cls = known[name][1]
-        given = entry.get("config") or {}
-        keys = [f.name for f in fields(config_cls) if f.init and f.name not in OWN_KEYS]
-        for key in given:
-            if key not in keys and key not in OWN_KEYS:
-                problems.add(f"{path}.config.{key}", f"is not a config key of task {name}", allowed=", ".join(keys) or "none",
-                             suggestion=nearest(key, keys), file=where_set(f"{dotted}.config.{key}"))
-        given = {k: v for k, v in given.items() if k in keys or k in OWN_KEYS}
-        config = validate_dataclass_keys(given, config_cls, f"{path}.config", problems, {},
-                                         lambda p, d=dotted, s=path: where_set(p.replace(s, d)), refuse=OWN_KEYS)
-        # the keys that passed are judged too (the others at their defaults), so a typo does not hide a bad value
-        problem = _config_refused(name, config, path, where_set(f"{dotted}.config"))
-        if problem:
-            problems.items.append(problem)
-        tasks.append({"name": name, "weight": entry.get("weight", 1.0), "config": config})
+        task = _check_task(i, item, known, seen, problems, where_set)
+        if task is not None:
+            tasks.append(task)
     if "tasks" in source:
         source["tasks"] = tasks
     _check_seeds(source, problems, where_set)
     return source, problems.items
+
+
+def _check_task(i: int, item, known: dict, seen: dict, problems: Problems, where_set) -> dict | None:
+    """Entry i of the task list, checked (its name against the registry and the earlier entries, its config keys and
+    values, the task's own rules) and with its defaults filled; None when it cannot be used."""
+    from grpokit.config.schema import validate_dataclass_keys, validate_fields
+    from grpokit.config.sections import TASK_ENTRY
+
+    path, dotted = f"{KEY}.tasks[{i}]", f"{KEY}.tasks.{i}"
+    if isinstance(item, str):  # shorthand: "- leg_counting"
+        item = {"name": item}
+    entry = validate_fields(item, TASK_ENTRY, path, problems, lambda p, d=dotted, s=path: where_set(p.replace(s, d)))
+    name = entry.get("name")
+    if name is None:
+        return None
+    if name not in known:
+        problems.add(f"{path}.name", "is not a reasoning-gym task", name,
+                     f"the {len(known)} tasks of reasoning-gym {version()} (python -c \"import reasoning_gym; "
+                     "print(sorted(reasoning_gym.factory.DATASETS))\")", nearest(name, known) or nearest(name, known, 0.4),
+                     file=where_set(f"{dotted}.name"))
+        return None
+    if name in seen:
+        problems.add(f"{path}.name", f"task {name!r} is listed twice (also tasks[{seen[name]}]); give it one entry and weight",
+                     name, file=where_set(f"{dotted}.name"))
+        return None
+    seen[name] = i
+    config_cls = known[name][1]
+    given = entry.get("config") or {}
+    keys = [f.name for f in fields(config_cls) if f.init and f.name not in OWN_KEYS]
+    for key in given:
+        if key not in keys and key not in OWN_KEYS:
+            problems.add(f"{path}.config.{key}", f"is not a config key of task {name}", allowed=", ".join(keys) or "none",
+                         suggestion=nearest(key, keys), file=where_set(f"{dotted}.config.{key}"))
+    given = {k: v for k, v in given.items() if k in keys or k in OWN_KEYS}
+    config = validate_dataclass_keys(given, config_cls, f"{path}.config", problems, {},
+                                     lambda p, d=dotted, s=path: where_set(p.replace(s, d)), refuse=OWN_KEYS)
+    # the keys that passed are judged too (the others at their defaults), so a typo does not hide a bad value
+    problem = _config_refused(name, config, path, where_set(f"{dotted}.config"))
+    if problem:
+        problems.items.append(problem)
+    return {"name": name, "weight": entry.get("weight", 1.0), "config": config}
 
 
 def as_list(mapping: dict) -> str:

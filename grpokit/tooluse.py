@@ -9,7 +9,7 @@ writes; each tool call in its text is parsed by the tokenizer's response parser,
 completion, with the tool results' tokens masked out (TRL's `tool_mask`): the model is trained on what it wrote, never
 on what a tool returned. `max_completion_length` bounds the whole exchange, tool results included.
 
-Loading follows a user reward's rules (`rewards._user`): `path/to/file.py:Name` (relative to the recipe) or
+Loading follows a user reward's rules (`rewards._machinery.user`): `path/to/file.py:Name` (relative to the recipe) or
 `package.module:Name`, never the standard library, and nothing is called at `--check`: an environment's constructor
 runs only when training builds one instance per rollout.
 """
@@ -30,7 +30,7 @@ NOT_TOOLS = ("reset", "get_reward")
 
 
 def _kinds():
-    from rewards._user import Kind
+    from rewards._machinery.user import Kind
 
     environment = Kind("environment", "a class with a `reset` method, defined in that file or module", "Class",
                        functions=False, marked_classes=False)
@@ -81,7 +81,7 @@ class Toolset:
 
 def resolve(section: dict) -> Toolset:
     """The classes and functions a validated `tools` section names (`check` has refused every other)."""
-    from rewards._user import load_user_target
+    from rewards._machinery.user import load_user_target
 
     environment_kind, tool_kind = _kinds()
     env = section.get("environment")
@@ -97,7 +97,7 @@ def check(section: dict, problems: Problems, where_set, few_shot=None) -> Toolse
     from rewards import RewardNameError
 
     from grpokit import toolchecks
-    from rewards._user import load_user_target
+    from rewards._machinery.user import load_user_target
 
     environment_kind, tool_kind = _kinds()
     toolset, before = Toolset(environment_args=dict(section.get("environment_args") or {})), len(problems.items)

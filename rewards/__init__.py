@@ -11,7 +11,7 @@ dataset column arrives as a keyword list; `None` means "does not apply to this s
 Register one with `@register` (its registry name is the name TRL logs as `rewards/<name>/mean`) and
 build it with `build(name, **args)`. `name` may also be a user reward: `path/to/file.py:function` or
 `package.module:function`, and must then be a function or an `@reward_class` class defined there
-(`rewards._user` states the rule: a recipe reaches no other code). Every way that can fail raises
+(`rewards._machinery.user` states the rule: a recipe reaches no other code). Every way that can fail raises
 `RewardError` with a message saying how.
 """
 
@@ -24,8 +24,8 @@ from math import isfinite  # not `import math`: the submodule rewards.math takes
 from typing import Any, Callable
 
 from grpokit.errors import nearest
-from rewards._errors import RewardError, RewardFailure, RewardNameError
-from rewards._user import MARK, is_user_reward, load_user_target, reward_class, user_reward_file
+from rewards._machinery.errors import RewardError, RewardFailure, RewardNameError
+from rewards._machinery.user import MARK, is_user_reward, load_user_target, reward_class, user_reward_file
 
 __all__ = [
     "Entry", "Guarded", "RewardError", "RewardFailure", "RewardNameError", "arg_parameters", "bind", "build", "describe", "entry",

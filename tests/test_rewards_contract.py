@@ -21,7 +21,8 @@ BUILTINS = {
     "reasoning_steps": {},
     "len_reward": {},
 }
-MODULES = ["rewards", "rewards._user", "rewards.math", "rewards.format", "rewards.length", "rewards.repetition"]
+MODULES = ["rewards", "rewards._machinery.user", "rewards.math", "rewards.format", "rewards.length",
+           "rewards.repetition"]
 
 TEXTS = [
     "<think>1+1</think><answer>\\boxed{2}</answer>",  # right, well formed

@@ -2,16 +2,16 @@
 
 What runs here: everything that reads a model's output with code we did not write -- reasoning-gym's scorers (several
 `eval` the answer, or hand it to sympy's `parse_expr`, which does) and math-verify. A `Kind` names the module a worker
-imports (`rewards._sandbox.task_job`, `rewards._sandbox.math_job`); the pool is the same for both. (code_tests' sandbox,
-`rewards._sandbox.jobs`, runs a whole program per candidate instead, and shares this module's way of starting and
-ending a process tree: rewards/_sandbox/process.py.)
+imports (`sandbox.task_job`, `sandbox.math_job`, in `rewards._machinery`); the pool is the same for both.
+(code_tests' sandbox, `sandbox.jobs`, runs a whole program per candidate instead, and shares this module's way of
+starting and ending a process tree: sandbox/process.py.)
 
 Why processes: a thread cannot be stopped mid-call (a bignum power in sympy holds the GIL for minutes); a process can
 be killed. Why a zygote: a worker past its time is killed and must be replaced, and a fresh Python importing sympy
 or reasoning-gym takes 1-3 s of CPU; the zygote imports and warms the kind's module once and forks each worker on
 request, warm, in milliseconds. Nothing is forked from the trainer's process (which holds torch's threads).
 
-What holds for a job (rewards/_sandbox/cage.py builds it; a pool's `layers` names those that held on this machine):
+What holds for a job (sandbox/cage.py builds it; a pool's `layers` names those that held on this machine):
     time       wall time per job from the moment the worker takes it, less what it announces as trusted work (building
                the problem: not the answer's time; bounded by BUILD_TIMEOUT_S), then killed; CPU time per job
                (3 x timeout + 1 s) as the kernel's backstop should the pool die mid-job
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from rewards._sandbox.process import end, sandbox_ids, start
+from rewards._machinery.sandbox.process import end, sandbox_ids, start
 
 STARTUP_TIMEOUT_S = 120.0  # importing sympy or reasoning-gym on a loaded 2-core box takes seconds, not minutes
 BUILD_TIMEOUT_S = 300.0  # for the trusted part a worker announces (building a problem; bounded at --check)
@@ -55,12 +55,14 @@ STUCK_FRACTION = 0.25  # a job past this share of its limit is likely to run it 
 MAX_SPARES_PER_WORKER = 1  # each stuck job holds a CPU until its limit
 MAX_REPLY_BYTES = 64 << 10  # one message from a worker at most; a longer one ends the worker
 FRAME = 32  # bytes per control frame to the zygote: a stream socket may split or join sends, frames keep them apart
-ROOT = str(Path(__file__).resolve().parent.parent.parent)
+ROOT = str(Path(__file__).resolve().parents[3])
 _BOOTSTRAP = (
     "import sys, json; sys.path.insert(0, sys.argv[1]); "
     "[sys.modules.setdefault(n, type(sys)(n)).__dict__.setdefault('__path__', [p]) for n, p in "
-    "(('rewards', sys.argv[1] + '/rewards'), ('rewards._sandbox', sys.argv[1] + '/rewards/_sandbox'))]; "
-    "from rewards._sandbox.cage import bootstrap; bootstrap(sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]))"
+    "(('rewards', sys.argv[1] + '/rewards'), ('rewards._machinery', sys.argv[1] + '/rewards/_machinery'), "
+    "('rewards._machinery.sandbox', sys.argv[1] + '/rewards/_machinery/sandbox'))]; "
+    "from rewards._machinery.sandbox.cage import bootstrap; "
+    "bootstrap(sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]))"
 )
 
 
@@ -72,7 +74,7 @@ class WorkerStartError(RuntimeError):
 class Kind:
     """What a pool's workers run: `module` (imported and warmed once in the cage, see cage.py) and its limits."""
 
-    module: str                  # "rewards._sandbox.task_job"
+    module: str                  # "rewards._machinery.sandbox.task_job"
     what: str                    # how messages name the work: "task scorer"
     check: str                   # the import a user can try when workers do not start
     memory_mb: int = 1024        # address space a job may add to the warm worker's

@@ -1,4 +1,4 @@
-"""A math-verify job, as the untrusted-work pool's workers run it (`rewards._sandbox.pool`; imported in the cage).
+"""A math-verify job, as the untrusted-work pool's workers run it (`sandbox.pool`; imported in the cage).
 
 A job is [gold, prediction]: each a list of strings to try with math-verify's `parse` in order, the first non-empty
 parse counting (the prediction None when the completion had no answer). The worker marks the job once the gold has

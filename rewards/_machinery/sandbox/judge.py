@@ -1,9 +1,9 @@
 """The trusted side of code_tests: runs the setup and every statement of every test, and never the graded code.
 
-This process (the sandbox's "judge", rewards/_sandbox/child.py) runs the sample's setup, then each test whole --
+This process (the sandbox's "judge", sandbox/child.py) runs the sample's setup, then each test whole --
 assignments, loops, comprehensions, helper functions, try/except, asserts -- in one namespace, as Python would run
 them after the code, and reports each verdict to the trainer. The graded code runs in another process
-(rewards/_sandbox/candidate.py), which holds the code and the setup's imports and class definitions, and never the
+(sandbox/candidate.py), which holds the code and the setup's imports and class definitions, and never the
 tests, the setup's values or functions, or the results pipe. A name a test uses is, in this order:
 
   - the setup's, the builtins', or one a test bound, whatever the code binds (`check(f(2))` calls the setup's
@@ -15,8 +15,8 @@ tests, the setup's values or functions, or the results pipe. A name a test uses 
     `sqrt(2)` is never the code's choice); else a `CodeValue`.
 
 Using a CodeValue -- calling it, reading an attribute, iterating it, asking its truth, length, an item, or
-`isinstance` against it -- sends the request to the code's process (rewards/_sandbox/link.py) with the arguments as
-plain data (rewards/_sandbox/values.py) and returns the answer as plain data, or raises the exception the code raised,
+`isinstance` against it -- sends the request to the code's process (sandbox/link.py) with the arguments as
+plain data (sandbox/values.py) and returns the answer as plain data, or raises the exception the code raised,
 with its args, as the setup's own class or as a stand-in of its own class's name deriving from its nearest builtin
 type (so `except ValueError` and `except TheirError` in a test work; the code's exception classes are such stand-ins
 here too). An
@@ -37,7 +37,7 @@ decide), so such a test fails with a TypeError naming its class. A value past th
 64 levels, an int of 131,072 bits) fails its test, as does an answer the code's process cannot send (`Broken`,
 which a test's `except Exception` does not catch).
 
->>> from rewards._sandbox import run
+>>> from rewards._machinery.sandbox import run
 >>> out = run("def f(x):\\n    return x + 1", ["assert f(1) == 2", "assert f(1) == 3"])
 >>> out.passed, out.notes
 ([True, False], ['<test 1>: AssertionError (f(1) = 2)'])
@@ -50,8 +50,8 @@ import reprlib
 import signal
 import sys
 
-from rewards._sandbox.link import Peer
-from rewards._sandbox.values import BadValue, Handle, refill, stand_in
+from rewards._machinery.sandbox.link import Peer
+from rewards._machinery.sandbox.values import BadValue, Handle, refill, stand_in
 
 # A test's `math`, `re`, `collections`, ... is this side's own import whatever the code binds to the name.
 _MODULES = {"math", "cmath", "collections", "itertools", "functools", "operator", "string", "re", "fractions",

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable
 
 from grpokit.errors import nearest
-from rewards._errors import RewardNameError
+from rewards._machinery.errors import RewardNameError
 
 _MISSING = object()
 MARK = "__grpokit_reward__"  # set in a class's own __dict__ by @reward_class / @register

@@ -1,6 +1,6 @@
 """Run untrusted Python against assert tests in a local sandbox: one process tree per candidate, hard limits.
 
-No cloud service: each candidate gets a fresh `python -I -S rewards/_sandbox/child.py` (see that file
+No cloud service: each candidate gets a fresh `python -I -S sandbox/child.py` (see that file
 for the four processes inside and why). What holds, and where (for the code runner, the process that runs
 the candidate's code; the judge beside it, which runs the tests, is held the same way):
 
@@ -91,11 +91,11 @@ sleeps can outlive its job where there is no cgroup (no CPU; its memory and file
 cgroup it is killed when the job ends), and a python that `nobody` cannot read leaves only preloaded
 modules importable ("stdlib-unreadable").
 
-Who decides: not the code. The sandbox holds two processes (rewards/_sandbox/child.py): the judge runs the
+Who decides: not the code. The sandbox holds two processes (sandbox/child.py): the judge runs the
 setup and every statement of every test and reports each verdict; the code runner runs the completion's code
 and answers the judge's calls as plain data. The code runner is sent the code and the setup's imports and
 class definitions (`setup_for_code`), never the tests, the setup's values or functions, the results pipe or its
-nonce, so nothing it runs can read the expected side or write a verdict (rewards/_sandbox/judge.py says what a
+nonce, so nothing it runs can read the expected side or write a verdict (sandbox/judge.py says what a
 test sees of the code's values).
 
 Reports travel on a pipe of their own as `<nonce> <kind> <test> ...` lines (a failing test's note after its
@@ -116,8 +116,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rewards._sandbox.candidate import setup_for_code
-from rewards._sandbox.process import end, sandbox_ids, start
+from rewards._machinery.sandbox.candidate import setup_for_code
+from rewards._machinery.sandbox.process import end, sandbox_ids, start
 
 CHILD = str(Path(__file__).resolve().with_name("child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it

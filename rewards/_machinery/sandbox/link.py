@@ -1,10 +1,10 @@
 """The link between code_tests' two processes: requests and answers, as plain data, in both directions.
 
-The judge (rewards/_sandbox/judge.py) asks the code's process (rewards/_sandbox/candidate.py) to call a function of
+The judge (sandbox/judge.py) asks the code's process (sandbox/candidate.py) to call a function of
 the code's, read an attribute of its object, take an item, and so on; while it waits, the code's process may ask
 back about an object the judge lent it -- a test's function passed as an argument (`apply(lambda x: x * 2, 3)`), a
 test's generator -- and the judge answers before it goes on waiting. Each side keeps the objects it sent by
-reference (numbered handles, rewards/_sandbox/values.py) and makes a proxy for each the other side sent. A message
+reference (numbered handles, sandbox/values.py) and makes a proxy for each the other side sent. A message
 is `("?", seq, label, op, target, a, b)` (a request; `label`: the test it belongs to) or `("!", seq, printed, kind,
 ...)` (its answer, with what the request printed: "ok" with the result, the arguments' new state and that of the
 globals the other side watches, "raise" with the exception's nearest builtin type, the setup's class, its own
@@ -21,7 +21,7 @@ import sys
 from builtins import (BaseException, EOFError, Exception, OSError, TypeError, ValueError, bool, bytearray, bytes, dict,
                       enumerate, getattr, id, int, isinstance, issubclass, iter, len, list, next, set, str, tuple, type)
 
-from rewards._sandbox.values import MAX_BYTES, BadValue, Decoder, Encoder, Handle, encode, refill, stand_in
+from rewards._machinery.sandbox.values import MAX_BYTES, BadValue, Decoder, Encoder, Handle, encode, refill, stand_in
 
 
 class Pipe:

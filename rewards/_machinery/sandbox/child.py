@@ -1,4 +1,4 @@
-"""The sandbox's inside: started by `rewards._sandbox.jobs` as `python -I -S child.py RESULT_FD SECRET_FD`.
+"""The sandbox's inside: started by `rewards._machinery.sandbox.jobs` as `python -I -S child.py RESULT_FD SECRET_FD`.
 
 Standard library only; of grpokit's, only the two sides' modules of this package (judge, candidate, link,
 values), loaded before the new root hides them. Four processes, so that the one running the candidate is
@@ -21,13 +21,13 @@ never the one that judges it, nor the one that cleans up after it:
     judge       drops privileges and sets the limits as the code runner does (below), makes itself
                 undumpable (the code runner, same uid, cannot ptrace it or open its /proc files), reads the
                 job's secret part (the setup, the tests, the nonce) from SECRET_FD, reports the layers, lets
-                the code runner start, then runs the setup and the tests (rewards/_sandbox/judge.py),
+                the code runner start, then runs the setup and the tests (sandbox/judge.py),
                 one report per test on RESULT_FD
     code runner drops to an unprivileged uid in a user namespace of its own (as root) or drops every
                 capability (already in a user namespace), sets rlimits (CPU, address space, processes,
                 file size, open files, message queues, no core), refuses memfd_create and new namespaces
                 (seccomp), closes every descriptor but its two pipes to the judge (never RESULT_FD or
-                SECRET_FD), then runs the code and answers the judge (rewards/_sandbox/candidate.py). It is
+                SECRET_FD), then runs the code and answers the judge (sandbox/candidate.py). It is
                 pid 1 of its own pid namespace: the judge is not there to signal.
 
 Reports are `<nonce> <kind> <value>` lines, a failing test's note following its line; the nonce is in the
@@ -595,14 +595,17 @@ def main() -> None:
 
 
 def _load_sides():
-    """The two sides' modules, as modules of empty `rewards` and `rewards._sandbox` packages (their __init__s, the
-    trainer's reward registry and this package's face, are not run): loaded here, before the new root hides them."""
+    """The two sides' modules, as modules of empty `rewards`, `rewards._machinery` and `rewards._machinery.sandbox`
+    packages (their __init__s, the trainer's reward registry and this package's face, are not run): loaded here,
+    before the new root hides them."""
     here = os.path.dirname(os.path.abspath(__file__))
-    for name, path in (("rewards", os.path.dirname(here)), ("rewards._sandbox", here)):
+    machinery = os.path.dirname(here)
+    for name, path in (("rewards", os.path.dirname(machinery)), ("rewards._machinery", machinery),
+                       ("rewards._machinery.sandbox", here)):
         package = type(sys)(name)
         package.__path__ = [path]
         sys.modules[name] = package
-    from rewards._sandbox import candidate, judge, link
+    from rewards._machinery.sandbox import candidate, judge, link
 
     return link, judge, candidate
 

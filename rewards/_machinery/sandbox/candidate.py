@@ -1,10 +1,10 @@
 """The graded code's side of code_tests: runs the completion's code, then answers the trusted side's requests.
 
-This process (the sandbox's "code runner", rewards/_sandbox/child.py) holds the completion's code, the setup's
+This process (the sandbox's "code runner", sandbox/child.py) holds the completion's code, the setup's
 imports and class definitions (`setup_for_code`: what the code may need to build and take the setup's objects),
 and nothing else of the sample: not the tests, not the setup's values or functions, not the results pipe or its
-nonce. The trusted side (rewards/_sandbox/judge.py, another process) sends requests as plain data
-(rewards/_sandbox/values.py):
+nonce. The trusted side (sandbox/judge.py, another process) sends requests as plain data
+(sandbox/values.py):
 call this global or held object with these arguments, read this attribute, take the next item, its truth, its
 length, an item. Each answer is plain data too -- the result, the arguments' new state (so a change made in place
 reaches the test's own objects), or the exception raised (as its nearest builtin type, or the setup's class, with
@@ -27,8 +27,8 @@ import functools
 import signal
 import sys
 
-from rewards._sandbox.link import Peer, _text, builtin_base
-from rewards._sandbox.values import MAX_BYTES, BadValue, Handle, encode
+from rewards._machinery.sandbox.link import Peer, _text, builtin_base
+from rewards._machinery.sandbox.values import MAX_BYTES, BadValue, Handle, encode
 
 
 

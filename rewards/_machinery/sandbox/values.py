@@ -1,6 +1,6 @@
 """Values crossing between code_tests' two sides as plain data: encoded by one process, decoded strictly by the other.
 
-The trusted side (rewards/_sandbox/judge.py) and the graded code's side (rewards/_sandbox/candidate.py) run in
+The trusted side (sandbox/judge.py) and the graded code's side (sandbox/candidate.py) run in
 different processes and exchange only these bytes: no pickle, marshal or eval, nothing in them runs code when
 decoded. Each value is one tagged item:
 

@@ -1,5 +1,6 @@
-"""A reasoning-gym scoring job, as the untrusted-work pool's workers run it (`sandbox.pool`; imported in the cage): rebuild the problem a row's `task_item` names, take the answer from the completion, score it with the task's
-own `score_answer`.
+"""A reasoning-gym scoring job, as the untrusted-work pool's workers run it (`sandbox.pool`; imported in the cage):
+rebuild the problem a row's `task_item` names, take the answer from the completion, score it with the task's own
+`score_answer`.
 
 A job is {"item": task_item, "text": completion | None, "answer_from": ..., "tag": ...}. Building the problem is
 the job's trusted part (the recipe's task and seed): the worker keeps what it built, and tells the pool when it

@@ -68,4 +68,10 @@ def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=Non
                           completions=completions, plots=plots, args=args, compare=compare)
     for path in plots + [report]:
         say(f"wrote {path}")
+    if trainer is not None:  # the end of a live run: its closing steps that taught nothing are said where it is watched
+        from grpokit.reporting.verdict import no_gradient_end
+
+        stalled = no_gradient_end(trainer.state.log_history)
+        if stalled:
+            say(stalled)
     return plots + [report]

@@ -81,6 +81,33 @@ def trained(tmp_path_factory, tiny_model_dir):
     return recipe, folder / "run"
 
 
+STALLS_AFTER = 2
+
+
+@pytest.mark.slow
+def test_a_run_whose_last_steps_gave_no_gradient_says_so_on_the_console_and_in_its_report(tmp_path, capsys):
+    """A real 6-step run whose reward tells completions apart at its first 2 steps only (as a policy that went
+    deterministic does): from step 3 every group scores alike, and the end of the run says from which step and what
+    share, on the console and in report.md."""
+    (tmp_path / "stalls.py").write_text(
+        "calls = []\n\n\n"
+        "def stalls(completions, **kwargs):\n"
+        "    calls.append(1)  # one call per step: 8 completions, one generation batch\n"
+        f"    if len(calls) > {STALLS_AFTER}:\n"
+        "        return [0.0] * len(completions)\n"
+        "    return [float(i % 2) for i in range(len(completions))]\n")
+    data = with_trainer(tmp_path, max_steps=6)
+    data["rewards"] = [{"name": f"{tmp_path / 'stalls.py'}:stalls"}]
+    assert cli.main(["--recipe", str(write_recipe(tmp_path, data))]) == 0
+    out = capsys.readouterr().out
+    assert ("no gradient from step 3 of 6 on: every group's completions scored alike (zero-std groups 1.00 at every one "
+            "of 4 logged steps), so the last 4 steps (67% of the run) trained nothing") in out
+    verdict = said((tmp_path / "run" / "report.md").read_text())
+    assert "from step 3 of 6 on, every group's completions scored alike" in verdict
+    assert "the last 4 steps (67% of the run) gave no gradient" in verdict
+    assert "`trainer.num_generations`" in verdict and "`trainer.learning_rate`" in verdict
+
+
 def test_the_record_keeps_what_earlier_sessions_showed(tmp_path):
     from grpokit.reporting.report import read_record, store_record
 

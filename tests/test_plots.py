@@ -191,7 +191,8 @@ def test_a_solved_task_is_said_as_solved_not_as_a_collapse(tmp_path):
                         plots=[]).read_text()
     said = text.split("## What the curves say", 1)[1].split("\n## ", 1)[0]
     assert said.lstrip().startswith("**The task is solved from step 20 on**")
-    assert "10 of the 11 logged steps since" in said  # the blip at 23 does not hide it
+    assert "from step 20 of 30 on, every group's completions earned the same reward" in said
+    assert "at 10 of 11 logged steps" in said  # the blip at 23 does not hide it
     assert "collapsed" not in said and "not a collapse" in said and "no gradient" in said
     assert "3.44 to 0.01" in said and "same completion every time" in said
     assert "nothing is wrong" in said and "`trainer.max_steps: 20`" in said
@@ -206,7 +207,7 @@ def test_report_says_the_run_collapsed_and_what_to_do(tmp_path):
     text = write_report(write_state(tmp_path, history), recipe_name="smoke", completions=[], plots=[]).read_text()
     said = text.split("## What the curves say", 1)[1].split("\n## ", 1)[0]
     assert "collapsed at step 20" in said and "10 of 11 logged steps" in said  # the blip at 23 does not hide it
-    assert "every advantage was 0" in said and "policy gradient" in said and "solved" not in said
+    assert "every advantage is 0" in said and "policy gradient" in said and "solved" not in said
     assert "3.44 to 0.01" in said and "same completion every time" in said
     assert "the groups are unanimous, right or wrong" in said
     for fix in ("`trainer.max_steps`", "`trainer.temperature`", "`sampling.dynamic: true`"):

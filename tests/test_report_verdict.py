@@ -44,6 +44,18 @@ def collapsing(steps=60):
     return out
 
 
+def stalled_tool_run(steps=30, dead_from=16, logging_steps=1):
+    """The shipped calculator's 30-step runs: 4 prompts a step, the call rate up to 1.00 by step 10, then entropy down
+    to 0.02 and, from step 16, every group of 4 alike at a reward below the run's best (right or wrong, unchanged)."""
+    out = []
+    for s in range(logging_steps, steps + 1, logging_steps):
+        dead = s >= dead_from
+        out.append({"step": s, "reward": (0.5, 0.75, 0.5, 0.25)[s % 4] if dead else min(0.9, 0.1 + s / 16),
+                    "frac_reward_zero_std": 1.0 if dead else (0.25, 0.5, 0.75)[s % 3],
+                    "entropy": 0.02 if s >= 12 else 1.25 - s / 10, "tools/call_frequency": min(1.0, 0.4 + s / 16)})
+    return out
+
+
 def noisy_flat(steps=80, seed=0):
     """2 prompts per step and nothing learnt: each step's reward is 0, 0.5 or 1 at random, a fifth of the groups
     unanimous. Its best window is above its last by chance alone."""
@@ -113,7 +125,8 @@ CASES = {
         history=collapsing(), evals={"checkpoint-30": 24, "checkpoint-60": 2},
         says=["**Held-out pass@1 fell from 0.500 (checkpoint-30) to 0.042 (checkpoint-60)**: the run overfit or "
               "collapsed after step 30; use checkpoint-30", ", not checkpoint-60.",
-              "**The run collapsed at step 45.** From there to the end, at every one of 16 logged steps",
+              "**The run collapsed at step 45: from step 45 of 60 on, every group's completions scored alike",
+              "1.00 at every one of 16 logged steps): the last 16 steps (27% of the run) gave no gradient.**",
               "the groups are unanimous, right or wrong",
               "At 16 of 60 logged steps (27% of the run) every group's completions got the same reward",
               "**The mean reward fell from its best**: averaged over 8 logged steps it peaked at 0.731 (steps 25–32) "
@@ -121,6 +134,22 @@ CASES = {
               "**Reward `format` fell from its best**", "`sampling.dynamic: true`", "`trainer.save_steps`"],
         never=["The learning signal held", "signal was thin", "at the top of the run's range", "the mean reward went",
                "Reward `accuracy` fell"]),  # `accuracy` is the total here: said once
+    # the last half of a run gave no gradient: said plainly, in the run's steps and as a share of them, with the
+    # recipe keys that keep groups mixed longer
+    "stalled-tool-run": dict(
+        history=stalled_tool_run(), evals={},
+        says=["**The run collapsed at step 16: from step 16 of 30 on, every group's completions scored alike "
+              "(`frac_reward_zero_std`, the console's zero-std groups, 1.00 at every one of 15 logged steps): the last "
+              "15 steps (50% of the run) gave no gradient.**", "Entropy fell from 1.15 to 0.02",
+              "a higher `trainer.temperature`", "a larger `trainer.num_generations`", "a smaller `trainer.learning_rate`"],
+        never=["The learning signal held", "signal was thin", "solved"]),
+    # logged every 5 steps: a logged point stands for the 5 steps up to it, so the dead stretch first logged at step
+    # 20 began at step 16
+    "stalled-logged-every-5": dict(
+        history=stalled_tool_run(logging_steps=5), evals={},
+        says=["from step 16 of 30 on, every group's completions scored alike", "1.00 at every one of 3 logged steps",
+              "the last 15 steps (50% of the run) gave no gradient"],
+        never=["The learning signal held", "solved"]),
 }
 
 
@@ -151,7 +180,7 @@ def test_no_sentence_contradicts_the_figures(tmp_path, case):
         assert sum(tail) / len(tail) < 0.5
     if "No logged step had every group without spread" in verdict:
         assert max(zero) < 0.99
-    last = f"| share of groups with zero reward std (`frac_reward_zero_std`) | {zero[0]:g} (step 1) | {zero[-1]:g} (step {len(zero)})"
+    last = f"| share of groups with zero reward std (`frac_reward_zero_std`) | {zero[0]:g} (step {history[0]['step']}) | {zero[-1]:g} (step {history[-1]['step']})"
     assert last in text
 
 

@@ -90,6 +90,56 @@ def collapse(history: list[dict]) -> dict | None:
             "entropy": (entropy[0], entropy[-1]) if entropy else None}
 
 
+def dead_end(history: list[dict], c: dict) -> dict:
+    """The closing stretch of a run that `collapse` found, in the run's steps rather than logged points: a logged point
+    stands for the steps since the one before it (TRL averages a logging interval's metrics), so with
+    `logging_steps: 5` a collapse first logged at step 20 starts at step 16. `share`: its steps over the run's
+    (the last logged step), the part of the training time that taught nothing.
+
+    >>> h = [{"step": s, "frac_reward_zero_std": 1.0 if s >= 20 else 0.25} for s in range(5, 31, 5)]
+    >>> dead_end(h, collapse(h))
+    {'from_step': 16, 'steps': 15, 'of': 30, 'share': 0.5, 'logged': 3, 'unanimous': 3, 'mean': 1.0}
+    """
+    steps, zero = series(history, "frac_reward_zero_std")
+    start = steps.index(c["from_step"])
+    first = steps[start - 1] + 1 if start > 0 else 1
+    return {"from_step": first, "steps": steps[-1] - first + 1, "of": steps[-1], "share": (steps[-1] - first + 1) / steps[-1],
+            "logged": c["steps"], "unanimous": c["unanimous"], "mean": _mean(zero[start:])}
+
+
+def _every(d: dict) -> str:
+    """'at every one of 15 logged steps', or 'at 13 of 15 logged steps, 0.97 on average' (`dead_end`)."""
+    if d["unanimous"] == d["logged"]:
+        return f"at every one of {d['logged']} logged steps"
+    return f"at {d['unanimous']} of {d['logged']} logged steps, {d['mean']:.2f} on average"
+
+
+def _dead_end(d: dict, alike: str = "scored alike") -> str:
+    """'from step 16 of 30 on, every group's completions scored alike (`frac_reward_zero_std`, the console's zero-std
+    groups, 1.00 at every one of 15 logged steps): the last 15 steps (50% of the run) gave no gradient' (`dead_end`)."""
+    few = "" if d["unanimous"] == d["logged"] else " (almost)"
+    return (f"from step {d['from_step']} of {d['of']} on, every group's completions {alike} (`frac_reward_zero_std`, "
+            f"the console's zero-std groups, 1.00 {_every(d)}): the last {d['steps']} steps ({d['share']:.0%} of the run) "
+            f"gave{few} no gradient")
+
+
+def no_gradient_end(history: list[dict]) -> str | None:
+    """One line for the console at the end of a run whose closing stretch gave no gradient (`collapse`), pointing at
+    report.md for why and what to change; None otherwise.
+
+    >>> print(no_gradient_end([{"step": s, "frac_reward_zero_std": 1.0 if s > 20 else 0.5} for s in range(1, 31)]))
+    no gradient from step 21 of 30 on: every group's completions scored alike (zero-std groups 1.00 at every one of 10 logged steps), so the last 10 steps (33% of the run) trained nothing; report.md ('What the curves say') says why and what to change
+    """
+    c = collapse(history)
+    if c is None:
+        return None
+    d = dead_end(history, c)
+    return (f"no gradient from step {d['from_step']} of {d['of']} on: every group's completions scored alike (zero-std "
+            f"groups 1.00 {_every(d)}), so the last {d['steps']} steps ({d['share']:.0%} of the run) trained "
+            f"{'nothing' if d['unanimous'] == d['logged'] else 'almost nothing'}; report.md ('What the curves say') "
+            "says why and what to change")
+
+
 def solved(history: list[dict], c: dict | None) -> bool:
     """A collapse that is the task learnt: from the collapse step on, the mean reward and every logged reward function
     stayed at their best (within 5% of the run's range), after rising to it. Unanimous groups there are all right,
@@ -313,18 +363,16 @@ def _signal(history: list[dict], z: dict) -> list[str]:
     if solved(history, c):
         first = windows(history)[0] if len(series(history, "reward")[1]) >= 2 * COLLAPSE_MIN_STEPS else None
         rose = f" from {_number(first[2])} ({_span(first[0], first[1])})" if first else ""
-        when = ("every one" if c["unanimous"] == c["steps"] else f"{c['unanimous']}")
-        text = (f"**The task is solved from step {c['from_step']} on**: the mean reward rose{rose} to "
-                f"{_number(c['reward'])}, the best of the run, and held there; at {when} of the {c['steps']} logged "
-                "steps since, every group's completions earned the same reward (`frac_reward_zero_std` = 1). That is "
-                "a task learnt, not a collapse (a collapse leaves the groups unanimous below the run's best): with no "
-                "spread left there is no gradient, so those steps trained nothing.")
+        d = dead_end(history, c)
+        text = (f"**The task is solved from step {d['from_step']} on**: the mean reward rose{rose} to "
+                f"{_number(c['reward'])}, the best of the run, and held there; {_dead_end(d, 'earned the same reward')}. That is a task learnt, not a collapse "
+                "(a collapse leaves the groups unanimous below the run's best): with no spread left there is nothing "
+                "to learn from, so those steps trained nothing.")
         return [text + _entropy_fall(c), _no_gradient(z)]
     if c is not None:
-        when = ("at every one" if c["unanimous"] == c["steps"] else f"at {c['unanimous']}")
-        text = (f"**The run collapsed at step {c['from_step']}.** From there to the end, {when} of {c['steps']} logged "
-                "steps, every group's completions got the same reward (`frac_reward_zero_std` = 1), so every advantage "
-                "was 0 and the policy gradient with it: those steps trained (almost) nothing.")
+        d = dead_end(history, c)
+        text = (f"**The run collapsed at step {d['from_step']}: {_dead_end(d)}.** In a group that scores alike "
+                "every advantage is 0 (a reward minus its group's mean), and the policy gradient with it.")
         lines = [text + _entropy_fall(c)]
         if c["near_best"]:  # within 5% of the run's reward range from its best
             lines.append(f"The mean reward there was {_number(c['reward'])}, at the top of the run's range: the reward "
@@ -381,9 +429,13 @@ def _number(value) -> str:
 
 # "Most calls failed": more than half of them, so the reward was earned (or not) mostly without the tool's answers.
 MOSTLY_FAILED = 0.5
-FIX_COLLAPSE = ("What to change: fewer steps (`trainer.max_steps`, about the collapse step) when the goal was reached; a "
-                "higher `trainer.temperature` to keep a group's completions apart; DAPO's dynamic sampling "
-                "(`sampling.dynamic: true`), which replaces groups without spread by fresh prompts; or a harder task or "
+FIX_COLLAPSE = ("What to change, to keep a group's completions apart for longer: a higher `trainer.temperature` "
+                "(sampling spread); a larger `trainer.num_generations` (more completions per prompt, so one that differs "
+                "is likelier; keep the generation batch, `trainer.per_device_train_batch_size` x "
+                "`trainer.gradient_accumulation_steps`, divisible by it); a smaller `trainer.learning_rate`, so the "
+                "policy sharpens more slowly (entropy falling towards 0 is that sharpening); DAPO's dynamic sampling "
+                "(`sampling.dynamic: true`), which replaces groups without spread by fresh prompts. Or, when the goal "
+                "was reached, fewer steps (`trainer.max_steps`, about the step above); or a harder task or "
                 "finer-grained reward.")
 FIX_THIN = ("What to change: more prompts per step, so fewer steps go without any gradient (each prompt's group is one "
             "chance of spread: a larger `trainer.per_device_train_batch_size` or `trainer.gradient_accumulation_steps` "

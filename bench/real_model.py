@@ -212,7 +212,8 @@ def header(recipe, recipe_path: Path, steps: int, how: str) -> dict:
     """What every seed of these results shares: the model, its dtype on this CPU, the recipe and how it was measured."""
     import torch
 
-    from grpokit.config.trainer_args import cpu_computes_bf16, resolved_dtype
+    from grpokit.config.trainer_args import resolved_dtype
+    from grpokit.cpu import cpu_computes_bf16
 
     knobs = recipe.trainer
     return {

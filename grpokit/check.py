@@ -26,7 +26,7 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
         print("\n".join(tasks.explain(recipe.dataset["reasoning_gym"], recipe.rewards)))
     facts = {"gpu": gpu_facts()}
     if facts["gpu"] is None:  # the run takes the CPU path: whether it computes bfloat16 or emulates it
-        from grpokit.config.trainer_args import cpu_computes_bf16
+        from grpokit.cpu import cpu_computes_bf16
 
         facts["cpu_bf16"] = cpu_computes_bf16()
     if prep.tools is not None:
@@ -111,8 +111,7 @@ def _memory_plan(prep, recipe: Recipe, prompt_length: int | None, prompt_how: st
             print(f"  on this machine (no CUDA) a run takes the CPU path ({cpu.settings.dtype}, TRL's head without "
                   f"Triton scores every position): peak {cpu.allocated_gb:.2f} GiB of host memory in the "
                   f"{cpu.peak.name} phase ({cpu.peak.moment})")
-            from grpokit.config.trainer_args import cpu_computes_bf16
-            from grpokit.cpu import default_threads
+            from grpokit.cpu import cpu_computes_bf16, default_threads
             from grpokit.planning.cpu_time import SHAPE, estimate
 
             resolved = {k: getattr(prep.args, k, None) for k in ("max_steps", *SHAPE)}  # the GRPOConfig a run gets

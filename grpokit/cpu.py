@@ -4,7 +4,8 @@ Measured (bench/cpu_speed.py, bench/README.md "CPU speed"): on a small machine s
 threads that spin while they wait (its default, "active") fight the neighbour for the cores, and a step takes
 several times longer; threads that sleep while they wait ("passive") keep the step near its idle time. So a run
 on CPU defaults to OMP_WAIT_POLICY=PASSIVE and DEFAULT_THREADS; `--threads N` (or OMP_NUM_THREADS / OMP_WAIT_POLICY
-set in the environment, which are kept as they are) chooses otherwise.
+set in the environment, which are kept as they are) chooses otherwise. And whether the CPU computes bfloat16
+natively, which decides what a recipe's `dtype: auto` means on it (`cpu_dtype`).
 
 A leaf: imports nothing of grpokit's.
 """
@@ -57,3 +58,27 @@ def configure(threads: int | None) -> str:
         sys.modules["torch"].set_num_threads(threads)
     how = f"; {', '.join(said)}" if said else f", OpenMP waiting {os.environ['OMP_WAIT_POLICY'].lower()}"
     return f"cpu: {threads} torch thread{'s' if threads != 1 else ''}{how} (--threads N to change)"
+
+
+def cpu_dtype(model: dict, lora: bool) -> str:
+    """What `auto` resolves to on CPU (`trainer_args.resolved_dtype` says why)."""
+    native = lora and model.get("quantization", "none") == "none" and cpu_computes_bf16()
+    return "bfloat16" if native else "float32"
+
+
+_CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instructions that multiply bfloat16 natively (oneDNN uses them)
+
+
+def cpu_computes_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """True when this CPU has bfloat16 matrix instructions (AVX512-BF16 or AMX-BF16 on x86; read from the kernel's
+    flags, so False where there is no /proc/cpuinfo or on other architectures, where grpokit has not measured).
+
+    >>> cpu_computes_bf16("/nonexistent")
+    False
+    """
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return any(flag in flags for flag in _CPU_BF16_FLAGS)

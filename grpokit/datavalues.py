@@ -27,8 +27,7 @@ import re
 import stat
 from pathlib import Path
 
-from grpokit.config.loader import CLI
-from grpokit.errors import Problem, RecipeError, nearest
+from grpokit.errors import CLI, Problem, RecipeError, nearest
 
 ASSETS = Path(__file__).resolve().parent / "assets"  # data shipped with grpokit, named `builtin:<file>`
 BUILTIN = "builtin:"

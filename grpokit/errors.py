@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 EXIT_USAGE = 2
+# Where a value set on the command line (an override) was set, as a message names it in place of a recipe file
+# (`Problem.file`): a loaded recipe records each key's source this way.
+CLI = "command line"
 _UNSET = object()
 
 

@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass, fields
 
 from grpokit.errors import Problem, Problems, RecipeError, nearest
+from grpokit.fields import Field, validate_dataclass_keys, validate_fields
 # build and registry are made in taskgen (a leaf the scorer's cage imports too), reached through this module as well
 from grpokit.taskgen import Expensive, Failed, blame, bounds, build, produce, registry  # noqa: F401
 
@@ -35,6 +36,24 @@ KEY = "dataset.reasoning_gym"
 # Keys of a task's own config that the source sets for every task alike.
 OWN_KEYS = {"seed": f"is set for every task by {KEY}.seed (and eval_seed)",
             "size": f"is set for every task by {KEY}.size (and eval_size)"}
+
+# The section's keys (`dataset.reasoning_gym`): one reasoning-gym task or a weighted mix, generated from seeds.
+REASONING_GYM = {
+    "tasks": Field(list, doc="[{name, weight, config}]: reasoning-gym task names, each with its own config keys",
+                   shape="a list of tasks, one entry each: tasks: [{name: chain_sum, weight: 1, config: {max_terms: 3}}] "
+                   "(weight and config may be left out, and an entry may be the bare name)"),
+    # Bounds: every problem is generated at --check and before training (a countdown problem takes ~10 ms).
+    "size": Field(int, 1000, "training problems", min=1, max=1_000_000),
+    "seed": Field(int, 1, "problem i of training is drawn from seed + i", min=0, max=2**31),
+    "eval_size": Field(int, 100, "held-out problems for --eval and trainer.eval_strategy", min=1, max=100_000),
+    "eval_seed": Field(int | None, None, "the held-out set's first seed; default seed + size, the first past training's",
+                       min=0, max=2**31),
+}
+TASK_ENTRY = {
+    "name": Field(str, doc="a reasoning-gym task (reasoning_gym.factory.DATASETS)"),
+    "weight": Field(float, 1.0, "its share of a mix's problems, relative to the others'", gt=0.0),
+    "config": Field(dict, {}, "the task's own config keys (its config dataclass), but seed and size"),
+}
 
 
 def version() -> str:
@@ -61,9 +80,6 @@ def check_source(raw, where_set=lambda p: None) -> tuple[dict, list[Problem]]:
     >>> problems[0].path, problems[0].suggestion
     ('dataset.reasoning_gym.tasks[0].name', 'leg_counting')
     """
-    from grpokit.config.schema import validate_fields
-    from grpokit.config.sections import REASONING_GYM
-
     problems = Problems()
     mapped = isinstance(raw, dict) and isinstance(raw.get("tasks"), dict)
     if mapped:  # said with the list it meant, not as a type
@@ -91,9 +107,6 @@ def check_source(raw, where_set=lambda p: None) -> tuple[dict, list[Problem]]:
 def _check_task(i: int, item, known: dict, seen: dict, problems: Problems, where_set) -> dict | None:
     """Entry i of the task list, checked (its name against the registry and the earlier entries, its config keys and
     values, the task's own rules) and with its defaults filled; None when it cannot be used."""
-    from grpokit.config.schema import validate_dataclass_keys, validate_fields
-    from grpokit.config.sections import TASK_ENTRY
-
     path, dotted = f"{KEY}.tasks[{i}]", f"{KEY}.tasks.{i}"
     if isinstance(item, str):  # shorthand: "- leg_counting"
         item = {"name": item}

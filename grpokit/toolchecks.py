@@ -9,6 +9,7 @@ import inspect
 import typing
 
 from grpokit.errors import Problem, nearest
+from grpokit.fields import coerce, describe
 
 
 def duplicate_problems(functions: list, environment: type | None, methods: list[str], where: str | None) -> list[Problem]:
@@ -54,7 +55,7 @@ def few_shot_problems(few_shot, tool_names: list[str], where: str | None) -> lis
 
 def argument_problems(environment: type, args: dict, where: str | None) -> list[Problem]:
     """Each `environment_args` value the constructor's annotation for it does not take (`max_digits: twelve` for an
-    `int`), by the recipe's own rules (grpokit.config.schema: an int is a number, true is not an integer). An argument
+    `int`), by the recipe's own rules (grpokit.fields: an int is a number, true is not an integer). An argument
     without an annotation, or with one that cannot be read, is left to the constructor.
 
     >>> class Env:
@@ -62,8 +63,6 @@ def argument_problems(environment: type, args: dict, where: str | None) -> list[
     >>> [(p.path, p.allowed) for p in argument_problems(Env, {"max_digits": "twelve"}, None)]
     [('tools.environment_args.max_digits', 'integer')]
     """
-    from grpokit.config.schema import coerce, describe
-
     try:
         hints = typing.get_type_hints(environment.__init__)
         params = inspect.signature(environment).parameters

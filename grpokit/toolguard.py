@@ -73,7 +73,7 @@ class Tally:
 
 @dataclass(frozen=True)
 class Limits:
-    """A recipe's `tools.timeout_seconds` and `tools.max_result_chars` (defaults and bounds: grpokit.config.sections),
+    """A recipe's `tools.timeout_seconds` and `tools.max_result_chars` (defaults and bounds: grpokit.tooluse.TOOLS),
     and the tally their cuts are counted in."""
 
     timeout_seconds: float

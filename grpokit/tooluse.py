@@ -21,12 +21,29 @@ import types
 from dataclasses import dataclass, field
 from typing import Callable
 
-from grpokit.config.sections import TOOLS
 from grpokit.errors import Problem, Problems, nearest
+from grpokit.fields import Field
 
 # Class members TRL does not expose as tools (`GRPOTrainer.__init__` lists them on the class): `reset` starts a
 # rollout, `get_reward` scores it, and a name starting with `_` is private.
 NOT_TOOLS = ("reset", "get_reward")
+
+# The section's keys (`tools`): TRL's multi-turn tool use. Names follow a user reward's rules: path/to/file.py:Name
+# (relative to the recipe) or package.module:Name; trainer.max_tool_calling_iterations bounds the rounds.
+TOOLS = {
+    "environment": Field(str | None, None, "a class with reset(**row) whose public methods are tools, one instance per "
+                         "rollout (TRL's environment_factory); get_reward(), if defined, is one more reward"),
+    "environment_args": Field(dict, {}, "keyword arguments for the environment's constructor"),
+    "functions": Field(list[str], [], "tool functions: typed arguments and a docstring describing each (TRL's tools)"),
+    # Each call is bounded (grpokit/toolguard.py): past either limit it fails with an error naming it, which the model
+    # reads as the result and the report counts as a failed call; the run goes on. The defaults fit a normal call: a
+    # computation or a local lookup returns in milliseconds, a network call in seconds; 10,000 characters (~2,500
+    # tokens) already fill most completion budgets. The ceiling on results: TRL tokenizes a result before it can see
+    # that it does not fit, and a 10 MB one made the tokenizer abort the process allocating 1.7 GB.
+    "timeout_seconds": Field(float, 10.0, "seconds one tool call may take", gt=0, max=3600),
+    "max_result_chars": Field(int, 10_000, "characters of one tool result (its text); a longer one is dropped",
+                              min=1, max=1_000_000),
+}
 
 
 def _kinds():

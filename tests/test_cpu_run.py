@@ -17,11 +17,10 @@ import pytest
 from helpers import ROOT
 
 from grpokit import cpu, progress
-from grpokit.config import trainer_args
 from grpokit.planning import memory
 
 
-@pytest.mark.parametrize("module", ["grpokit.progress", "grpokit.config.trainer_args"])
+@pytest.mark.parametrize("module", ["grpokit.progress", "grpokit.cpu"])
 def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted and not result.failed
@@ -88,10 +87,10 @@ def test_auto_on_cpu_is_bfloat16_only_where_it_is_native_and_the_base_is_frozen(
                                                                                  quantization, expected):
     info = tmp_path / "cpuinfo"
     info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
-    native = trainer_args.cpu_computes_bf16(str(info))
-    monkeypatch.setattr(trainer_args, "cpu_computes_bf16", lambda *args: native)
+    native = cpu.cpu_computes_bf16(str(info))
+    monkeypatch.setattr(cpu, "cpu_computes_bf16", lambda *args: native)
     model = {"dtype": "auto", "quantization": quantization}
-    assert trainer_args.cpu_dtype(model, lora) == expected
+    assert cpu.cpu_dtype(model, lora) == expected
     assert memory.planned_dtype(model, "cpu", lora=lora) == expected  # --check's plan follows the run
     assert memory.planned_dtype({"dtype": "float32"}, "cpu", lora=lora) == "float32"  # a recipe's own dtype wins
 
@@ -99,9 +98,9 @@ def test_auto_on_cpu_is_bfloat16_only_where_it_is_native_and_the_base_is_frozen(
 def test_cpu_bf16_is_read_from_the_kernels_flags(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_tile\n")
-    assert trainer_args.cpu_computes_bf16(str(info))
+    assert cpu.cpu_computes_bf16(str(info))
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
-    assert not trainer_args.cpu_computes_bf16(str(info))
+    assert not cpu.cpu_computes_bf16(str(info))
 
 
 # --- what the console says about time ----------------------------------------------------------------

@@ -15,6 +15,8 @@ PACKAGES = ("grpokit", "rewards", "labs")
 # Leaves: modules that import nothing of the project's except these (README: Layout).
 LEAVES = {
     "grpokit.errors": set(),
+    "grpokit.fields": {"grpokit.errors"},
+    "grpokit.cpu": set(),
     "grpokit.dist": set(),
     "grpokit.files": {"grpokit.errors", "grpokit.files.ownership", "grpokit.files.reading"},
     "grpokit.files.ownership": {"grpokit.errors", "grpokit.files.reading"},

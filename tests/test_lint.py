@@ -339,10 +339,10 @@ def test_bf16_on_a_cpu_without_bf16_instructions_is_said_to_be_emulated(tmp_path
 
 def test_check_says_bf16_is_emulated_on_a_cpu_without_it(tmp_path, capsys, monkeypatch, no_weights):
     from grpokit import check
-    from grpokit.config import trainer_args
+    from grpokit import cpu
 
     monkeypatch.setattr(check, "gpu_facts", lambda: None)  # the CPU path, on any machine
-    monkeypatch.setattr(trainer_args, "cpu_computes_bf16", lambda *a: False)
+    monkeypatch.setattr(cpu, "cpu_computes_bf16", lambda *a: False)
     data = recipe_dict(model={**recipe_dict()["model"], "dtype": "bfloat16"})
     data["trainer"]["output_dir"] = str(tmp_path / "run")
     assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0

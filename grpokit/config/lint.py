@@ -22,6 +22,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
+from grpokit.planning import memory
+from grpokit.planning.architecture import ConfigNotFound, load_model_config
+
 OVERLONG = "overlong_penalty"
 # Loss types whose PPO clip (epsilon, epsilon_high, delta) is applied to the importance ratio; CISPO caps the
 # ratio at epsilon_high instead, which is just as inert when the ratio is 1.
@@ -78,7 +81,7 @@ def lint(recipe, args, *, answer_lengths: list[int] | None = None, gpu: dict | N
     `prompt_length`, the longest prompt the plan assumes; `vllm_plan`, the memory plan with vLLM colocated
     (`grpokit.planning.vllm_share.plan_for`), and `vllm_plan_asleep`, the same with sleep mode on; `tool_round_tokens`,
     the tokens one round of tool use costs in the chat template before any output (`grpokit.tooluse.round_tokens`);
-    `cpu_bf16`, whether this CPU has bfloat16 instructions (`trainer_args.cpu_computes_bf16`), for a run on the CPU;
+    `cpu_bf16`, whether this CPU has bfloat16 instructions (`cpu.cpu_computes_bf16`), for a run on the CPU;
     `task_audit`, how each reasoning-gym task's scorer treats its own gold answers and a nonsense one
     (`rewards.tasks.audit`).
     """
@@ -141,9 +144,6 @@ def _beta_full_copy(recipe, args, facts):
 
 def _reference_cost(model: dict) -> str:
     """', 5.75 GiB more GPU memory (...)' from the memory planner, or why its size is unknown offline."""
-    from grpokit.planning import memory
-    from grpokit.planning.architecture import ConfigNotFound, load_model_config
-
     try:
         config, _ = load_model_config(model["name_or_path"])
         dtype = memory.planned_dtype(model)
@@ -266,11 +266,9 @@ def _vllm_knobs_off(recipe, args, facts):
 
 def _training_total(plan) -> int:
     """The training phase as the card sees it: tensors + CUDA context + fragmentation of the trainer's part."""
-    from grpokit.planning.memory import CONTEXT_BYTES, FRAGMENTATION
-
     phase = plan.phases[-1]
     trainer = sum(c.bytes for c in phase.components if not c.vllm)
-    return phase.bytes + CONTEXT_BYTES + int(FRAGMENTATION * trainer)
+    return phase.bytes + memory.CONTEXT_BYTES + int(memory.FRAGMENTATION * trainer)
 
 
 def _gib(n: int) -> str:

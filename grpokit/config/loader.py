@@ -17,9 +17,8 @@ from typing import Any
 import yaml
 
 from grpokit import files
-from grpokit.errors import Problem, Problems, RecipeError
-
-CLI = "command line"
+from grpokit.errors import CLI, Problem, Problems, RecipeError
+from rewards import user_reward_file
 
 
 _KIND = {list: "list", dict: "mapping", set: "set"}
@@ -230,7 +229,6 @@ def _anchor_paths(data: dict, folder: Path) -> None:
     model = data.get("model")
     if isinstance(model, dict) and isinstance(model.get("name_or_path"), str) and _is_local_path(model["name_or_path"]):
         model["name_or_path"] = str((folder / Path(model["name_or_path"]).expanduser()).resolve())
-    from rewards import user_reward_file
 
     def anchored(name):
         found = user_reward_file(name) if isinstance(name, str) else None

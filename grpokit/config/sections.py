@@ -1,11 +1,14 @@
 """The recipe's sections as data: our own keys with their types, defaults and ranges, and the ranges and
 enumerations we add to TRL's `GRPOConfig` and PEFT's `LoraConfig` fields (TRL 1.16 accepts `beta: "high"`,
 `loss_type: dapo2` or `max_completion_length: 0`, and PEFT accepts `r: 0`).
+
+A section that a domain owns keeps its keys beside its rules: `dataset.reasoning_gym` in `grpokit.tasks`
+(`REASONING_GYM`), `tools` in `grpokit.tooluse` (`TOOLS`); `validate` composes them with these.
 """
 
 from __future__ import annotations
 
-from grpokit.config.schema import Field
+from grpokit.fields import Field
 
 SECTIONS = ("model", "lora", "dataset", "rewards", "tools", "trainer", "sampling", "lint")
 REQUIRED_SECTIONS = ("model", "dataset", "rewards")
@@ -46,45 +49,10 @@ DATASET = {
     "eval_limit": Field(int | None, None, "score only the first N held-out prompts", min=1),
 }
 
-# `dataset.reasoning_gym` (grpokit/tasks.py): one reasoning-gym task or a weighted mix, generated from seeds.
-REASONING_GYM = {
-    "tasks": Field(list, doc="[{name, weight, config}]: reasoning-gym task names, each with its own config keys",
-                   shape="a list of tasks, one entry each: tasks: [{name: chain_sum, weight: 1, config: {max_terms: 3}}] "
-                   "(weight and config may be left out, and an entry may be the bare name)"),
-    # Bounds: every problem is generated at --check and before training (a countdown problem takes ~10 ms).
-    "size": Field(int, 1000, "training problems", min=1, max=1_000_000),
-    "seed": Field(int, 1, "problem i of training is drawn from seed + i", min=0, max=2**31),
-    "eval_size": Field(int, 100, "held-out problems for --eval and trainer.eval_strategy", min=1, max=100_000),
-    "eval_seed": Field(int | None, None, "the held-out set's first seed; default seed + size, the first past training's",
-                       min=0, max=2**31),
-}
-TASK_ENTRY = {
-    "name": Field(str, doc="a reasoning-gym task (reasoning_gym.factory.DATASETS)"),
-    "weight": Field(float, 1.0, "its share of a mix's problems, relative to the others'", gt=0.0),
-    "config": Field(dict, {}, "the task's own config keys (its config dataclass), but seed and size"),
-}
-
 SAMPLING = {
     "dynamic": Field(bool, False, "DAPO dynamic sampling: train only on groups whose metric varies"),
     "max_rounds": Field(int, 4, "generation rounds per batch before going on with what it has", min=1),
     "metric": Field(str, "reward", "'reward' (the weighted total) or the name of one reward"),
-}
-
-# `tools` (grpokit/tooluse.py): TRL's multi-turn tool use. Names follow a user reward's rules: path/to/file.py:Name
-# (relative to the recipe) or package.module:Name; trainer.max_tool_calling_iterations bounds the rounds.
-TOOLS = {
-    "environment": Field(str | None, None, "a class with reset(**row) whose public methods are tools, one instance per "
-                         "rollout (TRL's environment_factory); get_reward(), if defined, is one more reward"),
-    "environment_args": Field(dict, {}, "keyword arguments for the environment's constructor"),
-    "functions": Field(list[str], [], "tool functions: typed arguments and a docstring describing each (TRL's tools)"),
-    # Each call is bounded (grpokit/toolguard.py): past either limit it fails with an error naming it, which the model
-    # reads as the result and the report counts as a failed call; the run goes on. The defaults fit a normal call: a
-    # computation or a local lookup returns in milliseconds, a network call in seconds; 10,000 characters (~2,500
-    # tokens) already fill most completion budgets. The ceiling on results: TRL tokenizes a result before it can see
-    # that it does not fit, and a 10 MB one made the tokenizer abort the process allocating 1.7 GB.
-    "timeout_seconds": Field(float, 10.0, "seconds one tool call may take", gt=0, max=3600),
-    "max_result_chars": Field(int, 10_000, "characters of one tool result (its text); a longer one is dropped",
-                              min=1, max=1_000_000),
 }
 
 LINT = {  # rule names are checked against grpokit.config.lint.RULES by validate

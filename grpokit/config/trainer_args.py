@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from grpokit.cpu import cpu_dtype
 from grpokit.dist import num_processes_from_env
 
 
@@ -60,7 +61,7 @@ def build_grpo_config(trainer: dict, model: dict, rewards: list[dict], num_proce
 def resolved_dtype(model: dict, lora: bool = False) -> str:
     """`auto` means bfloat16 on a GPU (TRL would otherwise load float32), float16 on one without bfloat16
     (T4, V100: common 16 GB cards); on CPU, bfloat16 for a LoRA run on a CPU that computes it natively
-    (`cpu_computes_bf16`: the frozen base in bfloat16, the adapter and its optimizer in float32, PEFT's
+    (`cpu.cpu_computes_bf16`: the frozen base in bfloat16, the adapter and its optimizer in float32, PEFT's
     `autocast_adapter_dtype`), float32 otherwise (a full fine-tune, a quantized base, or a CPU that would emulate
     bfloat16 more slowly than it computes float32). Measured: bench/README.md, "CPU speed"."""
     dtype = model.get("dtype", "auto")
@@ -71,27 +72,3 @@ def resolved_dtype(model: dict, lora: bool = False) -> str:
     if not torch.cuda.is_available():
         return cpu_dtype(model, lora)
     return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-
-
-def cpu_dtype(model: dict, lora: bool) -> str:
-    """What `auto` resolves to on CPU (see `resolved_dtype`)."""
-    native = lora and model.get("quantization", "none") == "none" and cpu_computes_bf16()
-    return "bfloat16" if native else "float32"
-
-
-_CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 instructions that multiply bfloat16 natively (oneDNN uses them)
-
-
-def cpu_computes_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """True when this CPU has bfloat16 matrix instructions (AVX512-BF16 or AMX-BF16 on x86; read from the kernel's
-    flags, so False where there is no /proc/cpuinfo or on other architectures, where grpokit has not measured).
-
-    >>> cpu_computes_bf16("/nonexistent")
-    False
-    """
-    try:
-        with open(cpuinfo, encoding="ascii", errors="replace") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return any(flag in flags for flag in _CPU_BF16_FLAGS)

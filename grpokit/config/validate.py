@@ -8,20 +8,28 @@ plus the enumerations and ranges those libraries leave unchecked (TRL 1.16 accep
 
 from __future__ import annotations
 
+import inspect
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import rewards
+from grpokit import tasks, tooluse
 from grpokit.config.engine import check_knobs
 from grpokit.config.lint import RULE_NAMES
 from grpokit.config.loader import CLI, Loaded, where_set_in
-from grpokit.config.schema import non_finite, validate_dataclass_keys, validate_fields
 from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, MODEL, PER_GROUP, REQUIRED_SECTIONS, REWARD_ENTRY,
-                                     SAMPLING, SECTIONS, TOOLS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
+                                     SAMPLING, SECTIONS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
 from grpokit.config.trainer_args import build_grpo_config
+from grpokit.datavalues import data_file_problems
 from grpokit.dist import num_processes_from_env
 from grpokit.errors import Problem, Problems, nearest
+from grpokit.fields import non_finite, validate_dataclass_keys, validate_fields
+from grpokit.tooluse import TOOLS
 from grpokit.trl_compat import TRL_REWARD_KEYWORDS
+
+# trl and peft are imported inside the functions that read them: loading a recipe imports neither (nor torch).
 
 @dataclass
 class Recipe:
@@ -99,8 +107,6 @@ def anchored_output_dir(value: str, set_in: str) -> str:
     >>> anchored_output_dir("runs/a", "/srv/project/recipes/my.yaml"), anchored_output_dir("/tmp/x", CLI)
     ('/srv/project/recipes/runs/a', '/tmp/x')
     """
-    import os
-
     folder = Path.cwd() if set_in == CLI else Path(set_in).parent
     return os.path.normpath(folder / Path(value).expanduser())
 
@@ -216,8 +222,6 @@ def _check_data_sources(dataset: dict, problems: Problems, where_set, data_files
         problems.add("dataset.eval_limit", "limits held-out data the recipe does not name; set dataset.eval_path or dataset.eval_split",
                      dataset["eval_limit"], file=where_set("dataset.eval_limit"))
     if data_files:
-        from grpokit.datavalues import data_file_problems  # what a data file may be is known there, beside its cells
-
         problems.extend(data_file_problems(dataset, where_set))
 
 
@@ -256,8 +260,6 @@ def few_shot_fault(shot) -> str | None:
 def _check_task_source(dataset: dict, problems: Problems, where_set) -> None:
     """`dataset.reasoning_gym` against reasoning-gym itself (`grpokit.tasks.check_source`), its defaults filled in; its
     problems have their own held-out set, so a file or split for one is refused."""
-    from grpokit import tasks
-
     dataset["reasoning_gym"], found = tasks.check_source(dataset["reasoning_gym"], where_set)
     problems.extend(found)
     for key in ("eval_path", "eval_split"):
@@ -333,8 +335,6 @@ def _check_with_the_libraries(trainer: dict, model: dict, rewards: list[dict], l
 
 
 def _validate_rewards(raw, trainer: dict, problems: Problems, where_set) -> list[dict]:
-    import rewards
-
     if raw is None:
         return []
     if not isinstance(raw, list) or not raw:
@@ -379,8 +379,6 @@ def _validate_tools(data: dict, model: dict, trainer: dict, problems: Problems, 
     """The `tools` section (grpokit/tooluse.py) and the keys that act with it: `model.chat_template` names one of TRL's
     templates, `trainer.max_tool_calling_iterations` needs tools, and a run without a `rewards` section needs an
     environment whose `get_reward` scores each rollout."""
-    from grpokit import tooluse
-
     name = model.get("chat_template")
     if name is not None and name not in tooluse.template_names():
         problems.add("model.chat_template", "is not one of TRL's chat templates", name, ", ".join(tooluse.template_names()),
@@ -431,8 +429,6 @@ def reward_column_problems(entries: list[dict], columns: list[str], file: str | 
 
 def gold_column_problems(entries: list[dict], columns: list[str], file: str | None = None) -> list[Problem]:
     """A reward reading a gold column (`gold_column` arg, given or its default) needs that column in the prepared data."""
-    import rewards
-
     problems = []
     for i, r in enumerate(entries):
         param = rewards.arg_parameters(rewards.resolve(r["name"]).target).get("gold_column")
@@ -450,10 +446,6 @@ def reward_call_problems(entries: list[dict], columns: list[str], file: str | No
     `def f(completions, solution, **kwargs)` on data without a `solution` column passed --check, then raised
     TypeError at the first step. Parameters with a default are optional and not checked.
     """
-    import inspect
-
-    import rewards
-
     passed = [c for c in columns if c not in ("prompt", "completion", "completion_ids")]
     problems = []
     for i, entry in enumerate(entries):

@@ -42,6 +42,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from grpokit import files
+from grpokit.cpu import cpu_dtype
 from grpokit.planning.architecture import dims, linear_shapes, load_model_config, lora_tensors, param_counts
 from grpokit.planning.moments import DTYPE_BYTES, Component, Phase, Settings, adapter_bytes, step_moments
 
@@ -190,12 +192,10 @@ def _optimizer(s: Settings, tensors: list[tuple[int, bool]], param_bytes: int) -
 
 def planned_dtype(model: dict, device: str = "cuda", lora: bool = False) -> str:
     """The model section's dtype as planned: `auto` is bfloat16 on a GPU; on CPU, what it resolves to there
-    (`trainer_args.cpu_dtype`: bfloat16 for LoRA on a CPU with bfloat16 instructions, else float32)."""
+    (`cpu.cpu_dtype`: bfloat16 for LoRA on a CPU with bfloat16 instructions, else float32)."""
     dtype = model.get("dtype", "auto")
     if dtype != "auto":
         return dtype
-    from grpokit.config.trainer_args import cpu_dtype
-
     return "bfloat16" if device == "cuda" else cpu_dtype(model, lora)
 
 
@@ -346,8 +346,6 @@ def validation_note(results_dir: Path = RESULTS_DIR) -> str:
     non-dry run of bench/gpu_memory.py has left its results there.
     """
     cpu_file = results_dir / "plan_vs_measured_cpu.json"
-    from grpokit import files
-
     try:
         summary = files.try_json(cpu_file)[0]["summary"]
         cpu = (f"checked against measured tensors on CPU within {summary['worst_abs_error']:.1%} over "

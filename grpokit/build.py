@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 from grpokit import rundir, tooluse
 from grpokit.config import Recipe, engine
 from grpokit.config.trainer_args import grpo_args
-from grpokit.config.validate import reward_column_problems
+from grpokit.config.reward_entries import reward_column_problems
 from grpokit.dist import say
 from grpokit.errors import Problems, RecipeError
 from grpokit.models import describe_error, is_gguf_file, load_tokenizer, model_source, not_cached

@@ -50,8 +50,8 @@ import torch
 import torch.nn.functional as F
 from trl import GRPOTrainer
 
+from grpokit.config.combinations import batch_level_knobs, check_group_layout, sampling_settings
 from grpokit.config.sections import TOTAL_REWARD
-from grpokit.config.validate import batch_level_knobs, check_group_layout, sampling_settings
 from grpokit import trl_compat
 from grpokit.trl_compat import TrlInternalsError, check_trl_internals
 

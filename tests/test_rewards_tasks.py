@@ -149,7 +149,7 @@ def test_bad_arguments_are_refused_at_check(args, message):
 
 
 def test_data_without_task_items_fails_check():
-    from grpokit.config.validate import reward_call_problems
+    from grpokit.config.reward_entries import reward_call_problems
 
     problems = reward_call_problems([{"name": "task_score", "args": {}}], ["prompt", "answer"])
     assert len(problems) == 1 and "requires 'task_item'" in problems[0].message

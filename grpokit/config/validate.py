@@ -4,32 +4,33 @@ Sections: `model`, `lora`, `dataset`, `rewards`, `trainer`, `sampling` (and `bas
 loader). `trainer` is checked against `trl.GRPOConfig` itself and `lora` against `peft.LoraConfig`,
 plus the enumerations and ranges those libraries leave unchecked (TRL 1.16 accepts `beta: "high"`,
 `loss_type: dapo2` or `max_completion_length: 0`, and PEFT accepts `r: 0`).
+
+`validate` is the story; the rules between keys are `combinations`, the `rewards` entries `reward_entries`, and a
+section a domain owns is checked by its owner (`tasks.check_source`, `tooluse.check`, `datavalues.data_file_problems`).
 """
 
 from __future__ import annotations
 
-import inspect
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import rewards
 from grpokit import tasks, tooluse
-from grpokit.config.engine import check_knobs
+from grpokit.config.combinations import check_combinations, check_sampling_metric
 from grpokit.config.lint import RULE_NAMES
 from grpokit.config.loader import CLI, Loaded, where_set_in
-from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, MODEL, PER_GROUP, REQUIRED_SECTIONS, REWARD_ENTRY,
-                                     SAMPLING, SECTIONS, TOTAL_REWARD, TRAINER_BOUNDS, TRAINER_REFUSED)
+from grpokit.config.reward_entries import validate_rewards
+from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, MODEL, REQUIRED_SECTIONS, SAMPLING,
+                                     SECTIONS, TRAINER_BOUNDS, TRAINER_REFUSED)
 from grpokit.config.trainer_args import build_grpo_config
 from grpokit.datavalues import data_file_problems
 from grpokit.dist import num_processes_from_env
-from grpokit.errors import Problem, Problems, nearest
-from grpokit.fields import non_finite, validate_dataclass_keys, validate_fields
+from grpokit.errors import Problems, nearest
+from grpokit.fields import validate_dataclass_keys, validate_fields
 from grpokit.tooluse import TOOLS
-from grpokit.trl_compat import TRL_REWARD_KEYWORDS
 
 # trl and peft are imported inside the functions that read them: loading a recipe imports neither (nor torch).
+
 
 @dataclass
 class Recipe:
@@ -138,12 +139,12 @@ def validate(loaded: Loaded, num_processes: int | None = None, data_files: bool 
         _check_data_sources(dataset, problems, where_set, data_files)
     lora = _validate_lora(data.get("lora"), model, problems, where_set)
     trainer = _validate_trainer(data.get("trainer"), path, problems, where_set)
-    rewards = _validate_rewards(data.get("rewards"), trainer, problems, where_set)
+    rewards = validate_rewards(data.get("rewards"), trainer, problems, where_set)
     tools = _validate_tools(data, model, trainer, problems, where_set)
     if rewards:
         check_sampling_metric(sampling, [r["logged_as"] for r in rewards], problems, where_set)
     n_proc = num_processes or num_processes_from_env()
-    _check_combinations(trainer, model, dataset, sampling, n_proc, problems, where_set)
+    check_combinations(trainer, model, dataset, sampling, n_proc, problems, where_set)
     problems.raise_if_any()
     _check_with_the_libraries(trainer, model, rewards, lora, n_proc, problems, where_set)
     problems.raise_if_any()
@@ -301,23 +302,6 @@ def _validate_trainer(raw, recipe_path: Path, problems: Problems, where_set) -> 
     return trainer
 
 
-def _check_combinations(trainer: dict, model: dict, dataset: dict, sampling: dict, n_proc: int, problems: Problems,
-                        where_set) -> None:
-    """The rules between keys, in one section or across sections and the process count, once each key is checked."""
-    if trainer.get("bf16") is True and trainer.get("fp16") is True:
-        problems.add("trainer.fp16", "cannot be true together with trainer.bf16; set one (or neither: model.dtype picks)",
-                     True, file=where_set("trainer.fp16"))
-    if trainer.get("eval_strategy", "no") not in ("no", None) and dataset and not (
-            dataset.get("eval_path") or dataset.get("eval_split") or dataset.get("reasoning_gym")):
-        problems.add("trainer.eval_strategy", "evaluates on held-out data the recipe does not name; set dataset.eval_path "
-                     "(a local file) or dataset.eval_split (a hub split), or leave eval_strategy at 'no'",
-                     trainer["eval_strategy"], file=where_set("trainer.eval_strategy"))
-    _check_batch(trainer, n_proc, problems, where_set)
-    check_knobs(trainer, model, n_proc, problems, where_set)
-    if sampling.get("dynamic"):
-        _check_dynamic_sampling(trainer, problems, where_set)
-
-
 def _check_with_the_libraries(trainer: dict, model: dict, rewards: list[dict], lora: dict | None, n_proc: int,
                               problems: Problems, where_set) -> None:
     """TRL's and PEFT's own checks, on values that passed ours: their messages are reworded, not shown raw."""
@@ -332,47 +316,6 @@ def _check_with_the_libraries(trainer: dict, model: dict, rewards: list[dict], l
             LoraConfig(**lora)
         except (ValueError, TypeError) as err:
             problems.add("lora", f"PEFT rejects this configuration: {err}", file=where_set("lora"))
-
-
-def _validate_rewards(raw, trainer: dict, problems: Problems, where_set) -> list[dict]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list) or not raw:
-        problems.add("rewards", "must be a non-empty list of {name, weight, args}", raw, file=where_set("rewards"))
-        return []
-    out, seen = [], {}
-    for i, item in enumerate(raw):
-        path = f"rewards[{i}]"
-        if isinstance(item, str):  # shorthand: "- accuracy"
-            item = {"name": item}
-        entry = validate_fields(item, REWARD_ENTRY, path, problems, lambda p: where_set(_dotted(p)))
-        if "name" not in entry:
-            continue
-        args = dict(entry.get("args") or {})
-        bad = {arg: non_finite(value) for arg, value in args.items() if non_finite(value) is not None}
-        for arg, value in bad.items():  # a user reward's own checks may miss it: refused for every reward alike
-            problems.add(f"{path}.args.{arg}", "must be a finite number", value, file=where_set(f"rewards.{i}.args.{arg}"))
-        if bad:
-            continue
-        try:
-            e = rewards.bind(entry["name"], args)
-            for arg, key_path in e.from_recipe.items():
-                if args.get(arg) is None:
-                    section, _, key = key_path.partition(".")
-                    args[arg] = _knob(trainer, key) if section == "trainer" else None
-            rewards.build(entry["name"], **args)
-        except rewards.RewardNameError as err:
-            problems.add(f"{path}.name", str(err), file=where_set(f"rewards.{i}.name"))
-            continue
-        except rewards.RewardError as err:  # blamed on where the argument at fault was set (a command-line override, say)
-            problems.add(f"{path}.args", str(err), file=where_set(f"rewards.{i}.args.{err.arg}" if err.arg in args else f"rewards.{i}.args"))
-            continue
-        if e.name in seen:
-            problems.add(f"{path}.name", f"reward {e.name!r} is listed twice (also rewards[{seen[e.name]}]); TRL logs them under one name",
-                         file=where_set(f"rewards.{i}.name"))
-        seen[e.name] = i
-        out.append({"name": entry["name"], "weight": entry["weight"], "args": args, "logged_as": e.name})
-    return out
 
 
 def _validate_tools(data: dict, model: dict, trainer: dict, problems: Problems, where_set) -> dict | None:
@@ -415,168 +358,3 @@ def _check_environment_only(trainer: dict, problems: Problems, where_set) -> Non
         problems.add("trainer.eval_strategy", "evaluates on held-out prompts, and the recipe has no dataset (its environment "
                      "makes the prompts); add a dataset section with held-out data, or leave eval_strategy at 'no'",
                      trainer["eval_strategy"], file=where_set("trainer.eval_strategy"))
-
-
-def _dotted(path: str) -> str:
-    """`rewards[0].args.char` -> `rewards.0.args.char`: how the loader records where a key was set."""
-    return path.replace("[", ".").replace("]", "")
-
-
-def reward_column_problems(entries: list[dict], columns: list[str], file: str | None = None) -> list[Problem]:
-    """The rewards against the prepared dataset's columns: the gold column each reads, and what each requires."""
-    return gold_column_problems(entries, columns, file) + reward_call_problems(entries, columns, file)
-
-
-def gold_column_problems(entries: list[dict], columns: list[str], file: str | None = None) -> list[Problem]:
-    """A reward reading a gold column (`gold_column` arg, given or its default) needs that column in the prepared data."""
-    problems = []
-    for i, r in enumerate(entries):
-        param = rewards.arg_parameters(rewards.resolve(r["name"]).target).get("gold_column")
-        col = r["args"].get("gold_column", None if param is None or param.default is param.empty else param.default)
-        if isinstance(col, str) and col not in columns:
-            hint = " (set dataset.answer_column to expose a column as `answer`)" if col == "answer" else ""
-            problems.append(Problem(f"rewards[{i}].args.gold_column", f"names no column of the prepared dataset{hint}", col,
-                                    ", ".join(columns), file=file))
-    return problems
-
-
-def reward_call_problems(entries: list[dict], columns: list[str], file: str | None = None) -> list[Problem]:
-    """A reward's required call parameters must be among what TRL passes: its keywords and the dataset's columns.
-
-    `def f(completions, solution, **kwargs)` on data without a `solution` column passed --check, then raised
-    TypeError at the first step. Parameters with a default are optional and not checked.
-    """
-    passed = [c for c in columns if c not in ("prompt", "completion", "completion_ids")]
-    problems = []
-    for i, entry in enumerate(entries):
-        target = rewards.resolve(entry["name"]).target
-        try:
-            sig = inspect.signature(target.__call__ if inspect.isclass(target) else target)
-        except (TypeError, ValueError):
-            continue  # validation already refused a reward whose signature cannot be read
-        for name, param in sig.parameters.items():
-            if (name == "self" or param.default is not param.empty or name in passed or name in TRL_REWARD_KEYWORDS
-                    or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD)):
-                continue
-            hint = "; set dataset.answer_column to pass a gold column as `answer`" if name == "answer" else ""
-            problems.append(Problem(f"rewards[{i}].name", f"reward {getattr(target, '__name__', entry['name'])!r} requires {name!r}, "
-                                    f"which TRL does not pass: it passes {', '.join(TRL_REWARD_KEYWORDS[:4])} and the "
-                                    f"dataset columns: {', '.join(passed)}{hint}",
-                                    suggestion=nearest(name, passed), file=file))
-    return problems
-
-
-def _knob(trainer: dict, key: str):
-    """The trainer section's value for `key`, else `GRPOConfig`'s own default (None for no such field)."""
-    if key in trainer:
-        return trainer[key]
-    import dataclasses
-
-    from trl import GRPOConfig
-
-    return next((f.default for f in dataclasses.fields(GRPOConfig) if f.name == key), None)
-
-
-def _check_batch(trainer: dict, n_proc: int, problems: Problems, where_set) -> None:
-    """The generation batch must hold whole prompt groups: TRL checks this only with its own world size."""
-    per_device, num_gen, accum, gen_bs, spg = (_knob(trainer, k) for k in (
-        "per_device_train_batch_size", "num_generations", "gradient_accumulation_steps", "generation_batch_size",
-        "steps_per_generation"))
-    if not all(isinstance(v, int) and v > 0 for v in (per_device, num_gen, accum)):
-        return  # already reported as a type or range problem
-    if gen_bs is not None and spg is not None:
-        problems.add("trainer.generation_batch_size", "cannot be set together with trainer.steps_per_generation; set one",
-                     gen_bs, file=where_set("trainer.generation_batch_size"))
-        return
-    global_batch = per_device * n_proc
-    if gen_bs is not None:
-        if gen_bs % global_batch:
-            problems.add("trainer.generation_batch_size",
-                         f"must be divisible by the global batch per_device_train_batch_size ({per_device}) x processes ({n_proc}) = {global_batch}",
-                         gen_bs, file=where_set("trainer.generation_batch_size"))
-            return
-        generation = gen_bs
-    else:
-        generation = global_batch * (spg or accum)
-    if generation % num_gen:
-        steps = spg or accum
-        fix = next(b for b in range(per_device, per_device + num_gen + 1) if (b * n_proc * steps) % num_gen == 0)
-        problems.add(
-            "trainer.num_generations",
-            f"the generation batch ({generation} = per_device_train_batch_size {per_device} x {n_proc} process(es)"
-            f" x {'steps_per_generation' if spg else 'gradient_accumulation_steps'} {steps}) must be divisible by"
-            f" num_generations ({num_gen}) so every prompt's group is whole",
-            num_gen,
-            f"e.g. per_device_train_batch_size: {fix}",
-            file=where_set("trainer.num_generations"),
-        )
-
-
-def check_sampling_metric(sampling: dict, reward_names: list[str], problems: Problems, where_set=lambda p: None) -> None:
-    """`sampling.metric` must be the weighted total or the logged name of one of the rewards."""
-    metric = sampling.get("metric")
-    if isinstance(metric, str) and metric != TOTAL_REWARD and metric not in reward_names:
-        allowed = [TOTAL_REWARD] + [n for n in reward_names if n != TOTAL_REWARD]
-        problems.add("sampling.metric", "names no reward of this recipe", metric, ", ".join(allowed), nearest(metric, allowed),
-                     file=where_set("sampling.metric"))
-
-
-def sampling_settings(sampling: dict | None, reward_names: list[str] | None = None) -> dict:
-    """A `sampling:` mapping checked by the same rules as a recipe's, defaults filled; `ValueError` listing every
-    problem. For the dynamic-sampling trainer built directly (not from a recipe); `metric` is checked when the
-    reward names are given.
-
-    >>> sampling_settings({"dynamic": True}, ["char_fraction"])
-    {'dynamic': True, 'max_rounds': 4, 'metric': 'reward'}
-    """
-    problems = Problems()
-    settings = validate_fields(sampling or {}, SAMPLING, "sampling", problems)
-    if reward_names is not None and not problems:
-        check_sampling_metric(settings, list(reward_names), problems)
-    if problems:
-        raise ValueError("\n".join(p.format() for p in problems.items))
-    return settings
-
-
-def batch_level_knobs(scale_rewards, multi_objective_aggregation) -> dict:
-    """The advantage knobs (name -> value) that make advantages depend on the whole batch: dynamic sampling
-    builds a batch from several generation rounds, whose statistics must not mix.
-
-    >>> batch_level_knobs(True, "sum_then_normalize"), batch_level_knobs("batch", "sum_then_normalize")
-    ({}, {'scale_rewards': 'batch'})
-    """
-    given = {"scale_rewards": {True: "group", False: "none"}.get(scale_rewards, scale_rewards),  # TRL's bool forms
-             "multi_objective_aggregation": multi_objective_aggregation}
-    return {knob: value for knob, value in given.items() if value not in PER_GROUP[knob]}
-
-
-def check_group_layout(per_device_train_batch_size: int, steps_per_generation: int, num_generations: int) -> None:
-    """Each process's generation batch must hold whole prompt groups, or a group would straddle two ranks.
-
-    >>> check_group_layout(8, 1, 4)
-    """
-    local = per_device_train_batch_size * steps_per_generation
-    if local % num_generations:
-        fix = num_generations // math.gcd(num_generations, steps_per_generation)
-        raise ValueError(
-            f"dynamic sampling needs each process's generation batch, per_device_train_batch_size x "
-            f"steps_per_generation ({per_device_train_batch_size} x {steps_per_generation} = {local}), to be a "
-            f"multiple of num_generations ({num_generations}), so that every prompt group stays on one process; "
-            f"set per_device_train_batch_size to a multiple of {fix}."
-        )
-
-
-def _check_dynamic_sampling(trainer: dict, problems: Problems, where_set) -> None:
-    """What the dynamic-sampling trainer would refuse at init, said before any weight loads."""
-    for knob, value in batch_level_knobs(_knob(trainer, "scale_rewards"), _knob(trainer, "multi_objective_aggregation")).items():
-        problems.add(f"trainer.{knob}", "cannot be used with sampling.dynamic: batch-level statistics would mix "
-                     "the generation rounds a batch is built from", value, ", ".join(PER_GROUP[knob]), file=where_set(f"trainer.{knob}"))
-    per_device, num_gen = _knob(trainer, "per_device_train_batch_size"), _knob(trainer, "num_generations")
-    steps = _knob(trainer, "steps_per_generation") or _knob(trainer, "gradient_accumulation_steps")
-    if trainer.get("generation_batch_size") and trainer.get("steps_per_generation") is None:
-        return  # steps per generation follow from the process count: the trainer checks it at init
-    if all(isinstance(v, int) and v > 0 for v in (per_device, num_gen, steps)):
-        try:
-            check_group_layout(per_device, steps, num_gen)
-        except ValueError as err:
-            problems.add("trainer.per_device_train_batch_size", str(err), per_device, file=where_set("trainer.per_device_train_batch_size"))

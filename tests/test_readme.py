@@ -17,8 +17,8 @@ from grpokit.cli import main
 
 README = (ROOT / "README.md").read_text()
 # The pages the README sends a reader to for what it leaves out; each must be linked from it.
-PAGES = ("docs/running.md", "docs/grpo.md", "docs/troubleshooting.md", "rewards/README.md", "recipes/README.md",
-         "bench/README.md")
+PAGES = ("docs/running.md", "docs/grpo.md", "docs/troubleshooting.md", "docs/architecture.md", "rewards/README.md",
+         "recipes/README.md", "bench/README.md")
 
 
 def test_reward_list_is_the_registry(capsys):

@@ -4,13 +4,17 @@ formatted rows, what the recipe computes in GRPO's terms, and its memory plan. L
 
 from __future__ import annotations
 
-from grpokit import tooluse
+from grpokit import cpu, tasks, tooluse
+from grpokit.build import prepare
 from grpokit.config import Recipe, dump, lint
-from grpokit.data import preparation_of
+from grpokit.data import preparation_of, prompt_lengths
 from grpokit.planning import memory, vllm_share
 from grpokit.planning.architecture import ConfigNotFound
+from grpokit.planning.cpu_time import SHAPE, estimate
 from grpokit.reporting.explain import explain_table
-from grpokit.build import prepare
+from rewards.tasks import audit
+
+# torch is imported inside the functions that ask it about the GPU: --check's other work needs none.
 
 
 def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
@@ -20,15 +24,11 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
     print(dump(recipe.as_dict()).rstrip())
     prompt_length, prompt_how = _formatted_rows(prep, recipe)
     if recipe.dataset.get("reasoning_gym"):
-        from grpokit import tasks
-
         print()
         print("\n".join(tasks.explain(recipe.dataset["reasoning_gym"], recipe.rewards)))
     facts = {"gpu": gpu_facts()}
     if facts["gpu"] is None:  # the run takes the CPU path: whether it computes bfloat16 or emulates it
-        from grpokit.cpu import cpu_computes_bf16
-
-        facts["cpu_bf16"] = cpu_computes_bf16()
+        facts["cpu_bf16"] = cpu.cpu_computes_bf16()
     if prep.tools is not None:
         prompt_length, prompt_how = _tool_use(prep, recipe, prompt_length, prompt_how, facts)
     print("\n# what this recipe computes, from the resolved GRPOConfig, in the terms of DeepSeekMath's GRPO objective,"
@@ -54,8 +54,6 @@ def _task_audit(prep, recipe: Recipe) -> dict | None:
     scorers = [f for r, f in zip(recipe.rewards, prep.reward_funcs) if r["name"] == "task_score"]
     if not recipe.dataset.get("reasoning_gym") or not scorers or prep.dataset is None:
         return None
-    from rewards.tasks import audit
-
     columns = [c for c in ("task_item", "answer", "task") if c in prep.dataset.column_names]
     return audit(getattr(scorers[0], "fn", scorers[0]), list(prep.dataset.select_columns(columns)))
 
@@ -106,16 +104,14 @@ def _memory_plan(prep, recipe: Recipe, prompt_length: int | None, prompt_how: st
                                                             sleep=True)
         if not prep.args.use_vllm and (prep.args.use_cpu or not torch.cuda.is_available()):
             # a run here takes other kernels: plan those too (a vLLM run is refused without CUDA)
-            cpu = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
-                                  gpu_memory_gb=gpu_memory_gb, device="cpu")
-            print(f"  on this machine (no CUDA) a run takes the CPU path ({cpu.settings.dtype}, TRL's head without "
-                  f"Triton scores every position): peak {cpu.allocated_gb:.2f} GiB of host memory in the "
-                  f"{cpu.peak.name} phase ({cpu.peak.moment})")
-            from grpokit.cpu import cpu_computes_bf16, default_threads
-            from grpokit.planning.cpu_time import SHAPE, estimate
-
+            cpu_plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
+                                       gpu_memory_gb=gpu_memory_gb, device="cpu")
+            print(f"  on this machine (no CUDA) a run takes the CPU path ({cpu_plan.settings.dtype}, TRL's head without "
+                  f"Triton scores every position): peak {cpu_plan.allocated_gb:.2f} GiB of host memory in the "
+                  f"{cpu_plan.peak.name} phase ({cpu_plan.peak.moment})")
             resolved = {k: getattr(prep.args, k, None) for k in ("max_steps", *SHAPE)}  # the GRPOConfig a run gets
-            print(f"  {estimate(recipe.model['name_or_path'], resolved, cpu.settings.dtype, cpu_computes_bf16(), default_threads())}")
+            print("  " + estimate(recipe.model["name_or_path"], resolved, cpu_plan.settings.dtype, cpu.cpu_computes_bf16(),
+                                  cpu.default_threads()))
         if prompt_length is None:
             why = "the environment's reset() makes each prompt" if not recipe.dataset else "dataset not reachable"
             print(f"  note: prompt length not measured ({why}) and not bounded: assumed 256 tokens")
@@ -144,8 +140,6 @@ def longest_prompt(prep, limit: int = MEASURED_ROWS) -> tuple[int, str] | None:
     """(tokens of the longest formatted prompt, how it was measured), tokenized as TRL does, in batches."""
     if prep.tokenizer is None or not len(prep.dataset):
         return None
-    from grpokit.data import prompt_lengths
-
     n = len(prep.dataset)
     rows = None if n <= limit else [i * n // limit for i in range(limit)]
     longest = max(prompt_lengths(prep.tokenizer, prep.dataset, rows=rows))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from grpokit import rundir, tooluse
+from grpokit import rundir, toolchecks, tooluse
 from grpokit.config import Recipe, engine
 from grpokit.config.trainer_args import grpo_args
 from grpokit.config.reward_entries import reward_column_problems
@@ -68,13 +68,17 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     tokenizer = _tokenizer(recipe, model_path, found, log) if readable else None
     if toolset is not None and tokenizer is not None:
         found.problems.extend(tooluse.template_problems(tokenizer, recipe.model, recipe.where_set("model")))
+        found.problems.extend(toolchecks.round_problems(
+            args.max_tool_calling_iterations, tooluse.round_tokens(tokenizer, toolset), args.max_completion_length,
+            recipe.where_set("trainer.max_tool_calling_iterations")))
         from grpokit.data import is_conversational
 
         if recipe.dataset and not is_conversational(recipe.dataset, tokenizer):  # TRL parses tool calls only from chat-format completions
             found.problems.add("dataset.conversational", "is false, and tools need chat-format prompts: TRL parses tool "
                                "calls only from conversational completions; set it to auto or true",
                                recipe.dataset.get("conversational"), file=recipe.where_set("dataset.conversational"))
-    dataset = _dataset(recipe, model_path, tokenizer, args.max_completion_length, found, log)
+    schema = tooluse.schema_tokens(tokenizer, toolset) if toolset is not None and tokenizer is not None else 0
+    dataset = _dataset(recipe, model_path, tokenizer, args.max_completion_length, schema, found, log)
     if toolset is not None and dataset is not None:
         found.problems.extend(tooluse.row_problems(toolset, dataset.column_names, recipe.where_set("tools.environment")))
     _generation_engine(args, found)
@@ -129,9 +133,11 @@ def _tokenizer(recipe: Recipe, model_path: str, found: _Findings, log):
         return None
 
 
-def _dataset(recipe: Recipe, model_path: str | None, tokenizer, completion_length: int, found: _Findings, log):
+def _dataset(recipe: Recipe, model_path: str | None, tokenizer, completion_length: int, schema_length: int,
+             found: _Findings, log):
     """The training prompts as TRL reads them (`data.prepare`), checked against the columns the rewards read; None
-    when they cannot be read."""
+    when they cannot be read. `schema_length`: the tool schemas' tokens every prompt carries, which the model's
+    context holds too."""
     from grpokit import data
 
     if not recipe.dataset:  # the tools.environment makes every prompt (reset): TRL feeds it empty rows
@@ -149,7 +155,7 @@ def _dataset(recipe: Recipe, model_path: str | None, tokenizer, completion_lengt
             found.problems.extend(problems)
             found.notes += notes
         target = data.TargetModel(tokenizer, data.is_conversational(recipe.dataset, tokenizer),
-                                  data.context_length(model_path), completion_length)
+                                  data.context_length(model_path), completion_length, schema_length)
         if recipe.dataset.get("few_shot") and not target.conversational:
             found.problems.add("dataset.few_shot", "are chat messages, and the prompts are plain text (dataset.conversational "
                                "false, or the tokenizer has no chat template)", file=recipe.where_set("dataset.few_shot"))

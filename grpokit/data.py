@@ -171,19 +171,25 @@ class TargetModel:
     conversational: bool = True  # a text prompt becomes chat messages (`is_conversational`)
     context_length: int | None = None  # the model's positions (`context_length()`); None when unknown
     completion_length: int = 0  # trainer.max_completion_length
+    schema_length: int = 0  # tokens the tools' schemas add to every prompt (TRL renders each with `tools=`)
 
     @property
     def room(self) -> int | None:
-        """The tokens a prompt may take in the model's context; None when the context is unknown.
+        """The tokens a prompt may take in the model's context (as measured without tool schemas, which take their
+        share first); None when the context is unknown.
 
         >>> TargetModel(context_length=2048, completion_length=512).room, TargetModel().room
         (1536, None)
+        >>> TargetModel(context_length=2048, completion_length=512, schema_length=300).room
+        1236
         """
-        return self.context_length - self.completion_length if self.context_length else None
+        return self.context_length - self.completion_length - self.schema_length if self.context_length else None
 
     def room_sum(self) -> str:
         """How `room` is reached, for a message."""
-        return f"{self.context_length} positions - max_completion_length {self.completion_length} = {self.room} tokens"
+        schemas = f" - {self.schema_length} tokens of tool schemas" if self.schema_length else ""
+        return (f"{self.context_length} positions - max_completion_length {self.completion_length}{schemas} = "
+                f"{self.room} tokens")
 
 
 class _Said:

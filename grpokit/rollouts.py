@@ -28,7 +28,7 @@ def score(recipe, model, tokenizer, rows: list[dict], funcs: list, names: list[s
     pass_name = logged[pass_index] if pass_index is not None else logged[-1]
     pass_rule = names[pass_index] if pass_index is not None else pass_name
     per_reward = {n: [] for n in logged}
-    totals, calls, passed, examples, failed = [], [], 0, [], 0.0
+    totals, calls, passed, examples, failed, kinds = [], [], 0, [], 0.0, {}
     size = trainer.args.generation_batch_size  # the logs TRL keeps hold one generation batch
     for first in range(0, len(rows), size):
         batch = rows[first: first + size]
@@ -36,6 +36,8 @@ def score(recipe, model, tokenizer, rows: list[dict], funcs: list, names: list[s
         batch_calls = [tool_results(sample["completion"])[0] for sample in samples]
         failed += failure_share * sum(batch_calls)
         for sample, made in zip(samples, batch_calls):
+            for kind in call_kinds(sample):
+                kinds[kind] = kinds.get(kind, 0) + 1
             values = sample["rewards"]
             for n in logged:
                 if values.get(n) is not None:
@@ -52,7 +54,9 @@ def score(recipe, model, tokenizer, rows: list[dict], funcs: list, names: list[s
     rewards = {name: (sum(v) / len(v) if v else None) for name, v in per_reward.items()}
     rewards["reward"] = sum(totals) / len(totals) if totals else None
     tools = {"calls_per_completion": sum(calls) / n, "completions_calling": sum(1 for c in calls if c) / n,
-             "failures_per_call": failed / sum(calls) if sum(calls) else None}
+             "failures_per_call": failed / sum(calls) if sum(calls) else None,
+             "calls_distribution": {k: sum(1 for c in calls if _bucket(c) == k) / n for k in ("0", "1", "2", "3+")},
+             "call_outcomes": kinds}
     return {"pass@k": passed / n, "passed_prompts": passed, "mean": passed / n, "rewards": rewards,
             "examples": examples, "tools": tools, "pass_reward": pass_name}
 
@@ -75,3 +79,25 @@ def _trainer(recipe, model, tokenizer, rows: list[dict], funcs: list, out_dir: s
                           processing_class=tokenizer, **toolset.trainer_kwargs())
     trainer.model.eval()  # TRL reads the mode from the model: eval uses num_generations_eval
     return trainer
+
+
+def _bucket(calls: int) -> str:
+    return str(calls) if calls < 3 else "3+"
+
+
+def call_kinds(sample: dict) -> list[str]:
+    """How each call of a rollout ended, as its environment recorded them (`calls`, e.g. the Python tool's "ok",
+    "error", "timeout", "crash"), plus "unparseable" when the model's last turn still holds a `<tool_call>` TRL could
+    not parse (a call the model meant, never run). An environment that records nothing adds nothing.
+
+    >>> call_kinds({"environment": None, "completion": [{"role": "assistant", "content": "<tool_call>{bad</tool_call>"}]})
+    ['unparseable']
+    """
+    env = sample.get("environment")
+    recorded = getattr(env, "calls", None)
+    kinds = [k for k in recorded if isinstance(k, str)] if isinstance(recorded, list) else []
+    completion = sample.get("completion")
+    last = completion[-1] if isinstance(completion, list) and completion else None
+    if isinstance(last, dict) and isinstance(last.get("content"), str) and "<tool_call>" in last["content"]:
+        kinds.append("unparseable")
+    return kinds

@@ -1,6 +1,7 @@
 """Checks of a `tools` section past loading its code (grpokit/tooluse.py loads it): tool names that clash, worked calls
-in `dataset.few_shot` naming no tool, `environment_args` whose values the constructor's annotations do not take.
-Each is one `Problem`, found at `--check` before any weights load; nothing here calls the user's code.
+in `dataset.few_shot` naming no tool, `environment_args` whose values the constructor's annotations do not take, the
+shipped Python tool's limits out of their bounds or not fitting the section's own, tool-calling rounds that cannot fit
+the completion. Each is one `Problem`, found at `--check` before any weights load; nothing here calls the user's code.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import inspect
 import typing
 
+from grpokit.environments import PythonTool
 from grpokit.errors import Problem, nearest
 from grpokit.fields import coerce, describe
 
@@ -114,3 +116,35 @@ def what_the_model_reads(function) -> str:
         return ("returns a list: TRL passes it on as content blocks ([{'type': 'text', 'text': ...}] or images), not as "
                 "text; a list of anything else breaks the chat template: return a str")
     return f"returns {getattr(returned, '__name__', returned)}: the model reads str(value)"
+
+
+def python_tool_problems(environment: type, args: dict, limits: dict, where: str | None) -> list[Problem]:
+    """The shipped Python tool's limits (`environment_args`) against their bounds and the section's own limits
+    (`limits`: tools.timeout_seconds and tools.max_result_chars), by grpokit's own rule
+    (`PythonTool.argument_problems`, never an override of a subclass's). Other environments: none.
+
+    >>> [p.path for p in python_tool_problems(PythonTool, {"memory_mb": 10}, {"timeout_seconds": 10, "max_result_chars": 10000}, None)]
+    ['tools.environment_args.memory_mb']
+    """
+    if not (inspect.isclass(environment) and issubclass(environment, PythonTool)):
+        return []
+    return [Problem(f"tools.environment_args.{key}", message, args.get(key), allowed, file=where)
+            for key, message, allowed in PythonTool.argument_problems(args, limits)]
+
+
+def round_problems(rounds: int | None, per_round: int, budget: int, where: str | None) -> list[Problem]:
+    """`rounds` rounds of tool calls, each at least `per_round` tokens (a call and its result's wrapping in the chat
+    template, measured before any code or output), that the `budget` of max_completion_length cannot hold: the last
+    rounds could never happen. (Rounds that fit but leave little room are the lint's `tool-budget` warning.)
+
+    >>> [p.message[:40] for p in round_problems(4, 30, 100, None)]
+    ['4 rounds of tool calls take at least 120']
+    """
+    if rounds is None or rounds * per_round < budget:
+        return []
+    fits = max(1, (budget - 1) // per_round)
+    return [Problem("trainer.max_tool_calling_iterations", f"{rounds} rounds of tool calls take at least {rounds * per_round} "
+                    f"tokens ({per_round} a round: a call and its result's wrapping in this chat template, measured, before "
+                    f"any code, output or answer), which trainer.max_completion_length ({budget}) cannot hold",
+                    rounds, f"at most {fits} round(s), or max_completion_length above {rounds * per_round * 2}",
+                    file=where)]

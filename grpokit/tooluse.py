@@ -21,6 +21,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Callable
 
+from grpokit.environments import PYTHON_LIMITS, PythonTool
 from grpokit.errors import Problem, Problems, nearest
 from grpokit.fields import Field
 
@@ -104,7 +105,12 @@ def resolve(section: dict) -> Toolset:
     env = section.get("environment")
     return Toolset(load_user_target(env, environment_kind) if env else None, dict(section.get("environment_args") or {}),
                    [load_user_target(name, tool_kind) for name in section.get("functions") or []],
-                   **{k: section[k] for k in ("timeout_seconds", "max_result_chars") if section.get(k) is not None})
+                   **_limits(section))
+
+
+def _limits(section: dict) -> dict:
+    """The section's limits on each call that it sets (the rest keep Toolset's defaults)."""
+    return {k: section[k] for k in ("timeout_seconds", "max_result_chars") if section.get(k) is not None}
 
 
 def check(section: dict, problems: Problems, where_set, few_shot=None) -> Toolset | None:
@@ -117,7 +123,8 @@ def check(section: dict, problems: Problems, where_set, few_shot=None) -> Toolse
     from rewards._machinery.user import load_user_target
 
     environment_kind, tool_kind = _kinds()
-    toolset, before = Toolset(environment_args=dict(section.get("environment_args") or {})), len(problems.items)
+    toolset, before = Toolset(environment_args=dict(section.get("environment_args") or {}),
+                              **_limits(section)), len(problems.items)
     if section.get("environment"):
         try:
             toolset.environment = load_user_target(section["environment"], environment_kind)
@@ -170,8 +177,12 @@ def _environment_problems(toolset: Toolset, where_set) -> list[Problem]:
                              file=where_set("tools.environment_args")))
     except ValueError:  # a signature Python cannot read (a C type): TRL would still call it; nothing to check
         pass
-    else:  # the arguments bind: their values must fit the annotations too
-        found.extend(toolchecks.argument_problems(env, toolset.environment_args, where_set("tools.environment_args")))
+    else:  # the arguments bind: their values must fit the annotations too, and the shipped Python tool's bounds
+        typed = toolchecks.argument_problems(env, toolset.environment_args, where_set("tools.environment_args"))
+        found.extend(typed or toolchecks.python_tool_problems(
+            env, toolset.environment_args, {"timeout_seconds": toolset.timeout_seconds,
+                                            "max_result_chars": toolset.max_result_chars},
+            where_set("tools.environment_args")))
     for name in toolset.methods():
         method = tool_view(env, name)
         found.extend(_schema_problems(method, f"{env.__name__}.{name}", "tools.environment", where))
@@ -324,9 +335,7 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
     lines += [f"  limits        each call: tools.timeout_seconds {toolset.timeout_seconds:g} s, tools.max_result_chars "
               f"{toolset.max_result_chars} characters; past either the call fails with an error naming the limit (the "
               "model reads it as the result; a failed call in the report) and the run goes on",
-              "  runs as       you: your environment and tools run inside the training process, with your permissions "
-              "(your files, the network, the process's memory), not in a sandbox; the model picks every argument, and "
-              "a policy under RL tries whatever raises its reward: give a tool only what the task needs"]
+              "  runs as       " + _runs_as(toolset)]
     template = recipe.model.get("chat_template") or "the model's own"
     lines += [f"  turns         the model writes; each tool call in its text is parsed ({template} chat template's "
               "parser), run, and its result appended as a `tool` message; the model writes on: " + rounds,
@@ -339,6 +348,26 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
               "call), in report.md's Tool use part and the plots; tools/timeout_frequency and tools/oversize_frequency "
               "(calls each limit cut, per call)"]
     return lines
+
+
+def _runs_as(toolset: Toolset) -> str:
+    yours = ("you: your environment and tools run inside the training process, with your permissions (your files, the "
+             "network, the process's memory), not in a sandbox; the model picks every argument, and a policy under RL "
+             "tries whatever raises its reward: give a tool only what the task needs")
+    env = toolset.environment
+    if not (inspect.isclass(env) and issubclass(env, PythonTool)):
+        return yours
+    caged = ("the model's code, caged: each rollout's calls run in one worker process of grpokit's untrusted-work pool "
+             "(no network, no files of yours: a read-only root of Python and its libraries, a /tmp of its own; an "
+             "unprivileged user, seccomp) that keeps the names earlier calls defined and ends at the next reset; "
+             f"each call within {_arg(toolset, 'timeout_seconds')} s, {_arg(toolset, 'memory_mb')} MB more memory, "
+             f"{_arg(toolset, 'processes')} processes, {_arg(toolset, 'max_output_chars')} characters of output read; "
+             "a call past its time or killing its interpreter fails, and the next starts a fresh one")
+    return caged if not toolset.functions else f"{caged}; tools.functions: {yours}"
+
+
+def _arg(toolset: Toolset, key: str):
+    return toolset.environment_args.get(key, PYTHON_LIMITS[key][0])
 
 
 def _shown_signature(function, method: bool = True) -> str:

@@ -264,8 +264,8 @@ def metric_sink(trainer):
 def generate_and_score(trainer, rows: list[dict]) -> tuple[list[dict], float]:
     """One batch of dataset rows through `GRPOTrainer._generate_and_score_completions` (generation, the tool loop,
     every reward), read back per sample from the logs TRL keeps for its completions table: (samples, the batch's
-    share of failed tool calls). A sample: its row, prompt, completion (a tool rollout's messages) and each reward
-    by TRL's name for it (None where a reward returned None). Used by `--eval` of a recipe with tools
+    share of failed tool calls). A sample: its row, prompt, completion (a tool rollout's messages), the environment
+    instance that served its rollout (None without one) and each reward by TRL's name for it (None where a reward returned None). Used by `--eval` of a recipe with tools
     (grpokit.rollouts); `len(rows)` must not pass `trainer.args.generation_batch_size`, the logs' length."""
     import math
 
@@ -278,7 +278,8 @@ def generate_and_score(trainer, rows: list[dict]) -> tuple[list[dict], float]:
     trainer._generate_and_score_completions(rows)
     failures = trainer._metrics[mode].get("tools/failure_frequency", [])[before:]
     rewards = {name: list(values) for name, values in logs["rewards"].items()}
-    samples = [{"row": row, "prompt": prompt, "completion": completion,
+    environments = trainer.environments or [None] * len(rows)  # one per sample, in order, reset for its rollout
+    samples = [{"row": row, "prompt": prompt, "completion": completion, "environment": environments[i],
                 "rewards": {n: (None if math.isnan(v[i]) else v[i]) for n, v in rewards.items()}}
                for i, (row, prompt, completion) in enumerate(zip(rows, logs["prompt"], logs["completion"], strict=True))]
     return samples, (failures[-1] if failures else 0.0)

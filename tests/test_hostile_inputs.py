@@ -181,15 +181,15 @@ def test_prompts_over_the_context_are_dropped_with_a_count_and_rows_print_short(
     code, out, err = _check_output(tmp_path, rows, capsys)
     assert code == 0, err
     assert ("dataset: dropped 1 of 3 prompts longer than the model's context leaves them: "
-            "1024 positions - max_completion_length 16 = 1008 tokens") in out
+            "4096 positions - max_completion_length 16 = 4080 tokens") in out
     assert "dataset: 2 prompts ready (of 3 rows)" in out
     assert "y" * 200 + "... [900 characters]" in out and "y" * 201 not in out
     assert len(out) < 20_000
 
 
 def test_max_prompt_tokens_and_context_drops_are_counted_apart(tmp_path, capsys, tiny_model_dir):
-    rows = [{"prompt": "x" * 1500, "answer": "a"}, {"prompt": "y" * 60, "answer": "a"}, {"prompt": "Say apple.", "answer": "a"}]
-    code, out, err = _check_output(tmp_path, rows, capsys, max_prompt_tokens=2000)
+    rows = [{"prompt": "x" * 4500, "answer": "a"}, {"prompt": "y" * 60, "answer": "a"}, {"prompt": "Say apple.", "answer": "a"}]
+    code, out, err = _check_output(tmp_path, rows, capsys, max_prompt_tokens=5000)
     assert code == 0, err
     assert "dataset: dropped 1 of 3 prompts longer than the model's context" in out
     code, out, err = _check_output(tmp_path, rows, capsys, max_prompt_tokens=40)

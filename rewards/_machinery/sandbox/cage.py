@@ -160,6 +160,8 @@ def _keep(kind, fds: list, limits: dict, entered: list, uid: int, gid: int) -> N
     the kernel allows one), then waits for it; dies with the zygote, and the worker with it."""
     layers._libc.prctl(layers.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the zygote is single-threaded: no race
     me = os.getpid()
+    if limits.get("scratch") and "tmpfs" in entered:
+        _own_tmp(limits["file_mb"], uid, gid)
     apart = "pid" in entered and layers._libc.unshare(layers.CLONE_NEWPID) == 0
     lifeline_r, lifeline_w = os.pipe()
     pid = os.fork()
@@ -181,7 +183,20 @@ def _keep(kind, fds: list, limits: dict, entered: list, uid: int, gid: int) -> N
     os._exit(0)
 
 
+def _own_tmp(file_mb: int, uid: int, gid: int) -> None:
+    """A /tmp of the worker's own (a mount namespace of its own, a fresh tmpfs): a worker kept for one rollout
+    neither reads nor leaves files for another's. A step that fails ends the keeper: no worker starts shared."""
+    if layers._libc.unshare(layers.CLONE_NEWNS) != 0:
+        raise OSError("sandbox set-up: a mount namespace for the worker's own /tmp")
+    layers._mount("tmpfs", "/tmp", "tmpfs", layers.MS_NOSUID | layers.MS_NODEV, f"size={file_mb}m,mode=0700")
+    os.chown("/tmp", uid, gid)
+    os.chdir("/tmp")
+
+
 def _work(kind, fds: list, lifeline: int, ident: int, limits: dict, entered: list, uid: int, gid: int) -> None:
+    # A session (and process group) of its own: kill(0) reaches the sender's whole group, whatever pid namespace its
+    # members are in, and every worker runs as the same user -- sharing the cage's group, one job could kill another.
+    os.setsid()
     layers._close_fds((*fds, lifeline))
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):  # what a job prints reaches no terminal and no log
@@ -198,7 +213,8 @@ def _work(kind, fds: list, lifeline: int, ident: int, limits: dict, entered: lis
     layers._libc.prctl(layers.PR_SET_DUMPABLE, 0, 0, 0, 0)
     inbox, outbox = Connection(fds[0], writable=False), Connection(fds[1], readable=False)
     watch = _Watch(outbox)
-    sys.addaudithook(watch)
+    if getattr(kind, "WATCH", True):  # a kind whose every job is the model's code has nothing to report
+        sys.addaudithook(watch)
     send = lambda message: outbox.send_bytes(json.dumps(message).encode())  # noqa: E731
     send({"ready": ident, "layers": sorted(set(entered + dropped + ["nomemfd"]))})
     pid_one = "pid-apart" in entered
@@ -222,12 +238,12 @@ def _work(kind, fds: list, lifeline: int, ident: int, limits: dict, entered: lis
         except BaseException as err:  # noqa: BLE001 - whatever the job raised (SystemExit included) is its reply
             reply = {"error": _shown(err)}
         watch.on = False
+        if pid_one:  # before the reply: once the pool reads it, nothing the job started runs any more
+            _end_leftovers()
         try:
             send(reply)
         except (TypeError, ValueError):  # a result JSON cannot carry
             send({"error": f"TypeError: the job returned {type(reply.get('result')).__name__}"})
-        if pid_one:
-            _end_leftovers()
 
 
 def _shown(err: BaseException) -> str:

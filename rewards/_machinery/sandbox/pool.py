@@ -81,6 +81,7 @@ class Kind:
     processes: int = 16          # RLIMIT_NPROC of a worker
     file_mb: int = 16            # largest file, and the size of the cage's /tmp
     namespaces: bool = True      # False skips them: what a machine refusing `unshare` gets (to test that case)
+    scratch: bool = False        # each worker gets a /tmp of its own (kept workers: one rollout's files stay its own)
 
 
 @dataclass
@@ -111,6 +112,7 @@ class _Cage:
         uid, gid = sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
         limits = {"parent": os.getpid(), "namespaces": kind.namespaces, "uid": uid, "gid": gid,
                   "memory_mb": kind.memory_mb, "processes": kind.processes, "file_mb": kind.file_mb,
+                  "scratch": kind.scratch,
                   "visible": _visible()}
         # What the cage prints (a library's import noise; why it failed to start) goes to a file of its own, shown
         # when the workers do not start; what a job prints goes nowhere (cage.py).
@@ -328,11 +330,8 @@ class Pool:
                     self._replace(w)
 
     def _receive(self, w: _Worker, replies: list, todo: deque, retried: set, timeout: float) -> None:
-        try:
-            message = json.loads(w.inbox.recv_bytes(MAX_REPLY_BYTES))
-            key = next(iter(message)) if isinstance(message, dict) and message else None
-            value = message[key] if key is not None else None
-        except (EOFError, OSError, ValueError, TypeError):
+        key, value, message = _read(w)
+        if key is None:
             self._died(w, replies, todo, retried)
             return
         if key == "ready" and not w.ready and isinstance(value, int):
@@ -413,6 +412,19 @@ class Pool:
     def close(self) -> None:
         with self._lock:
             _stop_all(self._workers, self._cages)
+
+
+def _read(w: _Worker) -> tuple:
+    """One message from a worker: (key, value, message), or (None, None, None) when it died or sent what no worker
+    sends (not JSON, not a one-key object, too long)."""
+    try:
+        message = json.loads(w.inbox.recv_bytes(MAX_REPLY_BYTES))
+    except (EOFError, OSError, ValueError, TypeError):
+        return None, None, None
+    if not isinstance(message, dict) or not message:
+        return None, None, None
+    key = next(iter(message))
+    return key, message[key], message
 
 
 _POOLS: "weakref.WeakSet[Pool]" = weakref.WeakSet()

@@ -1,0 +1,82 @@
+"""A caged worker kept for one sequence of jobs (the Python tool's rollout), beside the pool's workers that serve any
+job (sandbox/pool.py: the cage, the limits and why they hold)."""
+
+from __future__ import annotations
+
+import os
+import time
+from multiprocessing.connection import wait
+
+from rewards._machinery.sandbox.pool import STARTUP_TIMEOUT_S, Pool, Reply, WorkerStartError, _read, _Worker
+
+
+class Session:
+    """One caged worker kept for a sequence of jobs that share its memory, as a notebook's cells share a kernel: a
+    later job sees what earlier ones left in the worker (the Python tool: one session per rollout). The worker is
+    forked warm from `pool`'s cage on the first job and serves nobody else; `close()` ends it.
+
+    `run(job, timeout)` returns a `Reply` as `Pool.run` does. A job past its limit, or one that kills its worker, ends
+    "timeout" or "crash" and ends the worker with it; the next job starts a fresh one (`restarts` counts them, and
+    `fresh` says whether the last job ran in a worker no earlier job of this session had used). Whatever interrupts a
+    job from outside (a signal's exception) ends the worker before it propagates: no job is left running."""
+
+    def __init__(self, pool: Pool):
+        self.pool = pool
+        self._worker: _Worker | None = None
+        self.jobs = self.restarts = 0
+        self.fresh = True
+
+    def run(self, job, timeout: float) -> Reply:
+        try:
+            return self._run(job, timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _run(self, job, timeout: float) -> Reply:
+        started = self._worker is None
+        if started:
+            with self.pool._lock:
+                if os.getpid() != self.pool._pid:  # forked: the cage belongs to the parent
+                    self.pool._forget()
+                self._worker = self.pool._new_worker()
+            self.restarts += self.jobs > 0
+        self.fresh, w = started, self._worker
+        while not w.ready:
+            if not wait([w.inbox], timeout=max(0.0, w.deadline - time.monotonic())):
+                self.close()
+                raise WorkerStartError(f"a {self.pool.kind.what} process did not start within {STARTUP_TIMEOUT_S:.0f} "
+                                       f"s; check that `python -c '{self.pool.kind.check}'` works in this environment")
+            key, value, message = _read(w)
+            if key != "ready" or not isinstance(value, int):
+                said = self.pool._said()
+                self.close()
+                raise WorkerStartError(f"a {self.pool.kind.what} process exited during startup; it said: {said}")
+            w.ready, w.ident = True, value
+            self.pool.layers = frozenset(l for l in message.get("layers", []) if isinstance(l, str))
+        self.jobs += 1
+        w.send(0, job, timeout)
+        while True:
+            if not wait([w.inbox], timeout=max(0.0, w.deadline - time.monotonic())):
+                self.pool.counts.timeouts += 1
+                self.close()
+                return Reply("timeout", None, w.marked)
+            key, value, _ = _read(w)
+            if key == "mark":
+                w.marked = True
+            elif key in ("result", "error", "fail"):
+                w.job = None
+                return Reply(key, value, w.marked)
+            elif key != "taint":  # died, or sent what no worker sends
+                self.close()
+                return Reply("crash", None, w.marked)
+
+    def close(self) -> None:
+        """End the worker (and whatever it started); the next job starts a fresh one."""
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def ident(self) -> int | None:
+        """The id of the worker now kept (its keeper's pid in the cage), None before the first job or after close."""
+        return self._worker.ident if self._worker is not None else None

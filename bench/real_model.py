@@ -100,10 +100,12 @@ def timing(state: dict) -> dict:
     seconds = final["train_runtime"] if final else sum(step_times)
     truncated = [h.get("completions/clipped_ratio") for h in per_step]
     calls = [h["tools/call_frequency"] for h in per_step if "tools/call_frequency" in h]
+    alike = [h["frac_reward_zero_std"] for h in per_step if "frac_reward_zero_std" in h]
     return {"steps": n_steps, "finished": final is not None, "rewards": [round(pass_reward_mean(h), 4) for h in per_step],
             "truncated": [None if t is None else round(t, 4) for t in truncated],
             "seconds_training": round(seconds, 1), "seconds_per_step": round(seconds / max(1, n_steps), 1),
-            **({"tool_calls": [round(c, 4) for c in calls]} if calls else {})}
+            **({"tool_calls": [round(c, 4) for c in calls]} if calls else {}),
+            **({"zero_std_groups": [round(a, 4) for a in alike]} if alike else {})}
 
 
 README = ROOT / "bench" / "README.md"

@@ -2,6 +2,7 @@
 
     nice -n 10 .venv/bin/python bench/tool_use.py                # train and score 3 seeds (recipes/smollm2-135m/calculator.yaml)
     .venv/bin/python bench/tool_use.py --report-only             # the page from results/tool_use.json
+    nice -n 10 .venv/bin/python bench/tool_use.py --recipe python_tool   # the same for recipes/smollm2-135m/python_tool.yaml
 
 The recipe as shipped goes through bench/real_model.py `--once`: each seed trained for its max_steps, then the base
 model and every seed scored by `--eval`, which runs the held-out prompts through TRL's own multi-turn loop (greedy):
@@ -36,6 +37,17 @@ RECIPE = ROOT / "recipes" / "smollm2-135m" / "calculator.yaml"
 OUT = ROOT / "bench" / "results" / "tool_use.json"
 README = ROOT / "bench" / "README.md"
 BEGIN, END = "<!-- tool_use.py writes this section from results/tool_use.json -->", "<!-- end of tool_use.py's section -->"
+# Other tool recipes: results/<recipe's stem>.json and a section of their own.
+OTHERS = {"python_tool": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml"}
+
+
+def places(name: str | None) -> tuple[Path, Path, str, str]:
+    """(recipe, results file, the README section's markers) of the calculator (None) or another tool recipe."""
+    if name is None:
+        return RECIPE, OUT, BEGIN, END
+    out = OUT.parent / f"{name}.json"
+    return (OTHERS[name], out, f"<!-- tool_use.py writes this section from results/{out.name} -->",
+            f"<!-- end of tool_use.py's section on {name} -->")
 
 
 def _tools(scored: dict) -> str:
@@ -60,12 +72,32 @@ def markdown(r: dict) -> str:
         trend = (f"{sum(calls[:5]) / len(calls[:5]):.2f} / {sum(calls[-5:]) / len(calls[-5:]):.2f}" if calls else "-")
         lines.append(f"| seed {s['seed']} | {s['after']['pass@1']:.3f} ({s['rise'] * 100:+.1f}) | {_tools(s['after'])} | "
                      f"{trend} | {s['seconds_per_step']:.0f} |")
+    out = r.get("out", "tool_use.json")
     lines += ["", "pass@1 rise in points in brackets. Calls per completion count the tool messages of each greedy rollout "
-              "(at most 1 with the recipe's max_tool_calling_iterations); the training column is TRL's "
+              f"(at most {r.get('rounds', 1)} with the recipe's max_tool_calling_iterations); the training column is TRL's "
               "`tools/call_frequency` over the sampled completions. Every figure and how it was measured: "
-              "`results/tool_use.json`; per-step training reward: `results/tool_use.png`."]
+              f"`results/{out}`; per-step training reward: `results/{Path(out).with_suffix('.png').name}`."]
+    if any(m.get("tools", {}).get("calls_distribution") for m in [base] + [s["after"] for s in r["seeds"]]):
+        lines += ["", *calls_table(r)]
     lines += ["", reading(r)]
     return "\n".join(lines)
+
+
+def calls_table(r: dict) -> list[str]:
+    """Greedy calls per completion as a distribution, how calls ended, and the training steps whose groups all scored
+    alike (no gradient)."""
+    rows = ["| model | completions with 0 / 1 / 2 / 3+ calls | calls ended: ok / code error / timeout / crash / unparseable "
+            "| training steps with every group alike |", "|---|---|---|---:|"]
+    for label, m, seed in [("base", r["base"], None)] + [(f"seed {s['seed']}", s["after"], s) for s in r["seeds"]]:
+        t = m.get("tools", {})
+        dist = t.get("calls_distribution") or {}
+        kinds = t.get("call_outcomes") or {}
+        alike = (seed or {}).get("zero_std_groups") or []
+        flat = f"{sum(1 for a in alike if a >= 1.0)} of {len(alike)}" if alike else "-"
+        rows.append(f"| {label} | {' / '.join(f'{dist.get(k, 0):.2f}' for k in ('0', '1', '2', '3+'))} | "
+                    f"{' / '.join(str(kinds.get(k, 0)) for k in ('ok', 'error', 'timeout', 'crash', 'unparseable'))} | "
+                    f"{flat} |")
+    return rows
 
 
 def reading(r: dict) -> str:
@@ -84,17 +116,26 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--report-only", action="store_true", help="write the page from results/tool_use.json")
     parser.add_argument("--how", default="", help="how the seeds were trained, for the results")
+    parser.add_argument("--recipe", choices=sorted(OTHERS), default=None,
+                        help="another tool recipe than the calculator (its own results file and section)")
+    parser.add_argument("--threads", default=None, help="torch threads of each training and scoring process")
     opts = parser.parse_args(argv)
-    check_outputs([OUT, OUT.with_suffix(".png")])
+    recipe, out, begin, end = places(opts.recipe)
+    check_outputs([out, out.with_suffix(".png")])
     if not opts.report_only:
         import real_model  # bench/ is on sys.path since the module's start (for tasks)
 
-        code = real_model.main(["--recipe", str(RECIPE), "--seeds", *map(str, opts.seeds), "--once", "--runs",
-                                str(OUT.parent / "tool_use_runs"), "--out", str(OUT), "--how", opts.how])
+        code = real_model.main(["--recipe", str(recipe), "--seeds", *map(str, opts.seeds), "--once", "--runs",
+                                str(out.parent / f"{out.stem}_runs"), "--out", str(out), "--how", opts.how,
+                                *(["--threads", opts.threads] if opts.threads else [])])
         if code:
             return code
-    result = files.read_json(OUT, dict)
-    files.replace_section(README, BEGIN, END, markdown(result))
+    result = files.read_json(out, dict)
+    result.setdefault("out", out.name)
+    import yaml
+
+    result.setdefault("rounds", (yaml.safe_load(recipe.read_text())["trainer"]).get("max_tool_calling_iterations", 1))
+    files.replace_section(README, begin, end, markdown(result))
     print(markdown(result))
     return 0
 

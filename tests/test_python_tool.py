@@ -240,6 +240,17 @@ def test_each_bad_limit_is_one_line_at_check(tmp_path, no_weights, args, tools_e
     assert len(lines) == 1 and expected in lines[0], lines
 
 
+def test_a_python_tool_without_a_template_trl_parses_is_refused_at_check(tmp_path, capsys, no_weights):
+    from grpokit import cli
+
+    path = python_recipe(tmp_path)
+    text = path.read_text().replace("chat_template: qwen2_5", "chat_template: null")
+    path.write_text(text)
+    assert cli.main(["--recipe", str(path), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "model" in err and "template" in err and "Traceback" not in err, err
+
+
 def test_rounds_the_completion_cannot_hold_are_refused_before_weights_load(tmp_path, capsys, no_weights):
     from grpokit import cli
 
@@ -278,7 +289,7 @@ def test_check_says_the_code_runs_caged_with_its_limits(tmp_path, capsys, no_wei
 def test_the_shipped_python_tool_recipes_check_offline(no_weights):
     from tests.helpers import ROOT
 
-    for name in ("smollm2-135m/python_tool.yaml",):
+    for name in ("smollm2-135m/python_tool.yaml", "qwen2.5-1.5b/python_tool.yaml"):
         recipe = validate(config.load(str(ROOT / "recipes" / name)))
         assert recipe.tools["environment"] == "grpokit.environments:PythonTool"
 

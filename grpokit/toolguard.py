@@ -28,6 +28,7 @@ import itertools
 import math
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -58,12 +59,34 @@ class ToolCut(BaseException):
 TIMEOUT_KEY, OVERSIZE_KEY = "tools/timeout_frequency", "tools/oversize_frequency"
 
 
+# A step's tool calls print nothing until its step line; when they hold the step up this long (wall time, at least
+# half of it inside the tools), one line says how many ran and how long they took, then again each period.
+NOTICE_EVERY_S = 30.0
+
+
 class Tally:
     """Where each call's outcome goes: `sink(key, value)`, once the trainer exists to log it (trl_compat.metric_sink);
-    nowhere before (the probe TRL makes while it is built calls no tool)."""
+    nowhere before (the probe TRL makes while it is built calls no tool). `spent(seconds)` is told each call's time:
+    a long batch of calls shows progress through `say` (see NOTICE_EVERY_S)."""
 
-    def __init__(self):
+    def __init__(self, say: Callable[[str], None] = lambda line: print(line, flush=True), clock=time.monotonic):
         self.sink: Callable[[str, float], None] | None = None
+        self.say, self.clock = say, clock
+        self.since: float | None = None  # when the calls counted below began
+        self.calls, self.seconds = 0, 0.0
+
+    def spent(self, seconds: float) -> None:
+        now = self.clock()
+        if self.since is None or now - self.since > 2 * NOTICE_EVERY_S and self.seconds < NOTICE_EVERY_S / 2:
+            self.since, self.calls, self.seconds = now - seconds, 0, 0.0  # a new batch of calls, or a quiet spell
+        self.calls += 1
+        self.seconds += seconds
+        if now - self.since >= NOTICE_EVERY_S and self.seconds >= (now - self.since) / 2:
+            self.say(f"[grpokit] tools: {self.calls} calls in the last {now - self.since:.0f} s, {self.seconds:.0f} s "
+                     "of it in the tools; the step goes on")
+            self.since, self.calls, self.seconds = now, 0, 0.0
+        elif now - self.since >= NOTICE_EVERY_S:  # mostly generation between the calls: the step line will do
+            self.since, self.calls, self.seconds = now, 0, 0.0
 
     def record(self, timed_out: bool = False, oversized: bool = False) -> None:
         if self.sink is not None:
@@ -150,6 +173,7 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
         raise ToolLimitError(f"{name}: not run, the run is stopping ({signal.Signals(stopping).name})")
     deadline = _Deadline(limits.timeout_seconds)
     _inside.depth = 1
+    started = time.monotonic()
     try:
         deadline.open()
         try:
@@ -171,6 +195,7 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
     finally:
         deadline.close()  # again: a cut landing as the first close began leaves the timer armed
         _inside.depth = 0
+        limits.tally.spent(time.monotonic() - started)
     if deadline.why:  # the tool swallowed its cut and returned anyway
         limits.tally.record(timed_out=deadline.signum is None)
         raise ToolLimitError(f"{name}: {deadline.why}; the call was stopped")

@@ -32,3 +32,20 @@ def test_a_step_where_every_call_failed_is_said_once(capsys):
 def test_docstring_examples_run():
     result = doctest.testmod(progress)
     assert result.attempted and not result.failed
+
+
+def test_a_long_batch_of_tool_calls_shows_progress_between_step_lines():
+    from grpokit.toolguard import Tally
+
+    said, now = [], [0.0]
+    tally = Tally(say=said.append, clock=lambda: now[0])
+    for _ in range(10):  # quick calls: nothing to say
+        now[0] += 0.1
+        tally.spent(0.05)
+    assert said == []
+    for _ in range(40):  # calls that hold the step up
+        now[0] += 1.0
+        tally.spent(0.9)
+    assert len(said) == 1, said
+    assert said[0] == "[grpokit] tools: 40 calls in the last 31 s, 27 s of it in the tools; the step goes on", said
+    assert "in the tools" in said[0] and "the step goes on" in said[0]

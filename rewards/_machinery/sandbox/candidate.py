@@ -153,12 +153,12 @@ class Server(Peer):
         return super().run(op, target, a, b)
 
     def capture(self):
-        previous, sys.stdout = sys.stdout, _Captured(self.capture_limit)
+        previous, sys.stdout = sys.stdout, Captured(self.capture_limit)
         return previous
 
     def captured(self, previous) -> str:
         mine, sys.stdout = sys.stdout, previous
-        return mine.text() if type(mine) is _Captured else ""
+        return mine.text() if type(mine) is Captured else ""
 
     def fresh(self) -> list:
         return [(name, self.namespace[name]) for name in self.watched if name in self.namespace]
@@ -204,17 +204,20 @@ class Server(Peer):
             self.pipe.send(self.answer(request))
 
 
-class _Captured:
-    """sys.stdout during a request: what the code prints, up to `limit` characters (the rest is dropped)."""
+class Captured:
+    """sys.stdout during a request (and the Python tool's cell, python_job.py): what the code prints, up to `limit`
+    characters; the rest is dropped and counted (`dropped`)."""
 
     def __init__(self, limit: int):
-        self.parts, self.left = [], limit
+        self.parts, self.left, self.dropped = [], limit, 0
 
     def write(self, text) -> int:
         text = str(text)
-        if self.left > 0:
-            self.parts.append(text[:self.left])
-            self.left -= len(self.parts[-1])
+        kept = text[:max(0, self.left)]
+        if kept:
+            self.parts.append(kept)
+            self.left -= len(kept)
+        self.dropped += len(text) - len(kept)
         return len(text)
 
     def flush(self) -> None:

@@ -19,6 +19,8 @@ import ast
 import sys
 import traceback
 
+from rewards._machinery.sandbox.candidate import Captured
+
 WATCH = False  # every job here is the model's code by design: no taint to report, the worker dies with its rollout
 TRACEBACK_LINES = 6  # the end of a traceback is what says what went wrong; the model reads no more than these
 TRACEBACK_CHARS = 600  # ... and no more than these of them (the end: the exception's own line)
@@ -47,34 +49,9 @@ def warm() -> None:
             pass
 
 
-class _Capped:
-    """stdout and stderr of a cell: keeps the first `limit` characters, counts the rest."""
-
-    def __init__(self, limit: int):
-        self.limit, self.parts, self.kept, self.dropped = limit, [], 0, 0
-
-    def write(self, text) -> int:
-        if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        room = max(0, self.limit - self.kept)
-        self.parts.append(text[:room])
-        self.kept += min(room, len(text))
-        self.dropped += max(0, len(text) - room)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
-
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
 def run(job: dict, tell) -> dict:
     code, limit = str(job["code"]), int(job["max_chars"])
-    out = _Capped(limit)
+    out = Captured(limit)
     ending = ""
     saved = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = out

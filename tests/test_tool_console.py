@@ -34,7 +34,9 @@ def test_a_tool_that_fails_every_call_is_said_on_the_console_and_in_the_report(t
                                                                               scripted_calls):
     from grpokit import cli
 
-    data = tool_recipe(tmp_path, {"environment": "env.py:Env"}, source=ENV)
+    # a reward that pays the (failed) calls: report.md shows each step's best completions, so the calls are among them
+    data = tool_recipe(tmp_path, {"environment": "env.py:Env"}, source=ENV,
+                       rewards=[{"name": "tool_use", "args": {"count_failed": True}}])
     # room for the call and the error after it: a longer result would be rolled back by TRL, unread
     data["trainer"].update(per_device_train_batch_size=4, num_generations=4, max_steps=2, max_completion_length=320)
     path = str(write_recipe(tmp_path, data))

@@ -4,6 +4,7 @@ mask its result out of the loss, and score the model's last turn."""
 
 from __future__ import annotations
 
+import copy
 import json
 import textwrap
 
@@ -241,17 +242,30 @@ def tooluse_recipe_path():
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 20, "b": 22}}\n</tool_call>'
 
 
+# The model's own turns are generated for real, but no longer than this: a random model writes to the budget (192+
+# tokens a turn, each a forward pass over the whole ~1,500-token prompt: most of a step's time) and no test reads more
+# of its text than that it is there.
+OWN_TOKENS = 4
+
+
 @pytest.fixture
 def scripted_calls(monkeypatch):
     """The tiny model is random and never writes a tool call: every other first-turn completion is replaced by a call
     (the tokens a model that had learned the format would write), taken in turn from `generate.calls` (CALL unless a
-    test sets others); all else it generates itself."""
+    test sets others); all else it generates itself (TRL's generation config, sampling and end of sequence), at most
+    OWN_TOKENS tokens a turn."""
     import torch
     from transformers import LlamaForCausalLM
 
     real = LlamaForCausalLM.generate
 
     def generate(self, *args, **kwargs):
+        config = kwargs.get("generation_config")
+        if config is not None:  # TRL's: a copy (max_new_tokens beside it is deprecated), the trainer keeps its own
+            config = kwargs["generation_config"] = copy.deepcopy(config)
+            config.max_new_tokens = min(config.max_new_tokens or OWN_TOKENS, OWN_TOKENS)
+        else:  # grpokit's --eval passes its knobs as arguments
+            kwargs["max_new_tokens"] = min(kwargs.get("max_new_tokens") or OWN_TOKENS, OWN_TOKENS)
         out = real(self, *args, **kwargs)
         prompt_ids = kwargs.get("input_ids", args[0] if args else None)
         tokenizer = generate.tokenizer

@@ -4,6 +4,7 @@ every module imports on its own, the leaves stay leaves, and reading a recipe ne
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
+@functools.cache  # the files do not change while the tests run: one walk serves every test here
 def import_graph() -> dict[str, set[str]]:
     modules = project_modules()
     known = set(modules)

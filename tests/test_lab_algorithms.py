@@ -44,8 +44,9 @@ def test_each_lab_recipe_trains_a_step_on_the_tiny_model(task, algorithm, tmp_pa
 
 @pytest.mark.slow
 def test_a_lab_of_one_run_trains_measures_and_writes_its_page(tmp_path, capsys):
+    # 8 of the 48 held-out prompts: the base eval, the run's eval and the KL measurement each read them
     argv = ["--algorithms", "grpo_kl", "--seeds", "0", "--parallel", "1", "--out", str(tmp_path),
-            *sum((["--set", o] for o in [*TINY, "trainer.max_steps=2"]), [])]
+            *sum((["--set", o] for o in [*TINY, "trainer.max_steps=2", "dataset.eval_limit=8"]), [])]
     assert lab.main(argv) == 0
     measures = json.loads((tmp_path / "measures" / "grpo_kl-seed-0.json").read_text())
     assert 0 <= measures["pass@1"] <= 1 and measures["kl_to_reference"]["kl_k3"] >= 0
@@ -80,7 +81,8 @@ def test_kl_to_the_base_model_is_zero_for_an_untouched_adapter_and_positive_for_
     from grpokit.config import load, validate
     from grpokit.models import load_model, model_source
 
-    recipe = validate(load(str(lab.ALGORITHMS["grpo"]), [*TINY, f"trainer.output_dir={tmp_path}"]))
+    # 8 held-out prompts: zero and positive hold on any of them, and each costs a generation and two forward passes
+    recipe = validate(load(str(lab.ALGORITHMS["grpo"]), [*TINY, "dataset.eval_limit=8", f"trainer.output_dir={tmp_path}"]))
     model = get_peft_model(load_model(model_source(recipe)[0], recipe), LoraConfig(r=4, target_modules="all-linear"))
     model.save_pretrained(tmp_path / "untouched")  # LoRA's B starts at zero: the policy is the base model
     assert lab.kl_to_reference(recipe, tmp_path / "untouched")["kl_k3"] == pytest.approx(0.0, abs=1e-6)

@@ -94,7 +94,9 @@ def test_a_scorer_past_its_time_is_killed_and_scores_zero():
 def test_building_the_problem_is_not_the_answers_time():
     # knight_swap's default config takes seconds to build a problem (it solves the puzzle); a limit of 0.5 s is the
     # answer's, so the gold still scores 1.0 in a worker that has never seen the task.
-    source, problems = tasks.check_source({"tasks": [{"name": "knight_swap", "config": {}}], "size": 2, "seed": 3})
+    # eval_size 1: the held-out set is made with the training one, and 100 of these problems would take a minute
+    source, problems = tasks.check_source({"tasks": [{"name": "knight_swap", "config": {}}], "size": 2, "seed": 3,
+                                           "eval_size": 1})
     assert not problems
     row = tasks.generate(source).rows[1]
     reward = rewards.build("task_score", timeout=0.5)

@@ -112,16 +112,16 @@ class PythonTool:
         section's `max_result_chars`): (key, what is wrong, what is allowed). Called by --check.
 
         >>> PythonTool.argument_problems({"timeout_seconds": 0}, {"timeout_seconds": 10, "max_result_chars": 10000})
-        [('timeout_seconds', 'is out of range', 'a number from 0.1 to 60')]
+        [('timeout_seconds', "is out of range for wall time of one call, from the code's start", 'a number from 0.1 to 60')]
         """
         found = []
         for key, value in args.items():
             if key not in PYTHON_LIMITS or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue  # unknown names and wrong types are --check's own (the constructor's signature, annotations)
-            _, low, high, _ = PYTHON_LIMITS[key]
+            _, low, high, what = PYTHON_LIMITS[key]
             if not low <= value <= high:
-                found.append((key, "is out of range", f"{'a number' if isinstance(low, float) else 'an integer'} "
-                                                      f"from {low:g} to {high:g}"))
+                found.append((key, f"is out of range for {what}", f"{'a number' if isinstance(low, float) else 'an integer'} "
+                                                                   f"from {low:g} to {high:g}"))
         timeout, chars = (args.get(k, PYTHON_LIMITS[k][0]) for k in ("timeout_seconds", "max_output_chars"))
         if isinstance(timeout, (int, float)) and timeout >= tools["timeout_seconds"]:
             found.append(("timeout_seconds", f"is not below tools.timeout_seconds ({tools['timeout_seconds']:g}), "

@@ -225,8 +225,8 @@ def python_recipe(folder, args: dict | None = None, tools_extra: dict | None = N
 @pytest.mark.parametrize("args, tools_extra, expected", [
     ({"timeout_seconds": "fast"}, {}, "tools.environment_args.timeout_seconds: does not fit PythonTool's constructor's "
                                       "annotation for timeout_seconds (got 'fast'); allowed: number"),
-    ({"memory_mb": 10}, {}, "tools.environment_args.memory_mb: is out of range (got 10); allowed: an integer from 64 "
-                            "to 8192"),
+    ({"memory_mb": 10}, {}, "tools.environment_args.memory_mb: is out of range for memory a call may add to the "
+                            "interpreter's (MemoryError past it) (got 10); allowed: an integer from 64 to 8192"),
     ({"timeout_seconds": 20}, {}, "tools.environment_args.timeout_seconds: is not below tools.timeout_seconds (10), "
                                   "which would cut the call first"),
     ({"max_output_chars": 5000}, {"max_result_chars": 2000}, "tools.environment_args.max_output_chars: cannot fit "

@@ -103,7 +103,8 @@ class PythonTool:
         self.timeout_seconds, self.max_output_chars = float(timeout_seconds), int(max_output_chars)
         self._kind = _python_kind(int(memory_mb), int(processes))
         self._session = None
-        self.calls: list[str] = []  # each call's outcome this rollout: "ok", "error" (the code raised), "timeout", "crash"
+        # each call's outcome this rollout: "ok", "error" (the code raised), "timeout", "crash"
+        self.calls: list[str] = []
 
     @classmethod
     def argument_problems(cls, args: dict, tools: dict) -> list[tuple[str, str, str]]:
@@ -111,8 +112,9 @@ class PythonTool:
         limit at least the section's `timeout_seconds`, whose cut would come first; output that cannot fit the
         section's `max_result_chars`): (key, what is wrong, what is allowed). Called by --check.
 
-        >>> PythonTool.argument_problems({"timeout_seconds": 0}, {"timeout_seconds": 10, "max_result_chars": 10000})
-        [('timeout_seconds', "is out of range for wall time of one call, from the code's start", 'a number from 0.1 to 60')]
+        >>> [(key, allowed) for key, _, allowed in PythonTool.argument_problems(
+        ...     {"timeout_seconds": 0}, {"timeout_seconds": 10, "max_result_chars": 10000})]
+        [('timeout_seconds', 'a number from 0.1 to 60')]
         """
         found = []
         for key, value in args.items():
@@ -120,8 +122,8 @@ class PythonTool:
                 continue  # unknown names and wrong types are --check's own (the constructor's signature, annotations)
             _, low, high, what = PYTHON_LIMITS[key]
             if not low <= value <= high:
-                found.append((key, f"is out of range for {what}", f"{'a number' if isinstance(low, float) else 'an integer'} "
-                                                                   f"from {low:g} to {high:g}"))
+                kind = "a number" if isinstance(low, float) else "an integer"
+                found.append((key, f"is out of range for {what}", f"{kind} from {low:g} to {high:g}"))
         timeout, chars = (args.get(k, PYTHON_LIMITS[k][0]) for k in ("timeout_seconds", "max_output_chars"))
         if isinstance(timeout, (int, float)) and timeout >= tools["timeout_seconds"]:
             found.append(("timeout_seconds", f"is not below tools.timeout_seconds ({tools['timeout_seconds']:g}), "
@@ -130,7 +132,8 @@ class PythonTool:
         room = tools["max_result_chars"] - EXTRA_CHARS
         if isinstance(chars, int) and chars > room:
             found.append(("max_output_chars", f"cannot fit tools.max_result_chars ({tools['max_result_chars']}) with "
-                                              "the note saying the output was cut and a traceback's end", f"at most {room}"))
+                                              "the note saying the output was cut and a traceback's end",
+                          f"at most {room}"))
         return found
 
     def reset(self, **row) -> None:

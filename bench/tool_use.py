@@ -25,6 +25,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -132,8 +134,6 @@ def main(argv=None) -> int:
             return code
     result = files.read_json(out, dict)
     result.setdefault("out", out.name)
-    import yaml
-
     result.setdefault("rounds", (yaml.safe_load(recipe.read_text())["trainer"]).get("max_tool_calling_iterations", 1))
     files.replace_section(README, begin, end, markdown(result))
     print(markdown(result))

@@ -38,6 +38,10 @@ class Prepared:
     tokenizer: Any = None
     dataset: Any = None
     notes: list[str] = field(default_factory=list)
+    # What tools cost in tokens, measured with the chat template (tooluse.schema_tokens, round_tokens): the schemas
+    # every prompt carries, and one round of a call before any output; None without tools or a tokenizer.
+    schema_tokens: int | None = None
+    round_tokens: int | None = None
 
 
 def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
@@ -66,10 +70,12 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     toolset = tooluse.resolve(recipe.tools) if recipe.tools else None
     model_path, readable = _model_path(recipe, found)
     tokenizer = _tokenizer(recipe, model_path, found, log) if readable else None
+    schema, per_round = None, None
     if toolset is not None and tokenizer is not None:
         found.problems.extend(tooluse.template_problems(tokenizer, recipe.model, recipe.where_set("model")))
+        schema, per_round = tooluse.schema_tokens(tokenizer, toolset), tooluse.round_tokens(tokenizer, toolset)
         found.problems.extend(toolchecks.round_problems(
-            args.max_tool_calling_iterations, tooluse.round_tokens(tokenizer, toolset), args.max_completion_length,
+            args.max_tool_calling_iterations, per_round, args.max_completion_length,
             recipe.where_set("trainer.max_tool_calling_iterations")))
         from grpokit.data import is_conversational
 
@@ -77,15 +83,15 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
             found.problems.add("dataset.conversational", "is false, and tools need chat-format prompts: TRL parses tool "
                                "calls only from conversational completions; set it to auto or true",
                                recipe.dataset.get("conversational"), file=recipe.where_set("dataset.conversational"))
-    schema = tooluse.schema_tokens(tokenizer, toolset) if toolset is not None and tokenizer is not None else 0
-    dataset = _dataset(recipe, model_path, tokenizer, args.max_completion_length, schema, found, log)
+    dataset = _dataset(recipe, model_path, tokenizer, args.max_completion_length, schema or 0, found, log)
     if toolset is not None and dataset is not None:
         found.problems.extend(tooluse.row_problems(toolset, dataset.column_names, recipe.where_set("tools.environment")))
     _generation_engine(args, found)
     if not found.training:  # --check; a run finds out when it locks the folder (rundir.RunLock), before any weights load
         _output_folder(recipe, found)
     found.problems.raise_if_any()
-    return Prepared(recipe, args, lora, reward_funcs, toolset, model_path, tokenizer, dataset, found.notes)
+    return Prepared(recipe, args, lora, reward_funcs, toolset, model_path, tokenizer, dataset, found.notes, schema,
+                    per_round)
 
 
 @dataclass

@@ -78,12 +78,12 @@ def _tool_use(prep, recipe: Recipe, prompt_length: int | None, prompt_how: str, 
     prompt carries (to the plan's prompt length, returned) and one round of a call (to the lint's `facts`)."""
     print()
     print("\n".join(tooluse.explain(prep.tools, recipe, prep.args)))
-    if prep.tokenizer is None:
+    if prep.round_tokens is None:  # no tokenizer to measure with
         return prompt_length, prompt_how
-    facts["tool_round_tokens"] = tooluse.round_tokens(prep.tokenizer, prep.tools)
+    facts["tool_round_tokens"] = prep.round_tokens
     if prompt_length is None:
         return prompt_length, prompt_how
-    schema = tooluse.schema_tokens(prep.tokenizer, prep.tools)
+    schema = prep.schema_tokens
     return prompt_length + schema, f"{prompt_how}, + {schema} tokens of tool schemas every prompt carries"
 
 

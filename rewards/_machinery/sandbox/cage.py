@@ -2,10 +2,11 @@
 
 Started as `python -I -c <bootstrap code> ROOT MODULE CONTROL_FD LIMITS` with this package loaded as modules of empty
 `rewards`, `rewards._machinery` and `rewards._machinery.sandbox` packages (their __init__s, the trainer's reward
-registry, are not run). Standard library only, besides the sandbox's layers (`child`) and the kind's MODULE, which defines `warm()` (imports and
-warms the library; run once, before any job) and `run(job, tell)` (one job; `tell("build")` says trusted work
-outside the job's time starts, e.g. building its problem, and `tell("mark")` that the job's own time starts now; a
-kind may mark without building, as a milestone). Three kinds of process:
+registry, are not run). Standard library only, besides the sandbox's layers (`child`) and the kind's MODULE, which
+defines `warm()` (imports and warms the library; run once, before any job) and `run(job, tell)` (one job;
+`tell("build")` says trusted work outside the job's time starts, e.g. building its problem, and `tell("mark")` that
+the job's own time starts now; a kind may mark without building, as a milestone) and may set `WATCH = False` (every
+job is the model's code: no audit hook). Three kinds of process:
 
     bootstrap   enters new namespaces (network, pid, mount, ipc, uts; a user namespace too when not root), forks
                 the zygote and waits for it. It dies with the pool's process (parent-death signal); when it exits,
@@ -15,10 +16,11 @@ kind may mark without building, as a milestone). Three kinds of process:
                 private size-capped /tmp), imports and warms MODULE, then forks a worker per `spawn` on the control
                 socket and kills one per `kill <id>`.
     worker      a keeper (the zygote's child: the worker's id, root, never runs a job) forks it as pid 1 of a pid
-                namespace of its own, so it neither sees nor signals the zygote or another worker. It drops to an
-                unprivileged uid (nobody, as root) without capabilities, sets rlimits (address space, processes,
-                file size, open files, no core; CPU per job), installs the sandbox's seccomp filter and makes itself
-                undumpable, adds the audit hook (below), then serves jobs on its two pipes; after each job it kills
+                namespace of its own, leading a session of its own, so it neither sees nor signals the zygote or
+                another worker (a kind with `scratch` also gets a /tmp of its own). It drops to an unprivileged uid
+                (nobody, as root) without capabilities, sets rlimits (address space, processes, file size, open
+                files, no core; CPU per job), installs the sandbox's seccomp filter and makes itself undumpable, adds
+                the audit hook (below), then serves jobs on its two pipes; after each job, before its reply, it kills
                 whatever the job left running in its namespace. It dies with its keeper, and the keeper with the
                 zygote.
 

@@ -335,9 +335,7 @@ class Pool:
             self._died(w, replies, todo, retried)
             return
         if key == "ready" and not w.ready and isinstance(value, int):
-            w.ready, w.ident = True, value
-            self.layers = frozenset(l for l in message.get("layers", []) if isinstance(l, str))
-            self._failed_starts = 0
+            self._started(w, value, message)
             return
         if w.job is None or not w.ready:  # cannot happen with one job in flight; never misfile it
             self._replace(w)
@@ -388,6 +386,12 @@ class Pool:
         elif w.job is not None:
             replies[w.job] = Reply("crash", None, w.marked)
         self._replace(w)
+
+    def _started(self, w: _Worker, ident: int, message: dict) -> None:
+        """A worker said it is ready: its id, and the layers that held for it."""
+        w.ready, w.ident = True, ident
+        self.layers = frozenset(l for l in message.get("layers", []) if isinstance(l, str))
+        self._failed_starts = 0
 
     def _said(self) -> str:
         return (self._cages[0].said() if self._cages else "") or "nothing"

@@ -16,15 +16,14 @@ class Session:
     forked warm from `pool`'s cage on the first job and serves nobody else; `close()` ends it.
 
     `run(job, timeout)` returns a `Reply` as `Pool.run` does. A job past its limit, or one that kills its worker, ends
-    "timeout" or "crash" and ends the worker with it; the next job starts a fresh one (`restarts` counts them, and
-    `fresh` says whether the last job ran in a worker no earlier job of this session had used). Whatever interrupts a
-    job from outside (a signal's exception) ends the worker before it propagates: no job is left running."""
+    "timeout" or "crash" and ends the worker with it; the next job starts a fresh one (`restarts` counts them).
+    Whatever interrupts a job from outside (a signal's exception) ends the worker before it propagates: no job is left
+    running."""
 
     def __init__(self, pool: Pool):
         self.pool = pool
         self._worker: _Worker | None = None
         self.jobs = self.restarts = 0
-        self.fresh = True
 
     def run(self, job, timeout: float) -> Reply:
         try:
@@ -34,14 +33,13 @@ class Session:
             raise
 
     def _run(self, job, timeout: float) -> Reply:
-        started = self._worker is None
-        if started:
+        if self._worker is None:
             with self.pool._lock:
                 if os.getpid() != self.pool._pid:  # forked: the cage belongs to the parent
                     self.pool._forget()
                 self._worker = self.pool._new_worker()
             self.restarts += self.jobs > 0
-        self.fresh, w = started, self._worker
+        w = self._worker
         while not w.ready:
             if not wait([w.inbox], timeout=max(0.0, w.deadline - time.monotonic())):
                 self.close()
@@ -52,8 +50,7 @@ class Session:
                 said = self.pool._said()
                 self.close()
                 raise WorkerStartError(f"a {self.pool.kind.what} process exited during startup; it said: {said}")
-            w.ready, w.ident = True, value
-            self.pool.layers = frozenset(l for l in message.get("layers", []) if isinstance(l, str))
+            self.pool._started(w, value, message)
         self.jobs += 1
         w.send(0, job, timeout)
         while True:

@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 RECIPES = {"calculator": ROOT / "recipes/smollm2-135m/calculator.yaml",
            "chain_sum": ROOT / "recipes/smollm2-135m/chain_sum.yaml",
-           "basic_arithmetic": ROOT / "recipes/smollm2-135m/basic_arithmetic.yaml"}
+           "basic_arithmetic": ROOT / "recipes/smollm2-135m/basic_arithmetic.yaml",
+           "python_tool": ROOT / "recipes/smollm2-135m/python_tool.yaml"}
 PHASES = ("generate", "tool calls", "generate after tools", "rewards", "logprob forwards", "backward")
 
 

@@ -197,9 +197,8 @@ def _cuda() -> bool:
 
 
 def make_trainer(prep: Prepared, model):
-    """The GRPOTrainer (or its dynamic-sampling subclass) exactly as `training.train()` uses it; tests call this too."""
-    from trl import GRPOTrainer
-
+    """The GRPOTrainer (or its dynamic-sampling subclass), generating from kept prefixes (grpokit.generation), exactly
+    as `training.train()` uses it; tests call this too."""
     from grpokit import toolguard, trl_compat
 
     tally = toolguard.Tally()  # the calls a tool limit cut, logged beside TRL's tool metrics
@@ -210,11 +209,12 @@ def make_trainer(prep: Prepared, model):
         from grpokit.data import heldout_dataset
 
         kwargs["eval_dataset"] = heldout_dataset(prep.recipe, prep.tokenizer, log=say)
-    if prep.recipe.sampling.get("dynamic"):
-        from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
+    from grpokit.generation import PrefixReuseGRPOTrainer, PrefixReuseSamplingTrainer
 
-        trainer = DynamicSamplingGRPOTrainer(sampling=prep.recipe.sampling, **kwargs)
+    if prep.recipe.sampling.get("dynamic"):
+        trainer = PrefixReuseSamplingTrainer(sampling=prep.recipe.sampling, **kwargs)
     else:
-        trainer = GRPOTrainer(**kwargs)
+        trainer = PrefixReuseGRPOTrainer(**kwargs)
+    trainer._reuse_prefix_cache = prep.recipe.sampling.get("reuse_prefix", True)
     tally.sink = trl_compat.metric_sink(trainer)
     return trainer

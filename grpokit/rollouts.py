@@ -62,9 +62,11 @@ def score(recipe, model, tokenizer, rows: list[dict], funcs: list, names: list[s
 
 
 def _trainer(recipe, model, tokenizer, rows: list[dict], funcs: list, out_dir: str):
-    """A GRPOTrainer that only generates: greedy, one completion per prompt, no reference model, no logging."""
+    """A GRPOTrainer that only generates: greedy, one completion per prompt, no reference model, no logging; its
+    generation as a run's (grpokit.generation)."""
     from datasets import Dataset
-    from trl import GRPOTrainer
+
+    from grpokit.generation import PrefixReuseGRPOTrainer
 
     from grpokit.config.trainer_args import grpo_args
     from grpokit.tooluse import resolve
@@ -75,8 +77,9 @@ def _trainer(recipe, model, tokenizer, rows: list[dict], funcs: list, out_dir: s
              "generation_kwargs": greedy, "report_to": [], "eval_strategy": "no", "use_vllm": False}
     args = grpo_args(replace(recipe, trainer=knobs))
     toolset = resolve(recipe.tools)
-    trainer = GRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer, **toolset.trainer_kwargs())
+    trainer = PrefixReuseGRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=Dataset.from_list(rows),
+                                     processing_class=tokenizer, **toolset.trainer_kwargs())
+    trainer._reuse_prefix_cache = recipe.sampling.get("reuse_prefix", True)  # the turn after a tool starts from the last
     trainer.model.eval()  # TRL reads the mode from the model: eval uses num_generations_eval
     return trainer
 

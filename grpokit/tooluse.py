@@ -339,6 +339,11 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
     template = recipe.model.get("chat_template") or "the model's own"
     lines += [f"  turns         the model writes; each tool call in its text is parsed ({template} chat template's "
               "parser), run, and its result appended as a `tool` message; the model writes on: " + rounds,
+              "  generation    " + ("a turn after a tool's result starts from the keys and values the turn before "
+                                   "computed (not the whole exchange again), each prompt is computed once for its copies "
+                                   "(sampling.reuse_prefix)" if recipe.sampling.get("reuse_prefix", True) else
+                                   "every turn computes the whole exchange again (sampling.reuse_prefix: false)")
+              + "; a turn decodes no further than the completion's room (grpokit/generation.py)",
               "  trained on    every token the model wrote, in every turn; a tool result's tokens are in the completion but "
               "masked out of the loss (TRL's tool_mask): the model is never trained to write what a tool returned",
               f"  length        max_completion_length {args.max_completion_length} tokens bounds the whole exchange, tool "

@@ -110,6 +110,25 @@ TOOL_SOURCE_MARKERS = {
     ),
 }
 
+# GRPOTrainer's transformers generation, as grpokit.generation does it in its place (and reads it in the tool loop):
+# left-padded rows, generate from them, the completion cut after the first end of sequence; a later turn's rows are
+# prompt + completion + the result's tokens, concatenated, and cut to the completion's room after generation.
+GENERATION_SOURCE_MARKERS = {
+    "trl.trainer.grpo_trainer:GRPOTrainer._generate_single_turn": (
+        'padding_side="left",\n                pad_to_multiple_of=self.pad_to_multiple_of,',
+        "generation_kwargs=self.generation_kwargs,",
+        "**generate_inputs, generation_config=self.generation_config",
+        "completion_ids = prompt_completion_ids[:, prompt_length:]",
+        "completion_mask = (sequence_indices <= eos_idx.unsqueeze(1)).int()",
+        "logprobs = None  # not used in this case",
+    ),
+    "trl.trainer.grpo_trainer:GRPOTrainer._tool_call_loop": (
+        "prompt_ids[idx_with_tool] + completion_ids[idx_with_tool] + suffix_ids",
+        "excess_length = completion_tool_length + len(post_tool_ids[idx]) - self.max_completion_length",
+    ),
+}
+GENERATION_SIGNATURE = ("self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images")
+
 TRAINER_ATTRIBUTES = (
     "_metrics", "_step", "_tokenizer", "_is_vlm", "accelerator", "eos_token_ids", "num_generations",
     "reward_func_names", "reward_weights", "scale_rewards", "multi_objective_aggregation", "state",
@@ -152,6 +171,7 @@ def check_trl_internals(trainer=None) -> None:
                 problems.append(f"GRPOTrainer.{name} no longer contains `{marker}`")
     problems += _tile_problems()
     problems += source_marker_problems(TOOL_SOURCE_MARKERS)
+    problems += generation_internals_problems()
     problems += library_internals_problems(("trl.trainer.utils:nanstd",))
     if trainer is not None and getattr(getattr(trainer, "args", None), "use_vllm", False):
         problems += vllm_internals_problems()
@@ -163,6 +183,20 @@ def check_trl_internals(trainer=None) -> None:
             + "\n  - ".join(problems)
             + f"\nInstall the pinned version (pip install trl=={TRL_VERSION}) or set sampling.dynamic: false."
         )
+
+
+def generation_internals_problems() -> list[str]:
+    """What grpokit.generation relies on in TRL's generation that has changed: [] means it may stand in for it.
+
+    >>> generation_internals_problems()  # [] on trl 1.16.0
+    []
+    """
+    from trl import GRPOTrainer
+
+    params = tuple(inspect.signature(GRPOTrainer._generate_single_turn).parameters)
+    problems = [] if params == GENERATION_SIGNATURE else [
+        f"GRPOTrainer._generate_single_turn{params} has changed; expected parameters {GENERATION_SIGNATURE}"]
+    return problems + source_marker_problems(GENERATION_SOURCE_MARKERS)
 
 
 def vllm_internals_problems() -> list[str]:
@@ -319,6 +353,20 @@ def dynamic_cache_layer():
     from transformers.cache_utils import DynamicLayer
 
     return DynamicLayer
+
+
+def plain_dynamic_cache(config) -> bool:
+    """Whether transformers builds this model's generation cache from plain `DynamicLayer`s only (no sliding window,
+    no indexed or quantized layer): grpokit.generation slices and joins such layers' `keys` and `values`
+    (`[batch, heads, tokens, head_dim]`) and builds a cache from them with `DynamicCache(ddp_cache_data=, config=)`."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    try:
+        layers = DynamicCache(config=config).layers
+    except Exception:  # a config transformers cannot read layer types from: not this path
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
 def torch_dispatch():

@@ -268,6 +268,8 @@ def scripted_calls(monkeypatch):
             kwargs["max_new_tokens"] = min(kwargs.get("max_new_tokens") or OWN_TOKENS, OWN_TOKENS)
         out = real(self, *args, **kwargs)
         prompt_ids = kwargs.get("input_ids", args[0] if args else None)
+        if kwargs.get("cache") is not None:  # grpokit.generation keeps it: a scripted turn is not what it computed
+            kwargs["cache"].crop(prompt_ids.shape[1] - kwargs["cache"].get_seq_length())
         tokenizer = generate.tokenizer
         rows = []
         for i, row in enumerate(out):

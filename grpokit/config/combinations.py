@@ -93,7 +93,7 @@ def sampling_settings(sampling: dict | None, reward_names: list[str] | None = No
     reward names are given.
 
     >>> sampling_settings({"dynamic": True}, ["char_fraction"])
-    {'dynamic': True, 'max_rounds': 4, 'metric': 'reward'}
+    {'dynamic': True, 'max_rounds': 4, 'metric': 'reward', 'reuse_prefix': True}
     """
     problems = Problems()
     settings = validate_fields(sampling or {}, SAMPLING, "sampling", problems)

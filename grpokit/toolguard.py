@@ -57,6 +57,7 @@ class ToolCut(BaseException):
 
 # Logged per call, as TRL logs tools/failure_frequency (failed calls over calls): the share of calls each limit cut.
 TIMEOUT_KEY, OVERSIZE_KEY = "tools/timeout_frequency", "tools/oversize_frequency"
+BAD_ARGUMENTS_KEY = "tools/bad_arguments_frequency"  # calls naming arguments the tool does not take (or missing one)
 
 
 # A step's tool calls print nothing until its step line; when they hold the step up this long (wall time, at least
@@ -88,10 +89,11 @@ class Tally:
         elif now - self.since >= NOTICE_EVERY_S:  # mostly generation between the calls: the step line will do
             self.since, self.calls, self.seconds = now, 0, 0.0
 
-    def record(self, timed_out: bool = False, oversized: bool = False) -> None:
+    def record(self, timed_out: bool = False, oversized: bool = False, bad_arguments: bool = False) -> None:
         if self.sink is not None:
             self.sink(TIMEOUT_KEY, float(timed_out))
             self.sink(OVERSIZE_KEY, float(oversized))
+            self.sink(BAD_ARGUMENTS_KEY, float(bad_arguments))
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
     stopping = stop_requested()
     if stopping is not None:
         raise ToolLimitError(f"{name}: not run, the run is stopping ({signal.Signals(stopping).name})")
+    _check_arguments(function, name, limits, args, kwargs)
     deadline = _Deadline(limits.timeout_seconds)
     _inside.depth = 1
     started = time.monotonic()
@@ -202,6 +205,33 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
     return _sized(result, name, limits)
 
 
+def _check_arguments(function: Callable, name: str, limits: Limits, args, kwargs) -> None:
+    """A call whose arguments do not fit the tool's parameters fails before it runs, with a TypeError (TRL counts a
+    failed call; the model reads it) naming the parameters the tool takes; counted under BAD_ARGUMENTS_KEY."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a readable signature: its own error will do
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as err:
+        limits.tally.record(bad_arguments=True)
+        params = signature.parameters
+        takes = ", ".join(p.name for p in params.values())
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            raise TypeError(f"{name}({takes}): {err}") from None
+        unknown = [repr(k) for k in kwargs if k not in params]
+        said = [f"takes no argument {', '.join(unknown)}"] if unknown else []
+        try:
+            bound = signature.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in params}).arguments
+        except TypeError:  # too many positional arguments: the plain error says so
+            raise TypeError(f"{name}({takes}): {err}") from None
+        missing = [repr(p.name) for p in params.values() if p.name not in bound and p.default is p.empty
+                   and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        said += [f"missing {', '.join(missing)}"] if missing else []
+        raise TypeError(f"{name}({takes}): {'; '.join(said) or err}") from None
+
+
 def _sized(result, name: str, limits: Limits):
     """The result, counted; refused past tools.max_result_chars."""
     size = _text_size(result)
@@ -214,6 +244,7 @@ def _sized(result, name: str, limits: Limits):
 
 async def _call_async(function: Callable, name: str, limits: Limits, args, kwargs):
     """An async tool, on TRL's event loop thread: `asyncio.wait_for` bounds its time, then the same size rule."""
+    _check_arguments(function, name, limits, args, kwargs)
     try:
         result = await asyncio.wait_for(function(*args, **kwargs), limits.timeout_seconds)
     except asyncio.TimeoutError:

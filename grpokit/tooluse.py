@@ -351,7 +351,8 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
               "  reward        " + _reward_source(toolset, recipe),
               "  logged        tools/call_frequency (calls per completion) and tools/failure_frequency (failed calls per "
               "call), in report.md's Tool use part and the plots; tools/timeout_frequency and tools/oversize_frequency "
-              "(calls each limit cut, per call)"]
+              "(calls each limit cut, per call), tools/bad_arguments_frequency (calls naming arguments the tool does "
+              "not take, refused before they run, per call)"]
     return lines
 
 

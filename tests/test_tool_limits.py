@@ -75,6 +75,22 @@ class Waits:
         return math.nan
 
 
+class Adds:
+    """A tool with two parameters, for calls that name others."""
+
+    def reset(self, **row):
+        pass
+
+    def add(self, a: int, b: int) -> int:
+        """Add two numbers.
+
+        Args:
+            a: the first
+            b: the second
+        """
+        return a + b
+
+
 class Box:
     """`fault` picks what the environment itself does wrong."""
 
@@ -164,6 +180,26 @@ def test_a_stuck_call_and_a_10_mb_result_fail_with_the_limit_named_and_the_run_g
     assert "| failed calls per call (`tools/failure_frequency`) | 100% |" in report
     assert "| calls past tools.timeout_seconds, per call (`tools/timeout_frequency`) | 50% |" in report
     assert "| results over tools.max_result_chars, per call (`tools/oversize_frequency`) | 50% |" in report
+
+
+def test_calls_with_arguments_the_tool_does_not_take_are_counted_and_named_in_the_report(tmp_path, monkeypatch, capsys,
+                                                                                         scripted_calls):
+    from grpokit import cli
+
+    path = limits_recipe(tmp_path, monkeypatch, {"environment": "env.py:Adds"})
+    good = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+    bad = '<tool_call>\n{"name": "add", "arguments": {"x": 2}}\n</tool_call>'
+    scripted_calls.tokenizer, scripted_calls.calls = tokenizer_for(path), [good, bad]
+    assert cli.main(["--recipe", path]) == 0, capsys.readouterr().err
+    results = [r for line in (tmp_path / "seen.jsonl").read_text().splitlines() for r in json.loads(line)]
+    assert "5" in results
+    # the model reads which arguments the tool takes
+    assert any(r.startswith("{'error': ") and "add(a, b)" in r and "'x'" in r for r in results), results
+    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    assert history[0]["tools/failure_frequency"] == 0.5
+    assert history[0]["tools/bad_arguments_frequency"] == 0.5
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "| calls with arguments the tool does not take, per call (`tools/bad_arguments_frequency`) | 50% |" in report
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -22,6 +22,8 @@ CALLS, FAILURES = "tools/call_frequency", "tools/failure_frequency"
 # call is also one of TRL's failed calls.
 LIMITS = {"tools.timeout_seconds": ("calls past tools.timeout_seconds, per call", "tools/timeout_frequency"),
           "tools.max_result_chars": ("results over tools.max_result_chars, per call", "tools/oversize_frequency")}
+# also grpokit's, per call: calls whose arguments the tool does not take (each a failed call of TRL's too)
+BAD_ARGUMENTS = ("calls with arguments the tool does not take, per call", "tools/bad_arguments_frequency")
 # The end's calls per completion count as more (or fewer) than the start's when they differ by more than this share
 # of the larger, and by more than 2 standard errors of the difference of two window means: single steps swing.
 CHANGE = 0.1
@@ -141,12 +143,18 @@ def tool_use_section(history: list[dict]) -> list[str]:
         rows.append(("failed calls per call", FAILURES, lambda span: failures_per_call(history, span), True))
     cut = {limit: row for limit, row in LIMITS.items() if any(series(history, row[1])[1])}  # once a limit cut a call
     rows += [(label, key, lambda span, key=key: over(history, key, span), True) for label, key in cut.values()]
+    misnamed = any(series(history, BAD_ARGUMENTS[1])[1])
+    if misnamed:
+        rows.append((*BAD_ARGUMENTS, lambda span: over(history, BAD_ARGUMENTS[1], span), True))
     if series(history, "reward")[1]:
         rows.append(("mean reward", "reward", lambda span: over(history, "reward", span), False))
     lines = ["", "## Tool use", "", f"| | start ({_span(start)}) | end ({_span(end)}) |", "|---|---:|---:|"]
     lines += [f"| {label} (`{key}`) | {_cell(get(start), share)} | {_cell(get(end), share)} |"
               for label, key, get, share in rows]
     said = ["", reading(history)]
+    if misnamed:
+        said.append("Some calls named arguments the tool does not take (or left one out): each failed before it ran, "
+                    "and the model read the tool's parameters in the error.")
     if cut:
         said.append(f"Some calls ran into a limit of the recipe's tools section ({', '.join(cut)}): each "
                     "failed with an error naming the limit, which the model read as the result.")

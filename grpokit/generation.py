@@ -120,7 +120,7 @@ def _batch_cache(model, starts: list, kept: list[int], pads: list[int]):
     from transformers import DynamicCache
 
     width = min(p + k for p, k in zip(pads, kept, strict=True))
-    if width == 0:
+    if not all(kept) or width == 0:  # (pad_to_multiple_of pads every row: padding alone is no start)
         return DynamicCache(config=model.config), 0
     layers = []
     reference = next(s for s in starts if s is not None)
@@ -146,7 +146,8 @@ def _starts(store: PrefixStore, model, rows: list[list[int]], pad_id: int, devic
     if all(n for _, n in found):
         return [kept.layers for kept, _ in found], [n for _, n in found], prompt_lengths
     distinct = list(dict.fromkeys(tuple(r) for r in rows))
-    if len(distinct) == len(rows) or any(n for _, n in found):  # nothing repeats, or a mixed turn: compute it whole
+    if len(distinct) == len(rows) or any(n for _, n in found) or min(map(len, distinct)) < 2:
+        # nothing repeats, a mixed turn, or a one-token prompt (nothing to keep before its last token): compute it whole
         return [None] * len(rows), [0] * len(rows), prompt_lengths
     # a first turn whose prompts repeat (num_generations copies): each distinct prompt prefilled once, all but its
     # last token (generate computes that one, and from it the first new token)

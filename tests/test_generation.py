@@ -81,6 +81,20 @@ def test_rows_with_nothing_kept_and_no_repeats_are_computed_whole(trainer):
     assert len(store.rows) == 2  # kept for a next turn
 
 
+def test_rows_padded_to_a_multiple_draw_the_same(trainer):
+    """trainer.pad_to_multiple_of pads every row, the longest too: padding is no state to start from."""
+    tok = trainer.processing_class
+    distinct = [tok("one two three")["input_ids"], tok("four five")["input_ids"]]
+    repeated = [distinct[0]] * 2 + [distinct[1]] * 2
+    multiple = trainer.pad_to_multiple_of
+    try:
+        trainer.pad_to_multiple_of = 16
+        for rows, copies in ((distinct, 1), (repeated, 2)):
+            assert generate(trainer, rows, copies, PrefixStore()) == generate(trainer, rows, copies)
+    finally:
+        trainer.pad_to_multiple_of = multiple
+
+
 def test_a_kept_prefix_never_outlives_its_generation_batch(trainer):
     """Weights change between steps: states computed in one `_generate` are never read by the next."""
     tok = trainer.processing_class

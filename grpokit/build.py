@@ -211,10 +211,10 @@ def make_trainer(prep: Prepared, model):
         kwargs["eval_dataset"] = heldout_dataset(prep.recipe, prep.tokenizer, log=say)
     from grpokit.generation import PrefixReuseGRPOTrainer, PrefixReuseSamplingTrainer
 
+    kwargs["reuse_prefix"] = prep.recipe.sampling.get("reuse_prefix", True)
     if prep.recipe.sampling.get("dynamic"):
         trainer = PrefixReuseSamplingTrainer(sampling=prep.recipe.sampling, **kwargs)
     else:
         trainer = PrefixReuseGRPOTrainer(**kwargs)
-    trainer._reuse_prefix_cache = prep.recipe.sampling.get("reuse_prefix", True)
     tally.sink = trl_compat.metric_sink(trainer)
     return trainer

@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 class Kept:
     """One row of the last turn: its token ids, the length of its first turn's prompt, and (when states are kept) its
-    keys and values per layer, `[heads, tokens, head_dim]`, for its first `len(layers[0][0][1])` tokens."""
+    keys and values per layer, `[heads, tokens, head_dim]`, for its first `held` tokens."""
 
     __slots__ = ("ids", "prompt_length", "layers")
 
@@ -213,10 +213,10 @@ class PrefixReuseMixin:
 
     _prefix_store: PrefixStore | None = None
     _reuse_prefix_cache: bool = True
-    prefix_tokens: tuple[int, int] = (0, 0)  # the last generation batch's (reused, computed) prompt tokens
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, reuse_prefix: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
+        self._reuse_prefix_cache = reuse_prefix  # sampling.reuse_prefix: false keeps no states (the cut stays)
         problems = trl_compat.generation_internals_problems()
         if problems:  # TRL's generation is not the one this stands in for: let TRL's run
             logger.warning("grpokit.generation is off, TRL's own generation runs: %s", "; ".join(problems))
@@ -229,7 +229,6 @@ class PrefixReuseMixin:
         try:
             return super()._generate(prompts)
         finally:
-            self.prefix_tokens = (self._prefix_store.reused_tokens, self._prefix_store.computed_tokens)
             self._prefix_store = None
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):

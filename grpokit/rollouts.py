@@ -66,9 +66,8 @@ def _trainer(recipe, model, tokenizer, rows: list[dict], funcs: list, out_dir: s
     generation as a run's (grpokit.generation)."""
     from datasets import Dataset
 
-    from grpokit.generation import PrefixReuseGRPOTrainer
-
     from grpokit.config.trainer_args import grpo_args
+    from grpokit.generation import PrefixReuseGRPOTrainer
     from grpokit.tooluse import resolve
 
     greedy = {**(recipe.trainer.get("generation_kwargs") or {}), "do_sample": False, "temperature": None, "top_p": None,
@@ -78,8 +77,8 @@ def _trainer(recipe, model, tokenizer, rows: list[dict], funcs: list, out_dir: s
     args = grpo_args(replace(recipe, trainer=knobs))
     toolset = resolve(recipe.tools)
     trainer = PrefixReuseGRPOTrainer(model=model, reward_funcs=funcs, args=args, train_dataset=Dataset.from_list(rows),
-                                     processing_class=tokenizer, **toolset.trainer_kwargs())
-    trainer._reuse_prefix_cache = recipe.sampling.get("reuse_prefix", True)  # the turn after a tool starts from the last
+                                     processing_class=tokenizer, reuse_prefix=recipe.sampling.get("reuse_prefix", True),
+                                     **toolset.trainer_kwargs())
     trainer.model.eval()  # TRL reads the mode from the model: eval uses num_generations_eval
     return trainer
 

@@ -24,7 +24,7 @@ def test_valid_recipe_fills_defaults(tmp_path):
     r = validate(load(write_recipe(tmp_path, recipe_dict())))
     assert r.model["quantization"] == "none"
     assert r.dataset["split"] == "train"
-    assert r.sampling == {"dynamic": False, "max_rounds": 4, "metric": "reward"}
+    assert r.sampling == {"dynamic": False, "max_rounds": 4, "metric": "reward", "reuse_prefix": True}
     assert r.lora["task_type"] == "CAUSAL_LM"
     assert r.rewards == [{"name": "char_fraction", "weight": 1.0, "args": {"char": "a"}}]
 

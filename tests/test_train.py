@@ -123,7 +123,9 @@ def test_dynamic_sampling_through_the_recipe(tmp_path):
                                                     "trainer.save_strategy=no", "trainer.disable_tqdm=true",
                                                     "sampling.dynamic=true", "sampling.max_rounds=3"])
     trainer = training.train(recipe)
-    assert type(trainer).__name__ == "DynamicSamplingGRPOTrainer"
+    from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
+
+    assert isinstance(trainer, DynamicSamplingGRPOTrainer)  # (generating through grpokit.generation)
     logs = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logs) == 4 and all("sampling/rounds" in h for h in logs)
     for h in logs:  # a batch filled short is said so; otherwise no group without reward spread was trained on

@@ -62,9 +62,12 @@ def _tools(scored: dict) -> str:
 
 def markdown(r: dict) -> str:
     base = r["base"]
+    calculator = "calculator" in r["recipe"]
+    problems, tool = ("products and sums", "the calculator's") if calculator else ("products of three numbers",
+                                                                                "the Python tool's")
     lines = [f"`tool_use.py` ({r['recipe']} as shipped: {r['steps']} steps of {r['completions_per_step']} completions, "
-             f"{r['model']}, {r['dtype']}): held-out greedy pass@1 on {base['prompts']} problems (products and sums from "
-             "reasoning-gym, seeds apart from training's) with the calculator's calls run by TRL's loop, and the calls the "
+             f"{r['model']}, {r['dtype']}): held-out greedy pass@1 on {base['prompts']} problems ({problems} from "
+             f"reasoning-gym, seeds apart from training's) with {tool} calls run by TRL's loop, and the calls the "
              f"model made. Machine: {r['machine']}. {r.get('when', '')}".rstrip(), "",
              "| model | pass@1 | tool calls per completion | failed calls per call | training calls per completion, first 5 / last 5 steps | s/step |",
              "|---|---:|---:|---:|---|---:|",

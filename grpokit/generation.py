@@ -33,6 +33,7 @@ otherwise TRL's own method runs. `sampling.reuse_prefix: false` keeps no states 
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import torch
@@ -78,13 +79,10 @@ class PrefixStore:
         return best, min(best.held, len(ids) - 1)  # at least one token of each row is left to compute
 
 
-def eligible(trainer, images, multimodal_fields) -> bool:
-    """Whether this trainer's generation goes through `generate` here (see the module's docstring)."""
-    if getattr(trainer, "_prefix_store", None) is None:
-        return False
+def fits(trainer) -> bool:
+    """Whether this trainer generates the way `generate` stands in for (see the module's docstring): fixed for its life,
+    so asked once, when it is built."""
     if trainer.use_vllm or getattr(trainer, "use_transformers_continuous_batching", False) or trainer._is_vlm:
-        return False
-    if images is not None and any(images) or multimodal_fields:
         return False
     if trainer.generation_config.cache_implementation is not None or trainer.generation_config.use_cache is False:
         return False
@@ -159,8 +157,6 @@ def _starts(store: PrefixStore, model, rows: list[list[int]], pad_id: int, devic
 def generate(trainer, prompt_ids: list[list[int]]):
     """What `GRPOTrainer._generate_single_turn` returns on its transformers path, `(completion_ids, None)`, from kept
     states where a row has them and no further than a row can keep. Called inside the trainer's `_generate`."""
-    import copy
-
     from trl.models import unwrap_model_for_generation
 
     store: PrefixStore = trainer._prefix_store
@@ -209,7 +205,7 @@ def generate(trainer, prompt_ids: list[list[int]]):
 
 
 class PrefixReuseMixin:
-    """Put before `GRPOTrainer` (or a subclass) in the bases: its generation goes through `generate` where eligible."""
+    """Put before `GRPOTrainer` (or a subclass) in the bases: its generation goes through `generate` where it fits."""
 
     _prefix_store: PrefixStore | None = None
     _reuse_prefix_cache: bool = True
@@ -220,7 +216,7 @@ class PrefixReuseMixin:
         problems = trl_compat.generation_internals_problems()
         if problems:  # TRL's generation is not the one this stands in for: let TRL's run
             logger.warning("grpokit.generation is off, TRL's own generation runs: %s", "; ".join(problems))
-        self._own_generation = not problems
+        self._own_generation = not problems and fits(self)
 
     def _generate(self, prompts):
         if not self._own_generation:
@@ -232,7 +228,7 @@ class PrefixReuseMixin:
             self._prefix_store = None
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if not eligible(self, images, multimodal_fields):
+        if self._prefix_store is None or (images is not None and any(images)) or multimodal_fields:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images=has_tool_images)
         return generate(self, prompt_ids)

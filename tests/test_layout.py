@@ -117,18 +117,58 @@ def test_leaves_import_nothing_above_them(leaf):
     assert import_graph()[leaf] <= LEAVES[leaf]
 
 
+# The third-party libraries the project imports, loaded once by the parent before it forks a child per module: each
+# child starts with none of the project's modules loaded (what the test is about), without paying the ~10 s of
+# importing torch, transformers, trl and peft again for each module (76 s of the suite when it did).
+THIRD_PARTY = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "yaml", "numpy")
+IMPORT_EACH = """
+import importlib, os, sys, traceback
+libs, names = sys.argv[1].split(","), sys.argv[2:]
+for lib in filter(None, libs):
+    importlib.import_module(lib)
+loaded = [m for m in sys.modules if m.split(".")[0] in {n.split(".")[0] for n in names}]
+assert not loaded, f"the parent loaded {loaded}"
+for name in names:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            os.write(w, traceback.format_exc().strip().splitlines()[-1].encode())
+            os._exit(1)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        why = f.read().decode()
+    if os.waitpid(pid, 0)[1]:
+        print(f"{name}: {why or 'died'}")
+"""
+
+
+def modules_failing_alone(names: list[str], cwd: Path, libs=THIRD_PARTY) -> list[str]:
+    """`name: the error's last line` for each module that fails to import in a process where nothing of its project
+    was imported before it (only `libs`)."""
+    out = subprocess.run([sys.executable, "-c", IMPORT_EACH, ",".join(libs), *names], capture_output=True,
+                         text=True, cwd=cwd, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.splitlines()
+
+
 @pytest.mark.slow
 def test_every_module_imports_alone_in_a_fresh_interpreter():
-    # One interpreter per module, so a module that works only because another one was imported first fails here.
-    names = [n for n in project_modules() if n != "launch"]
-    script = ("import importlib, subprocess, sys\n"
-              "bad = []\n"
-              "for name in sys.argv[1:]:\n"
-              "    r = subprocess.run([sys.executable, '-c', f'import {name}'], capture_output=True, text=True)\n"
-              "    if r.returncode: bad.append(f'{name}: {r.stderr.strip().splitlines()[-1]}')\n"
-              "print('\\n'.join(bad))\n")
-    out = subprocess.run([sys.executable, "-c", script, *names], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert out.stdout.strip() == "", out.stdout
+    # One child per module, so a module that works only because another one was imported first fails here.
+    assert modules_failing_alone([n for n in project_modules() if n != "launch"], ROOT) == []
+
+
+def test_a_module_that_works_only_after_another_is_found(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("X = 1\n")
+    (tmp_path / "pkg" / "b.py").write_text("import pkg\nY = pkg.a.X\n")  # works only once pkg.a is loaded
+    assert modules_failing_alone(["pkg.a", "pkg.b", "pkg"], tmp_path, libs=()) == [
+        "pkg.b: AttributeError: module 'pkg' has no attribute 'a'"]
 
 
 def test_reading_a_recipe_and_planning_import_no_torch_or_trl():

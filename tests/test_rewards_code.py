@@ -161,16 +161,40 @@ def outside():
         Path(p).unlink(missing_ok=True)
 
 
+def _parent(pid: str) -> str:
+    """The parent of process `pid` as this namespace sees it ("" once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2:].split()[1]  # after "pid (name) state"
+
+
 def _sandbox_processes() -> set:
-    """Processes running this checkout's sandbox inside (other checkouts on the machine run their own);
-    the sandbox is gone when `run` returns, so none may be left."""
-    found = set()
+    """Processes running this checkout's sandbox inside (other checkouts on the machine run their own) that no other
+    test process is running right now: the sandbox is gone when `run` returns, so none may be left. A job of the
+    other pytest-xdist worker (its sandbox's top process a child of a sibling of ours) is that worker's, live; what
+    a job of ours leaves behind is reparented to init (or a subreaper), never to a sibling."""
+    found, ours, siblings = set(), str(os.getpid()), str(os.getppid())
     for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
         try:
-            if CHILD.encode() in Path(cmdline).read_bytes():
-                found.add(cmdline)
+            if CHILD.encode() not in Path(cmdline).read_bytes():
+                continue
         except OSError:
-            pass
+            continue
+        pid = cmdline.split("/")[2]
+        while True:  # up to the first ancestor that is not the sandbox
+            parent = _parent(pid)
+            try:
+                if parent and CHILD.encode() in Path(f"/proc/{parent}/cmdline").read_bytes():
+                    pid = parent
+                    continue
+            except OSError:
+                pass
+            break
+        if parent and parent != ours and _parent(parent) == siblings and parent != "1":
+            continue  # another worker's job, running
+        found.add(cmdline)
     return found
 
 

@@ -186,7 +186,8 @@ def plot(results: dict, path: Path) -> None:
         ax1.plot(steps, smooth, color=line.get_color(), label=f"seed {run['seed']} (5-step mean)")
     ax1.set_xlabel("step")
     ax1.set_ylabel(f"mean {results.get('pass_reward', 'accuracy')} of the step's {results['completions_per_step']} completions")
-    ax1.set_title("training reward (sampled, temperature 1)")
+    # the recipe's sampling temperature (results written before it was recorded: the arithmetic recipes' 1.0)
+    ax1.set_title(f"training reward (sampled, temperature {results.get('temperature', 1.0):g})")
     ax1.set_ylim(-0.02, 1.02)
     ax1.legend()
     base = results["base"]["pass@1"]
@@ -226,6 +227,7 @@ def header(recipe, recipe_path: Path, steps: int, how: str) -> dict:
         "steps": steps,
         "completions_per_step": knobs["per_device_train_batch_size"] * knobs.get("gradient_accumulation_steps", 1),
         "cap": knobs["max_completion_length"],
+        "temperature": knobs.get("temperature", 1.0),  # TRL's default where the recipe sets none
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible"
                    + (", bf16 instructions" if cpu_computes_bf16() else ", no bf16 instructions")
                    + f", torch {torch.__version__}, cuda={torch.cuda.is_available()}",  # the training processes' threads: --threads, said in `when`

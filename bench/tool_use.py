@@ -41,6 +41,9 @@ README = ROOT / "bench" / "README.md"
 BEGIN, END = "<!-- tool_use.py writes this section from results/tool_use.json -->", "<!-- end of tool_use.py's section -->"
 # Other tool recipes: results/<recipe's stem>.json and a section of their own.
 OTHERS = {"python_tool": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml"}
+# What each recipe's held-out problems are, and whose calls TRL's loop runs (by the recipe's stem), for the page.
+DESCRIBED = {"calculator": ("products and sums", "the calculator's"),
+             "python_tool": ("products of three numbers", "the Python tool's")}
 
 
 def places(name: str | None) -> tuple[Path, Path, str, str]:
@@ -62,9 +65,7 @@ def _tools(scored: dict) -> str:
 
 def markdown(r: dict) -> str:
     base = r["base"]
-    calculator = "calculator" in r["recipe"]
-    problems, tool = ("products and sums", "the calculator's") if calculator else ("products of three numbers",
-                                                                                "the Python tool's")
+    problems, tool = DESCRIBED[Path(r["recipe"]).stem]
     lines = [f"`tool_use.py` ({r['recipe']} as shipped: {r['steps']} steps of {r['completions_per_step']} completions, "
              f"{r['model']}, {r['dtype']}): held-out greedy pass@1 on {base['prompts']} problems ({problems} from "
              f"reasoning-gym, seeds apart from training's) with {tool} calls run by TRL's loop, and the calls the "

@@ -170,31 +170,42 @@ def _parent(pid: str) -> str:
     return stat[stat.rindex(")") + 2:].split()[1]  # after "pid (name) state"
 
 
+def _runs_sandbox(pid: str) -> bool:
+    """Whether process `pid` runs this checkout's sandbox inside (other checkouts on the machine run their own)."""
+    try:
+        return CHILD.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _top_parent(pid: str) -> str:
+    """The parent of the topmost sandbox process above `pid` ("" if a process on the way ended while we looked)."""
+    parent = _parent(pid)
+    while parent and _runs_sandbox(parent):
+        parent = _parent(parent)
+    return parent
+
+
 def _sandbox_processes() -> set:
-    """Processes running this checkout's sandbox inside (other checkouts on the machine run their own) that no other
-    test process is running right now: the sandbox is gone when `run` returns, so none may be left. A job of the
-    other pytest-xdist worker (its sandbox's top process a child of a sibling of ours) is that worker's, live; what
-    a job of ours leaves behind is reparented to init (or a subreaper), never to a sibling."""
+    """Processes running this checkout's sandbox that no other test process is running right now: the sandbox is
+    gone when `run` returns, so none may be left. A job of the other pytest-xdist worker (its sandbox's top process a
+    child of a sibling of ours) is that worker's, live; what a job of ours leaves behind is reparented to init (or a
+    subreaper), never to a sibling. The other worker's jobs end while we look: a process that is gone by the end of
+    its own look was no leak, and a walk broken by an ancestor ending is walked again (the process was reparented)."""
     found, ours, siblings = set(), str(os.getpid()), str(os.getppid())
     for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
-        try:
-            if CHILD.encode() not in Path(cmdline).read_bytes():
-                continue
-        except OSError:
-            continue
         pid = cmdline.split("/")[2]
-        while True:  # up to the first ancestor that is not the sandbox
-            parent = _parent(pid)
-            try:
-                if parent and CHILD.encode() in Path(f"/proc/{parent}/cmdline").read_bytes():
-                    pid = parent
-                    continue
-            except OSError:
-                pass
-            break
-        if parent and parent != ours and _parent(parent) == siblings and parent != "1":
+        if not _runs_sandbox(pid):
+            continue
+        parent = _top_parent(pid)
+        while not parent and _parent(pid):  # an ancestor ended mid-walk, the process lives on: walk again
+            parent = _top_parent(pid)
+        if not parent:
+            continue  # the process itself ended
+        if parent != ours and _parent(parent) == siblings:
             continue  # another worker's job, running
-        found.add(cmdline)
+        if _runs_sandbox(pid):  # still there once looked at
+            found.add(cmdline)
     return found
 
 

@@ -41,6 +41,7 @@ from trl import GRPOTrainer
 
 from grpokit import trl_compat
 from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
+from grpokit.shared_prompt import SharedPromptMixin
 
 logger = logging.getLogger(__name__)
 
@@ -234,9 +235,10 @@ class PrefixReuseMixin:
         return generate(self, prompt_ids)
 
 
-class PrefixReuseGRPOTrainer(PrefixReuseMixin, GRPOTrainer):
-    """`trl.GRPOTrainer`, generating through grpokit.generation."""
+class PrefixReuseGRPOTrainer(SharedPromptMixin, PrefixReuseMixin, GRPOTrainer):
+    """`trl.GRPOTrainer`, generating through grpokit.generation, its loss pass through grpokit.shared_prompt."""
 
 
-class PrefixReuseSamplingTrainer(PrefixReuseMixin, DynamicSamplingGRPOTrainer):
-    """grpokit's dynamic-sampling trainer, generating through grpokit.generation."""
+class PrefixReuseSamplingTrainer(SharedPromptMixin, PrefixReuseMixin, DynamicSamplingGRPOTrainer):
+    """grpokit's dynamic-sampling trainer, generating through grpokit.generation, its loss pass through
+    grpokit.shared_prompt."""

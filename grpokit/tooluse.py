@@ -340,8 +340,9 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
     lines += [f"  turns         the model writes; each tool call in its text is parsed ({template} chat template's "
               "parser), run, and its result appended as a `tool` message; the model writes on: " + rounds,
               "  generation    " + ("a turn after a tool's result starts from the keys and values the turn before "
-                                   "computed (not the whole exchange again), each prompt is computed once for its copies "
-                                   "(sampling.reuse_prefix)" if recipe.sampling.get("reuse_prefix", True) else
+                                   "computed (not the whole exchange again), each prompt is computed once for its "
+                                   "copies, in generation and in the loss pass (sampling.reuse_prefix)"
+                                   if recipe.sampling.get("reuse_prefix", True) else
                                    "every turn computes the whole exchange again (sampling.reuse_prefix: false)")
               + "; a turn decodes no further than the completion's room (grpokit/generation.py)",
               "  trained on    every token the model wrote, in every turn; a tool result's tokens are in the completion but "

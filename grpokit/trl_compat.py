@@ -129,6 +129,29 @@ GENERATION_SOURCE_MARKERS = {
 }
 GENERATION_SIGNATURE = ("self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images")
 
+# GRPOTrainer's log-probability pass, as grpokit.shared_prompt does it in its place: positions are the rows' column
+# indices (no position_ids passed), only the completion's tokens are labelled, through the fused LM head; the fused
+# forward takes pre-shifted `shift_labels` and hands the rest of its keyword arguments (the cache) to the backbone.
+LOGPROB_SOURCE_MARKERS = {
+    "trl.trainer.grpo_trainer:GRPOTrainer._get_per_token_logps_and_entropies": (
+        'model_inputs = {"input_ids": input_ids_batch, "attention_mask": attention_mask_batch}',
+        "labels = input_ids_batch.masked_fill(attention_mask_batch == 0, -100)",
+        "labels[:, :-logits_to_keep] = -100",
+        "outputs = model(**model_inputs, labels=labels, fused_lm_head=True)",
+        "all_logps.append(outputs.log_probs[:, -logits_to_keep:])",
+        "return logps, entropies, aux_loss",
+    ),
+    "trl.trainer.utils:add_fused_lm_head": (
+        "self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kwargs",
+        "backbone_outputs = getattr(self, backbone_attr)(*args, **kwargs)",
+        "labels = shift_labels",
+    ),
+}
+LOGPROB_SIGNATURE = ("self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+                     "compute_aux_loss", "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask",
+                     "spatial_shapes", "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids",
+                     "image_position_ids")
+
 TRAINER_ATTRIBUTES = (
     "_metrics", "_step", "_tokenizer", "_is_vlm", "accelerator", "eos_token_ids", "num_generations",
     "reward_func_names", "reward_weights", "scale_rewards", "multi_objective_aggregation", "state",
@@ -172,6 +195,7 @@ def check_trl_internals(trainer=None) -> None:
     problems += _tile_problems()
     problems += source_marker_problems(TOOL_SOURCE_MARKERS)
     problems += generation_internals_problems()
+    problems += logprob_internals_problems()
     problems += library_internals_problems(("trl.trainer.utils:nanstd",))
     if trainer is not None and getattr(getattr(trainer, "args", None), "use_vllm", False):
         problems += vllm_internals_problems()
@@ -197,6 +221,20 @@ def generation_internals_problems() -> list[str]:
     problems = [] if params == GENERATION_SIGNATURE else [
         f"GRPOTrainer._generate_single_turn{params} has changed; expected parameters {GENERATION_SIGNATURE}"]
     return problems + source_marker_problems(GENERATION_SOURCE_MARKERS)
+
+
+def logprob_internals_problems() -> list[str]:
+    """What grpokit.shared_prompt relies on in TRL's log-probability pass that has changed: [] means it may stand in.
+
+    >>> logprob_internals_problems()  # [] on trl 1.16.0
+    []
+    """
+    from trl import GRPOTrainer
+
+    params = tuple(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
+    problems = [] if params == LOGPROB_SIGNATURE else [
+        f"GRPOTrainer._get_per_token_logps_and_entropies{params} has changed; expected parameters {LOGPROB_SIGNATURE}"]
+    return problems + source_marker_problems(LOGPROB_SOURCE_MARKERS)
 
 
 def vllm_internals_problems() -> list[str]:

@@ -54,7 +54,8 @@ SAMPLING = {
     "max_rounds": Field(int, 4, "generation rounds per batch before going on with what it has", min=1),
     "metric": Field(str, "reward", "'reward' (the weighted total) or the name of one reward"),
     "reuse_prefix": Field(bool, True, "generation computes each prompt once for its copies, and starts the turn after a "
-                          "tool's result from the turn before (grpokit.generation): the same completions, less work"),
+                          "tool's result from the turn before (grpokit.generation); the loss pass computes each prompt "
+                          "once for its copies (grpokit.shared_prompt): the same completions and gradients, less work"),
 }
 
 LINT = {  # rule names are checked against grpokit.config.lint.RULES by validate

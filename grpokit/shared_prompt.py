@@ -1,0 +1,116 @@
+"""The loss pass with each prompt computed once for its copies.
+
+GRPO scores `num_generations` completions of one prompt, and TRL's log-probability pass
+(`GRPOTrainer._get_per_token_logps_and_entropies`) runs every row from its first token: the same prompt through
+the model (and, in the training pass, through the backward) once per copy. With tools the prompt is the long part
+of a row -- the tool schemas, the system text and a worked call make SmolLM2's calculator prompt ~540 tokens beside
+a ~90-token completion -- so most of a tool step's training pass is copies of work already done.
+
+`logps_and_entropies` runs each distinct prompt of a micro-batch once, all but its last token, keeping its keys and
+values (with their gradient); hands every row its prompt's keys and values; and runs the rest -- the prompt's last
+token and the completion -- against them, through TRL's fused LM head, as TRL does: the same positions (a row's
+column index, TRL passes none), the same attention mask, the same temperature. The log-probabilities and entropies
+are TRL's to float rounding (two forwards instead of one), and so are the gradients: the keys and values of a
+prompt receive the sum of its copies' gradients, which is what the copies' separate passes add up to.
+`tests/test_shared_prompt.py` compares both with TRL's own method.
+
+Used where it is the same computation: one process (no DDP, DeepSpeed or FSDP wrapper, whose reducers expect one
+forward per backward), text only, no MoE aux loss, no gradient checkpointing (which drops a layer's cache), and
+transformers' plain `DynamicLayer` cache in every layer; and in a micro-batch whose prompts repeat. Otherwise, or
+with `sampling.reuse_prefix: false`, TRL's method runs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grpokit import trl_compat
+
+# Keyword arguments of TRL's method that carry images or extra token types: any of them set, TRL's method runs.
+_MULTIMODAL = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
+               "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+
+
+class Tally:
+    """Prompt tokens the loss pass computed and the ones it took from another copy's, over the trainer's life."""
+
+    def __init__(self):
+        self.computed = 0
+        self.shared = 0
+
+
+def fits(trainer) -> bool:
+    """Whether this trainer's loss pass can share prompts (see the module's docstring): fixed for its life."""
+    from accelerate.utils import DistributedType
+
+    if trainer.accelerator.num_processes != 1 or trainer.accelerator.distributed_type != DistributedType.NO:
+        return False
+    if trainer._is_vlm or trainer.args.gradient_checkpointing:
+        return False
+    return trl_compat.plain_dynamic_cache(trainer.model.config)
+
+
+def logps_and_entropies(trainer, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                        compute_entropy: bool, tally: Tally) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """TRL's `(per-token log-probs, entropies)` of the last `logits_to_keep` tokens of `input_ids` (left-padded
+    prompts, then right-padded completions), each distinct prompt computed once; None where no prompt repeats."""
+    from transformers import DynamicCache
+
+    width = input_ids.size(1) - logits_to_keep  # the prompts' columns
+    if width < 2:
+        return None
+    prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
+    distinct, row_of = torch.unique(prompts, dim=0, return_inverse=True)
+    if len(distinct) == len(prompts):
+        return None
+    cache = DynamicCache(config=model.config)
+    with trainer.accelerator.autocast():
+        # all but each prompt's last token: a row's first log-prob needs that token's output, which its own
+        # completion's labels decide, so it is computed per row below
+        model(input_ids=distinct[:, :width - 1], attention_mask=distinct[:, width:2 * width - 1], cache=cache,
+              use_cache=True, logits_to_keep=1)
+    copies = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, row_of), layer.values.index_select(0, row_of))
+                                          for layer in cache.layers], config=model.config)
+    rest = input_ids[:, width - 1:]
+    labels = rest.masked_fill(attention_mask[:, width - 1:] == 0, -100)
+    shifted = torch.full_like(labels, -100)
+    shifted[:, :-1] = labels[:, 1:]  # column j is scored on the token after it, as TRL's shift does
+    with trainer.accelerator.autocast():
+        out = model(input_ids=rest, attention_mask=attention_mask, cache=copies, shift_labels=shifted,
+                    fused_lm_head=True)
+    computed = int(distinct[:, width:].sum())  # the distinct prompts' real tokens
+    tally.computed += computed
+    tally.shared += int(attention_mask[:, :width].sum()) - computed
+    return out.log_probs[:, :logits_to_keep], (out.entropy[:, :logits_to_keep] if compute_entropy else None)
+
+
+class SharedPromptMixin:
+    """Put before `GRPOTrainer` (or a subclass) in the bases: its log-probability pass goes through
+    `logps_and_entropies` where it fits."""
+
+    def __init__(self, *args, reuse_prefix: bool = True, **kwargs):
+        super().__init__(*args, reuse_prefix=reuse_prefix, **kwargs)
+        self.shared_prompt_tally = Tally()
+        self._share_prompts = reuse_prefix and not trl_compat.logprob_internals_problems() and fits(self)
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **multimodal):
+        plain = (not self._share_prompts or compute_aux_loss
+                 or any(multimodal.get(k) is not None for k in _MULTIMODAL) or set(multimodal) - set(_MULTIMODAL))
+        if plain:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **multimodal)
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):  # TRL's chunks, each shared where its prompts repeat
+            ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+            done = logps_and_entropies(self, model, ids, mask, logits_to_keep, compute_entropy,
+                                       self.shared_prompt_tally)
+            if done is None:
+                done = super()._get_per_token_logps_and_entropies(model, ids, mask, logits_to_keep,
+                                                                  compute_entropy=compute_entropy)[:2]
+                self.shared_prompt_tally.computed += int(mask[:, :mask.size(1) - logits_to_keep].sum())
+            logps.append(done[0])
+            entropies.append(done[1])
+        return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None

@@ -1,0 +1,136 @@
+"""grpokit.shared_prompt: the loss pass computes each prompt once for its copies -- and its log-probabilities,
+entropies and gradients are TRL's own method's, to float rounding. On the tiny model with LoRA, TRL's method beside
+ours on the same rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+from grpokit import config, training
+from grpokit.build import make_trainer, prepare
+from grpokit.config import validate
+from grpokit.models import load_model
+from grpokit.shared_prompt import fits
+from tests.helpers import recipe_dict, write_recipe
+from tests.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory, tiny_model_dir):
+    folder = tmp_path_factory.mktemp("shared")
+    data = recipe_dict()
+    data["trainer"].update(output_dir=str(folder / "run"), max_completion_length=10, temperature=0.7,
+                           gradient_checkpointing=False)  # which drops a layer's cache: TRL's method would run
+    recipe = validate(config.load(str(write_recipe(folder, data))))
+    prep = prepare(recipe, mode="train", log=lambda m: None)
+    trainer = make_trainer(prep, load_model(prep.model_path, recipe))
+    trainer.model.train()
+    trainer.model.float()  # in float32 two forwards agree with one to ~1e-6; bfloat16 rounds each its own way (~1e-2)
+    return trainer
+
+
+def rows(trainer, prompts: list[str], copies: int, completion_lengths: list[int]):
+    """TRL's loss-pass input: prompts left-padded, completions (random tokens, of the given lengths) right-padded,
+    side by side; and how many completion columns there are."""
+    tok = trainer.processing_class
+    prompt_ids = [tok(p)["input_ids"] for p in prompts for _ in range(copies)]
+    gen = torch.Generator().manual_seed(0)
+    completions = [torch.randint(5, tok.vocab_size, (n,), generator=gen).tolist() for n in completion_lengths]
+    width, room = max(map(len, prompt_ids)), max(completion_lengths)
+    ids, mask = [], []
+    for p, c in zip(prompt_ids, completions, strict=True):
+        pad_left, pad_right = width - len(p), room - len(c)
+        ids.append([tok.pad_token_id] * pad_left + p + c + [tok.pad_token_id] * pad_right)
+        mask.append([0] * pad_left + [1] * (len(p) + len(c)) + [0] * pad_right)
+    return torch.tensor(ids), torch.tensor(mask), room
+
+
+def logps_and_grads(trainer, method, ids, mask, keep):
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    logps, entropies, _ = method(trainer.model, ids, mask, keep, compute_entropy=True)
+    completion = mask[:, -keep:].float()
+    grads = torch.autograd.grad((logps * completion).sum() + (entropies * completion).sum(), params)
+    return logps.detach(), entropies.detach(), grads
+
+
+def test_the_loss_pass_with_shared_prompts_is_trls(trainer):
+    # two prompts of unequal lengths (left padding differs), four copies each, completions of unequal lengths
+    ids, mask, keep = rows(trainer, ["What is 2 + 2?", "What is 12 + 30? Think first."], 4, [3, 7, 5, 2, 6, 7, 1, 4])
+    assert trainer._share_prompts
+    tally = trainer.shared_prompt_tally
+    before = (tally.computed, tally.shared)
+    ours = logps_and_grads(trainer, trainer._get_per_token_logps_and_entropies, ids, mask, keep)
+    theirs = logps_and_grads(trainer, lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k),
+                             ids, mask, keep)
+    torch.testing.assert_close(ours[0], theirs[0], atol=1e-5, rtol=1e-4)  # log-probs, padding's zeros included
+    torch.testing.assert_close(ours[1], theirs[1], atol=1e-5, rtol=1e-4)  # entropies
+    assert len(ours[2]) > 0 and any(g.abs().sum() > 0 for g in theirs[2])  # LoRA's trainable weights, moved
+    for mine, trl in zip(ours[2], theirs[2], strict=True):
+        torch.testing.assert_close(mine, trl, atol=1e-5, rtol=1e-3)
+    # each prompt computed once, its other three copies' tokens shared
+    prompt_tokens = mask[:, :-keep].sum(dim=1)
+    assert (tally.computed - before[0], tally.shared - before[1]) == (
+        int(prompt_tokens[0] + prompt_tokens[4]), int(3 * prompt_tokens[0] + 3 * prompt_tokens[4]))
+
+
+def test_prompts_that_do_not_repeat_run_trls_method(trainer):
+    ids, mask, keep = rows(trainer, ["What is 2 + 2?", "What is 3 + 5?", "Add 4 and 4."], 1, [3, 5, 2])
+    shared = trainer.shared_prompt_tally.shared
+    ours = logps_and_grads(trainer, trainer._get_per_token_logps_and_entropies, ids, mask, keep)
+    theirs = logps_and_grads(trainer, lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k),
+                             ids, mask, keep)
+    assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])  # the very same computation
+    assert trainer.shared_prompt_tally.shared == shared
+
+
+def test_chunks_share_within_themselves(trainer):
+    # TRL's batch_size chunks the rows; each chunk shares what repeats in it (here: 2 copies of each prompt per chunk)
+    ids, mask, keep = rows(trainer, ["What is 2 + 2?", "What is 12 + 30?"], 4, [3, 7, 5, 2, 6, 7, 1, 4])
+    order = torch.tensor([0, 1, 4, 5, 2, 3, 6, 7])
+    ids, mask = ids[order], mask[order]
+    ours, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep, batch_size=4)
+    theirs, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, keep, batch_size=4)
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+
+
+def test_where_it_would_not_be_the_same_computation_trls_method_runs(tmp_path, trainer):
+    assert fits(trainer)
+    trainer.args.gradient_checkpointing = True  # drops a layer's cache in the training forward
+    try:
+        assert not fits(trainer)
+    finally:
+        trainer.args.gradient_checkpointing = False
+    data = recipe_dict(sampling={"reuse_prefix": False})  # the recipe's switch turns it off with generation's
+    data["trainer"].update(output_dir=str(tmp_path / "run"))
+    recipe = validate(config.load(str(write_recipe(tmp_path, data))))
+    prep = prepare(recipe, mode="train", log=lambda m: None)
+    assert make_trainer(prep, load_model(prep.model_path, recipe))._share_prompts is False
+
+
+@pytest.mark.slow
+def test_real_tool_steps_share_their_prompts_in_the_loss_pass(tmp_path, monkeypatch, scripted_calls):
+    """Two real steps of a tool recipe, its first turn's calls scripted: the loss pass took each prompt's copies
+    from one computation, and the step trained (the adapter moved)."""
+    from grpokit.models import load_tokenizer
+    from grpokit.tiny import ensure_tiny_model
+
+    data = tool_recipe(tmp_path, {"environment": "env.py:Calculator"})
+    data["trainer"].update(per_device_train_batch_size=4, num_generations=4, max_steps=2, gradient_checkpointing=False)
+    recipe = validate(config.load(str(write_recipe(tmp_path, data))))
+    scripted_calls.tokenizer, scripted_calls.made = load_tokenizer(str(ensure_tiny_model()), recipe), 0
+    seen = {}
+
+    def keep(prep, model):
+        seen["trainer"] = made = make_trainer(prep, model)
+        return made
+
+    monkeypatch.setattr(training, "make_trainer", keep)
+    training.train(recipe)
+    tally = seen["trainer"].shared_prompt_tally
+    assert tally.computed > 0 and tally.shared == 3 * tally.computed  # one prompt a step, four copies: three shared
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2

@@ -94,10 +94,13 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
         result["tools"] = greedy["tools"]
     if samples:
         _seed(args.seed)
-        sampled = _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k=samples, sample=True, log=log)
+        sampled = _sampled(recipe, model, tokenizer, rows, funcs, names, weights, pass_index, args, samples,
+                           str(path.parent), log)
         result["sampled"] = {"k": samples, f"pass@{samples}": sampled["pass@k"], f"mean@{samples}": sampled["mean"],
                              "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                              "rewards": sampled["rewards"]}
+        if sampled.get("tools"):  # over all K x prompts rollouts: does the policy ever call twice, fail, ...
+            result["sampled"]["tools"] = sampled["tools"]
     result["examples"] = greedy["examples"]
     result["seconds"] = round(time.time() - start, 1)
     files.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", recipe_path=recipe_path)
@@ -116,6 +119,17 @@ def _greedy(recipe: Recipe, model, tokenizer, rows, funcs, names, weights, pass_
     greedy = rollouts.score(recipe, model, tokenizer, rows, funcs, names, weights, pass_index, out_dir, log,
                             passes=passes, user_text=_user_text, examples_kept=EXAMPLES)
     return greedy, greedy["pass_reward"]
+
+
+def _sampled(recipe: Recipe, model, tokenizer, rows, funcs, names, weights, pass_index, args, k: int, out_dir: str,
+             log) -> dict:
+    """K sampled completions of every held-out row, scored; a recipe with tools rolls each out through TRL's loop."""
+    if not recipe.tools:
+        return _score(model, tokenizer, rows, funcs, names, weights, pass_index, args, k=k, sample=True, log=log)
+    from grpokit import rollouts
+
+    return rollouts.score(recipe, model, tokenizer, rows, funcs, names, weights, pass_index, out_dir, log,
+                          passes=passes, user_text=_user_text, examples_kept=0, k=k, sample=True)
 
 
 # The reward that decides a pass, first found first: a verifier's 1.0, or a task's own full score.
@@ -163,6 +177,9 @@ def summary(result: dict) -> str:
     if s:
         k = s["k"]
         line += f"; pass@{k} {s[f'pass@{k}']:.3f}, mean@{k} {s[f'mean@{k}']:.3f} (temperature {s['temperature']})"
+        if s.get("tools"):
+            share = s["tools"]["calls_distribution"]
+            line += f"; sampled rollouts with 0/1/2/3+ calls {share['0']:.2f}/{share['1']:.2f}/{share['2']:.2f}/{share['3+']:.2f}"
     from grpokit.reporting.verdict import cut_short
 
     short = cut_short(result.get("steps"))
@@ -222,9 +239,6 @@ def _check_inputs(recipe: Recipe, run_dir: str | None, samples: int, out: Path, 
         raise RecipeError([Problem("--eval-samples", "must be 0 (greedy only) or a number of samples per prompt",
                                    samples, f"0 to {MAX_SAMPLES}", file=recipe_path)])
     problems = [] if chosen else forbidden_problems(out.parent, recipe.path, recipe_path)
-    if recipe.tools and samples:
-        problems.append(Problem("--eval-samples", "is greedy only for a recipe with tools: its rollouts run through TRL's "
-                                "loop, one greedy completion per prompt", samples, "0", file=recipe_path))
     if not recipe.dataset:
         problems.append(Problem("dataset", "--eval needs held-out prompts, and this recipe has no dataset (its "
                                 "tools.environment makes the prompts); add a dataset section with held-out data "

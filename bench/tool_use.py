@@ -40,7 +40,9 @@ OUT = ROOT / "bench" / "results" / "tool_use.json"
 README = ROOT / "bench" / "README.md"
 BEGIN, END = "<!-- tool_use.py writes this section from results/tool_use.json -->", "<!-- end of tool_use.py's section -->"
 # Other tool recipes: results/<recipe's stem>.json and a section of their own.
-OTHERS = {"python_tool": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml"}
+OTHERS = {"python_tool": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml",
+          # the same recipe, measured on a machine whose CPU computes bfloat16 (dtype auto: bfloat16, base included)
+          "python_tool_bf16": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml"}
 # What each recipe's held-out problems are, and whose calls TRL's loop runs (by the recipe's stem), for the page.
 DESCRIBED = {"calculator": ("products and sums", "the calculator's"),
              "python_tool": ("products of three numbers", "the Python tool's")}

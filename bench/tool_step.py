@@ -3,6 +3,7 @@
     nice -n 10 .venv/bin/python bench/tool_step.py --threads 2                 # calculator vs chain_sum, 2 steps each
     nice -n 10 .venv/bin/python bench/tool_step.py --recipes calculator --set trainer.per_device_train_batch_size=16 \
         trainer.gradient_accumulation_steps=1                                 # one recipe, with overrides
+    nice -n 10 .venv/bin/python bench/tool_step.py --recipes calculator --loss-pass trl   # TRL's own loss pass, beside
 
 For each recipe: the tokens its prompt holds by part (the user's question alone, the system text, the tool schemas as
 the chat template renders them, the few-shot exchange), counted with the tokenizer's own chat template and `tools=` as
@@ -114,7 +115,7 @@ def _forward(args, kwargs, out):
     return {"shape": list(ids.shape)}
 
 
-def measure(name: str, overrides: list[str], steps: int) -> dict:
+def measure(name: str, overrides: list[str], steps: int, loss_pass: str = "shared") -> dict:
     from transformers import TrainerCallback
 
     from grpokit.build import make_trainer, prepare
@@ -127,6 +128,8 @@ def measure(name: str, overrides: list[str], steps: int) -> dict:
     prep = prepare(recipe, mode="train", log=lambda m: None)
     parts = prompt_parts(prep)
     trainer = make_trainer(prep, load_model(prep.model_path, recipe))
+    if loss_pass == "trl":  # TRL's own log-probability pass: every copy of a prompt computed (generation unchanged)
+        trainer._share_prompts = False
     timers = Timers()
     timers.wrap(trainer, "_generate_single_turn", "generate", _generated, inside={"tool calls": "generate after tools"})
     timers.wrap(trainer, "_tool_call_loop", "tool calls")
@@ -146,7 +149,8 @@ def measure(name: str, overrides: list[str], steps: int) -> dict:
     trainer.add_callback(StepEnd())  # TRL generates inside the step's first training_step: within begin..end
     trainer.train()
     a = prep.args
-    return {"recipe": name, "overrides": overrides, "prompt tokens": parts,
+    return {"recipe": name, "overrides": overrides, "loss pass": loss_pass, "dtype": str(trainer.model.dtype),
+            "prompt tokens": parts,
             "batch": {"completions per step": a.per_device_train_batch_size * a.gradient_accumulation_steps,
                       "micro-batch": a.per_device_train_batch_size, "num_generations": a.num_generations,
                       "max_completion_length": a.max_completion_length, "beta": a.beta,
@@ -155,7 +159,7 @@ def measure(name: str, overrides: list[str], steps: int) -> dict:
 
 
 def show(result: dict) -> None:
-    print(f"\n== {result['recipe']} {' '.join(result['overrides'])}")
+    print(f"\n== {result['recipe']} {' '.join(result['overrides'])} (loss pass: {result['loss pass']}, {result['dtype']})")
     for part, n in result["prompt tokens"].items():
         print(f"  prompt tokens, {part}: {n}")
     print(f"  batch: {result['batch']}")
@@ -172,6 +176,9 @@ def main(argv=None) -> int:
     parser.add_argument("--recipes", nargs="+", default=["calculator", "chain_sum"], choices=sorted(RECIPES))
     parser.add_argument("--set", nargs="*", default=[], help="recipe overrides, key=value, for every recipe")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--loss-pass", choices=("shared", "trl"), default="shared",
+                        help="shared: each prompt once for its copies (grpokit.shared_prompt, as a run does); trl: TRL's "
+                             "own pass, every copy computed")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
     args = parser.parse_args(argv)
@@ -182,7 +189,7 @@ def main(argv=None) -> int:
     results = []
     for name in args.recipes:
         load = os.getloadavg()
-        result = measure(name, args.set, args.steps)
+        result = measure(name, args.set, args.steps, args.loss_pass)
         result["machine"] = {"threads": torch.get_num_threads(), "load before": [round(x, 2) for x in load],
                              "load after": [round(x, 2) for x in os.getloadavg()], "cpu capability": torch.backends.cpu.get_cpu_capability()}
         show(result)

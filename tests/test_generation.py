@@ -145,10 +145,12 @@ def test_the_switch_off_keeps_no_states_and_draws_the_same(trainer):
 
 def test_the_recipe_switch_reaches_the_trainer(tmp_path, tiny_model_dir):
     data = recipe_dict(sampling={"reuse_prefix": False})
-    data["trainer"].update(output_dir=str(tmp_path / "run"))
+    data["trainer"].update(output_dir=str(tmp_path / "run"), gradient_checkpointing=False)  # else no sharing anyway
     recipe = validate(config.load(str(write_recipe(tmp_path, data))))
     prep = prepare(recipe, mode="train", log=lambda m: None)
-    assert make_trainer(prep, load_model(prep.model_path, recipe))._reuse_prefix_cache is False
+    trainer = make_trainer(prep, load_model(prep.model_path, recipe))
+    assert trainer._reuse_prefix_cache is False
+    assert trainer._share_prompts is False  # the loss pass's sharing (grpokit.shared_prompt) goes with it
 
 
 @pytest.mark.slow

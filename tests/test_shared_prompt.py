@@ -97,18 +97,14 @@ def test_chunks_share_within_themselves(trainer):
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
 
 
-def test_where_it_would_not_be_the_same_computation_trls_method_runs(tmp_path, trainer):
+def test_where_it_would_not_be_the_same_computation_trls_method_runs(trainer):
     assert fits(trainer)
     trainer.args.gradient_checkpointing = True  # drops a layer's cache in the training forward
     try:
         assert not fits(trainer)
     finally:
         trainer.args.gradient_checkpointing = False
-    data = recipe_dict(sampling={"reuse_prefix": False})  # the recipe's switch turns it off with generation's
-    data["trainer"].update(output_dir=str(tmp_path / "run"))
-    recipe = validate(config.load(str(write_recipe(tmp_path, data))))
-    prep = prepare(recipe, mode="train", log=lambda m: None)
-    assert make_trainer(prep, load_model(prep.model_path, recipe))._share_prompts is False
+    # sampling.reuse_prefix: false turns it off with generation's reuse (tests/test_generation.py)
 
 
 @pytest.mark.slow

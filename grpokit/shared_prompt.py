@@ -14,13 +14,23 @@ are TRL's to float rounding (two forwards instead of one), and so are the gradie
 prompt receive the sum of its copies' gradients, which is what the copies' separate passes add up to.
 `tests/test_shared_prompt.py` compares both with TRL's own method.
 
+Under gradient checkpointing (the GPU recipes') a layer's forward runs again in the backward: transformers drops
+the cache from a checkpointed layer for that reason (a second run would write it twice). Here neither cache is
+written twice: the prompts' cache records each layer's keys and values once (the replay gets its own back, which
+is all the prompt attended to), and the rows' cache is read-only (each call returns the prompt's keys and values
+joined to the row's own, storing nothing), so the layers are told to keep it (`_can_checkpoint_with_cache`, on
+each layer for the two forwards). Only with non-reentrant checkpointing (transformers' default): the reentrant
+kind runs the forward without grad, so the recorded keys would carry none.
+
 Used where it is the same computation: one process (no DDP, DeepSpeed or FSDP wrapper, whose reducers expect one
-forward per backward), text only, no MoE aux loss, no gradient checkpointing (which drops a layer's cache), and
-transformers' plain `DynamicLayer` cache in every layer; and in a micro-batch whose prompts repeat. Otherwise, or
-with `sampling.reuse_prefix: false`, TRL's method runs.
+forward per backward), text only, no MoE aux loss, no reentrant gradient checkpointing, and transformers' plain
+`DynamicLayer` cache in every layer; and in a micro-batch whose prompts repeat. Otherwise, or with
+`sampling.reuse_prefix: false`, TRL's method runs.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 
@@ -45,17 +55,63 @@ def fits(trainer) -> bool:
 
     if trainer.accelerator.num_processes != 1 or trainer.accelerator.distributed_type != DistributedType.NO:
         return False
-    if trainer._is_vlm or trainer.args.gradient_checkpointing:
+    if trainer._is_vlm:
         return False
     return trl_compat.plain_dynamic_cache(trainer.model.config)
+
+
+def reentrant_checkpointing(model) -> bool:
+    """Whether `model`'s layers are checkpointed the reentrant way, whose forward keeps no grad (nothing to record):
+    asked of the layers themselves at each pass (the trainer turns checkpointing on when it trains)."""
+    for module in model.modules():
+        if isinstance(module, trl_compat.checkpointing_layer()) and module.gradient_checkpointing:
+            how = getattr(getattr(module, "_gradient_checkpointing_func", None), "keywords", {})
+            return how.get("use_reentrant", True) is not False
+    return False
+
+
+def _caches():
+    """The two caches (classes made on first use: transformers is imported late): the prompts' that records each
+    layer's keys and values once, and the rows' that reads the prompts' without storing anything."""
+    from transformers import DynamicCache
+
+    class Recording(DynamicCache):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.recorded = set()
+
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            if layer_idx in self.recorded:  # a checkpointed layer run again in the backward: it attended to itself
+                return key_states, value_states
+            self.recorded.add(layer_idx)
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    class ReadOnly(DynamicCache):
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            layer = self.layers[layer_idx]
+            return torch.cat([layer.keys, key_states], dim=-2), torch.cat([layer.values, value_states], dim=-2)
+
+    return Recording, ReadOnly
+
+
+@contextmanager
+def _cache_kept_under_checkpointing(model):
+    """Checkpointed layers keep the cache they are given (the caches above are safe to run again), for the forwards
+    inside; the layers' own rule comes back after (a replay in the backward reuses the forward's arguments)."""
+    layers = [m for m in model.modules() if isinstance(m, trl_compat.checkpointing_layer()) and m.gradient_checkpointing]
+    for layer in layers:
+        layer._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer._can_checkpoint_with_cache
 
 
 def logps_and_entropies(trainer, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
                         compute_entropy: bool, tally: Tally) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """TRL's `(per-token log-probs, entropies)` of the last `logits_to_keep` tokens of `input_ids` (left-padded
     prompts, then right-padded completions), each distinct prompt computed once; None where no prompt repeats."""
-    from transformers import DynamicCache
-
     width = input_ids.size(1) - logits_to_keep  # the prompts' columns
     if width < 2:
         return None
@@ -63,19 +119,19 @@ def logps_and_entropies(trainer, model, input_ids: torch.Tensor, attention_mask:
     distinct, row_of = torch.unique(prompts, dim=0, return_inverse=True)
     if len(distinct) == len(prompts):
         return None
-    cache = DynamicCache(config=model.config)
-    with trainer.accelerator.autocast():
-        # all but each prompt's last token: a row's first log-prob needs that token's output, which its own
-        # completion's labels decide, so it is computed per row below
-        model(input_ids=distinct[:, :width - 1], attention_mask=distinct[:, width:2 * width - 1], cache=cache,
-              use_cache=True, logits_to_keep=1)
-    copies = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, row_of), layer.values.index_select(0, row_of))
-                                          for layer in cache.layers], config=model.config)
+    recording, read_only = _caches()
+    cache = recording(config=model.config)
     rest = input_ids[:, width - 1:]
     labels = rest.masked_fill(attention_mask[:, width - 1:] == 0, -100)
     shifted = torch.full_like(labels, -100)
     shifted[:, :-1] = labels[:, 1:]  # column j is scored on the token after it, as TRL's shift does
-    with trainer.accelerator.autocast():
+    with trainer.accelerator.autocast(), _cache_kept_under_checkpointing(model):
+        # all but each prompt's last token: a row's first log-prob needs that token's output, which its own
+        # completion's labels decide, so it is computed per row below
+        model(input_ids=distinct[:, :width - 1], attention_mask=distinct[:, width:2 * width - 1], cache=cache,
+              use_cache=True, logits_to_keep=1)
+        copies = read_only(ddp_cache_data=[(layer.keys.index_select(0, row_of), layer.values.index_select(0, row_of))
+                                           for layer in cache.layers], config=model.config)
         out = model(input_ids=rest, attention_mask=attention_mask, cache=copies, shift_labels=shifted,
                     fused_lm_head=True)
     computed = int(distinct[:, width:].sum())  # the distinct prompts' real tokens
@@ -95,7 +151,7 @@ class SharedPromptMixin:
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):
-        plain = (not self._share_prompts or compute_aux_loss
+        plain = (not self._share_prompts or compute_aux_loss or reentrant_checkpointing(model)
                  or any(multimodal.get(k) is not None for k in _MULTIMODAL) or set(multimodal) - set(_MULTIMODAL))
         if plain:
             return super()._get_per_token_logps_and_entropies(

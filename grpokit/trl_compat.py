@@ -234,7 +234,8 @@ def logprob_internals_problems() -> list[str]:
     params = tuple(inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies).parameters)
     problems = [] if params == LOGPROB_SIGNATURE else [
         f"GRPOTrainer._get_per_token_logps_and_entropies{params} has changed; expected parameters {LOGPROB_SIGNATURE}"]
-    return problems + source_marker_problems(LOGPROB_SOURCE_MARKERS)
+    return (problems + source_marker_problems(LOGPROB_SOURCE_MARKERS)
+            + library_internals_problems(("transformers.modeling_layers:GradientCheckpointingLayer._can_checkpoint_with_cache",)))
 
 
 def vllm_internals_problems() -> list[str]:
@@ -373,6 +374,9 @@ LIBRARY_INTERNALS = {
         "torch_dispatch", "grpokit.planning.measure: walks an operator's nested outputs for their tensors"),
     "torch:UntypedStorage._cdata": (
         "storage_key", "grpokit.planning.measure: a storage's identity while it lives (views share it)"),
+    "transformers.modeling_layers:GradientCheckpointingLayer._can_checkpoint_with_cache": (
+        "checkpointing_layer", "grpokit.shared_prompt: a checkpointed layer keeps the cache it is given when this is "
+        "set on it (else it drops it), and a replay in the backward reuses the forward's arguments"),
 }
 _KV_UPDATE_PARAMS = ("self", "key_states", "value_states")  # DynamicLayer.update's leading parameters
 
@@ -432,6 +436,7 @@ def library_internals_problems(names=None) -> list[str]:
         "torch.utils._python_dispatch:TorchDispatchMode": lambda: _check_dispatch(0),
         "torch.utils._pytree:tree_map_only": lambda: _check_dispatch(1),
         "torch:UntypedStorage._cdata": _check_storage_key,
+        "transformers.modeling_layers:GradientCheckpointingLayer._can_checkpoint_with_cache": _check_checkpointing,
     }
     problems = []
     for where in names or LIBRARY_INTERNALS:
@@ -460,6 +465,28 @@ def _check_nanstd() -> str | None:
         return f"parameters are {params}, expected ('tensor', 'dim', 'keepdim')"
     got = nanstd()(torch.tensor([1.0, 3.0, float("nan")])).item()
     return None if abs(got - 2 ** 0.5) < 1e-6 else f"std of [1, 3, nan] is {got}, expected sqrt(2) (unbiased, NaN ignored)"
+
+
+def checkpointing_layer():
+    """transformers' `GradientCheckpointingLayer`, the base of a model's decoder layers: under gradient checkpointing
+    it drops the cache a layer is given unless the layer's `_can_checkpoint_with_cache` is true, and checkpoints
+    `forward` with the arguments it was called with (the backward's replay reuses them) through the layer's
+    `_gradient_checkpointing_func`, a `functools.partial` of torch's checkpoint whose keywords say `use_reentrant`."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return GradientCheckpointingLayer
+
+
+def _check_checkpointing() -> str | None:
+    layer = checkpointing_layer()
+    if getattr(layer, "_can_checkpoint_with_cache", None) is not False:
+        return "the class attribute `_can_checkpoint_with_cache` (False) is gone"
+    source = inspect.getsource(layer.__init_subclass__)
+    for marker in ("if not self._can_checkpoint_with_cache:",
+                   "return self._gradient_checkpointing_func(partial(forward, self, **kwargs), *args)"):
+        if marker not in source:
+            return f"no longer contains `{marker}`"
+    return None
 
 
 def _check_kv_update() -> str | None:

@@ -14,7 +14,6 @@ from grpokit import config, training
 from grpokit.build import make_trainer, prepare
 from grpokit.config import validate
 from grpokit.models import load_model
-from grpokit.shared_prompt import fits
 from tests.helpers import recipe_dict, write_recipe
 from tests.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
 
@@ -24,7 +23,7 @@ def trainer(tmp_path_factory, tiny_model_dir):
     folder = tmp_path_factory.mktemp("shared")
     data = recipe_dict()
     data["trainer"].update(output_dir=str(folder / "run"), max_completion_length=10, temperature=0.7,
-                           gradient_checkpointing=False)  # which drops a layer's cache: TRL's method would run
+                           gradient_checkpointing=False)  # on where a test asks for it (checkpointed)
     recipe = validate(config.load(str(write_recipe(folder, data))))
     prep = prepare(recipe, mode="train", log=lambda m: None)
     trainer = make_trainer(prep, load_model(prep.model_path, recipe))
@@ -97,13 +96,47 @@ def test_chunks_share_within_themselves(trainer):
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
 
 
-def test_where_it_would_not_be_the_same_computation_trls_method_runs(trainer):
-    assert fits(trainer)
-    trainer.args.gradient_checkpointing = True  # drops a layer's cache in the training forward
+@pytest.fixture
+def checkpointed(trainer):
+    """The trainer's model under gradient checkpointing, non-reentrant (TRL's default; the GPU recipes')."""
+    trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    trainer.args.gradient_checkpointing, trainer.args.gradient_checkpointing_kwargs = True, {"use_reentrant": False}
     try:
-        assert not fits(trainer)
+        yield trainer
     finally:
-        trainer.args.gradient_checkpointing = False
+        trainer.model.gradient_checkpointing_disable()
+        trainer.model.disable_input_require_grads()
+        trainer.args.gradient_checkpointing, trainer.args.gradient_checkpointing_kwargs = False, None
+
+
+def test_under_gradient_checkpointing_the_shared_pass_is_still_trls(checkpointed):
+    # a checkpointed layer runs again in the backward: the prompts' keys are recorded once, the rows' cache is read
+    # only, so the replay computes what the forward did -- and transformers' layers keep the cache for our forwards
+    trainer = checkpointed
+    ids, mask, keep = rows(trainer, ["What is 2 + 2?", "What is 12 + 30? Think first."], 4, [3, 7, 5, 2, 6, 7, 1, 4])
+    shared = trainer.shared_prompt_tally.shared
+    ours = logps_and_grads(trainer, trainer._get_per_token_logps_and_entropies, ids, mask, keep)
+    theirs = logps_and_grads(trainer, lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k),
+                             ids, mask, keep)
+    assert trainer.shared_prompt_tally.shared > shared  # shared, not TRL's method run in its place
+    torch.testing.assert_close(ours[0], theirs[0], atol=1e-5, rtol=1e-4)
+    for mine, trl in zip(ours[2], theirs[2], strict=True):
+        torch.testing.assert_close(mine, trl, atol=1e-5, rtol=1e-3)
+    layer = next(m for m in trainer.model.modules() if hasattr(type(m), "_can_checkpoint_with_cache"))
+    assert layer._can_checkpoint_with_cache is False  # the layers' own rule is back
+
+
+def test_under_reentrant_checkpointing_trls_method_runs(checkpointed):
+    # the reentrant kind runs a layer's forward without grad: recorded keys would carry none, so TRL's method runs
+    trainer = checkpointed
+    trainer.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    trainer.model.enable_input_require_grads()  # what reentrant checkpointing needs for LoRA's gradients
+    ids, mask, keep = rows(trainer, ["What is 2 + 2?", "What is 12 + 30?"], 4, [3, 7, 5, 2, 6, 7, 1, 4])
+    shared = trainer.shared_prompt_tally.shared
+    ours = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep)[0]
+    theirs = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, keep)[0]
+    assert trainer.shared_prompt_tally.shared == shared
+    assert torch.equal(ours, theirs)
     # sampling.reuse_prefix: false turns it off with generation's reuse (tests/test_generation.py)
 
 

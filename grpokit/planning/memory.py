@@ -134,7 +134,10 @@ class Plan:
                  f"  {how}; optim {s.optim}; beta {s.beta:g}; gradient checkpointing "
                  f"{'on' if s.gradient_checkpointing else 'off'}; micro-batch {s.per_device_train_batch_size} x "
                  f"({s.prompt_length} prompt + {s.max_completion_length} completion) tokens; generation batch "
-                 f"{s.gen_batch} ({s.gen_batch // s.num_generations} prompts x {s.num_generations})",
+                 f"{s.gen_batch} ({s.gen_batch // s.num_generations} prompts x {s.num_generations})"
+                 + ("; the training pass planned as TRL's, every copy's prompt computed (grpokit's computes each "
+                    "prompt once where it runs in one process: grpokit/shared_prompt.py -- fewer activations)"
+                    if s.num_generations > 1 else ""),
                  f"  validation: {validation_note()}"]
         names = list(dict.fromkeys(c.name for p in self.phases for c in p.components))
         lines.append(f"  {'component':<20}" + "".join(f"{p.name:>12}" for p in self.phases) + "   how")

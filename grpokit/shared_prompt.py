@@ -60,14 +60,19 @@ def fits(trainer) -> bool:
     return trl_compat.plain_dynamic_cache(trainer.model.config)
 
 
-def reentrant_checkpointing(model) -> bool:
-    """Whether `model`'s layers are checkpointed the reentrant way, whose forward keeps no grad (nothing to record):
-    asked of the layers themselves at each pass (the trainer turns checkpointing on when it trains)."""
-    for module in model.modules():
-        if isinstance(module, trl_compat.checkpointing_layer()) and module.gradient_checkpointing:
-            how = getattr(getattr(module, "_gradient_checkpointing_func", None), "keywords", {})
-            return how.get("use_reentrant", True) is not False
-    return False
+def checkpointed_layers(model) -> list:
+    """`model`'s layers that gradient checkpointing is on for (the backward runs their forward again): asked of the
+    layers themselves at each pass, since the trainer turns checkpointing on when it trains."""
+    return [m for m in model.modules() if isinstance(m, trl_compat.checkpointing_layer()) and m.gradient_checkpointing]
+
+
+def reentrant(layers: list) -> bool:
+    """Whether checkpointed `layers` are checkpointed the reentrant way, whose forward keeps no grad (nothing to
+    record); all of a model's layers are checkpointed alike."""
+    if not layers:
+        return False
+    how = getattr(getattr(layers[0], "_gradient_checkpointing_func", None), "keywords", {})
+    return how.get("use_reentrant", True) is not False
 
 
 def _caches():
@@ -95,10 +100,9 @@ def _caches():
 
 
 @contextmanager
-def _cache_kept_under_checkpointing(model):
-    """Checkpointed layers keep the cache they are given (the caches above are safe to run again), for the forwards
+def _cache_kept_under_checkpointing(layers: list):
+    """Checkpointed `layers` keep the cache they are given (the caches above are safe to run again), for the forwards
     inside; the layers' own rule comes back after (a replay in the backward reuses the forward's arguments)."""
-    layers = [m for m in model.modules() if isinstance(m, trl_compat.checkpointing_layer()) and m.gradient_checkpointing]
     for layer in layers:
         layer._can_checkpoint_with_cache = True
     try:
@@ -109,9 +113,11 @@ def _cache_kept_under_checkpointing(model):
 
 
 def logps_and_entropies(trainer, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                        compute_entropy: bool, tally: Tally) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+                        compute_entropy: bool, tally: Tally, checkpointed: list = ()
+                        ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """TRL's `(per-token log-probs, entropies)` of the last `logits_to_keep` tokens of `input_ids` (left-padded
-    prompts, then right-padded completions), each distinct prompt computed once; None where no prompt repeats."""
+    prompts, then right-padded completions), each distinct prompt computed once; None where no prompt repeats.
+    `checkpointed`: the model's layers under (non-reentrant) gradient checkpointing, `checkpointed_layers(model)`."""
     width = input_ids.size(1) - logits_to_keep  # the prompts' columns
     if width < 2:
         return None
@@ -125,7 +131,7 @@ def logps_and_entropies(trainer, model, input_ids: torch.Tensor, attention_mask:
     labels = rest.masked_fill(attention_mask[:, width - 1:] == 0, -100)
     shifted = torch.full_like(labels, -100)
     shifted[:, :-1] = labels[:, 1:]  # column j is scored on the token after it, as TRL's shift does
-    with trainer.accelerator.autocast(), _cache_kept_under_checkpointing(model):
+    with trainer.accelerator.autocast(), _cache_kept_under_checkpointing(checkpointed):
         # all but each prompt's last token: a row's first log-prob needs that token's output, which its own
         # completion's labels decide, so it is computed per row below
         model(input_ids=distinct[:, :width - 1], attention_mask=distinct[:, width:2 * width - 1], cache=cache,
@@ -151,7 +157,8 @@ class SharedPromptMixin:
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **multimodal):
-        plain = (not self._share_prompts or compute_aux_loss or reentrant_checkpointing(model)
+        checkpointed = checkpointed_layers(model) if self._share_prompts else []
+        plain = (not self._share_prompts or compute_aux_loss or reentrant(checkpointed)
                  or any(multimodal.get(k) is not None for k in _MULTIMODAL) or set(multimodal) - set(_MULTIMODAL))
         if plain:
             return super()._get_per_token_logps_and_entropies(
@@ -162,7 +169,7 @@ class SharedPromptMixin:
         for start in range(0, input_ids.size(0), batch_size):  # TRL's chunks, each shared where its prompts repeat
             ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
             done = logps_and_entropies(self, model, ids, mask, logits_to_keep, compute_entropy,
-                                       self.shared_prompt_tally)
+                                       self.shared_prompt_tally, checkpointed)
             if done is None:
                 done = super()._get_per_token_logps_and_entropies(model, ids, mask, logits_to_keep,
                                                                   compute_entropy=compute_entropy)[:2]

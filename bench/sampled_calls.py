@@ -56,6 +56,38 @@ VARIANTS = {
 }
 
 
+def sample(recipe: Path, overrides: list[str], prompts: int, samples: int, threads: int | None = None,
+           temperature: float | None = None) -> dict:
+    """`launch.py --eval --eval-samples` on `prompts` held-out prompts of the recipe with `overrides`: the calls of the
+    sampled rollouts (0 / 1 / 2 / 3+), how they ended, mean@K and pass@K, and the greedy pass@1 and calls beside.
+    Raises SystemExit with launch.py's code when it refuses (its message already printed)."""
+    from grpokit import cli
+
+    with tempfile.TemporaryDirectory() as scratch:
+        eval_out = Path(scratch) / "eval.json"
+        started = time.perf_counter()
+        code = cli.main(["--recipe", str(recipe), *(["--threads", str(threads)] if threads else []), "--eval",
+                         "--eval-samples", str(samples), "--eval-out", str(eval_out),
+                         f"dataset.reasoning_gym.eval_size={prompts}", f"trainer.output_dir={scratch}/run", *overrides,
+                         *([f"trainer.temperature={temperature}"] if temperature else [])])
+        if code:
+            raise SystemExit(code)
+        got = files.read_json(eval_out, dict)
+    sampled = got["sampled"]
+    return {"completions": prompts * samples, "seconds": round(time.perf_counter() - started, 1),
+            "calls_distribution": sampled["tools"]["calls_distribution"],
+            "call_outcomes": sampled["tools"]["call_outcomes"], "right": sampled[f"mean@{samples}"],
+            f"pass@{samples}": sampled[f"pass@{samples}"],
+            "greedy": {"pass@1": got["greedy"]["pass@1"], "calls_distribution": got["tools"]["calls_distribution"]}}
+
+
+def described(row: dict) -> str:
+    """One line: the sampled calls' distribution and the share scored right."""
+    share = row["calls_distribution"]
+    return (f"calls per completion 0/1/2/3+ = {share['0']:.2f}/{share['1']:.2f}/{share['2']:.2f}/{share['3+']:.2f}; "
+            f"right {row['right']:.3f} ({row['completions']} sampled completions)")
+
+
 @one_line_exit
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -67,37 +99,17 @@ def main(argv=None) -> int:
     opts = parser.parse_args(argv)
     out = Path(opts.out)
     check_outputs([out])
-    from grpokit import cli
-
     results = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "when": time.strftime("%Y-%m-%d"),
                "measured": f"launch.py --eval --eval-samples {opts.samples} on {opts.prompts} held-out prompts (seeds "
                            "apart from training's): that many rollouts of each, sampled as training samples them "
                            "(TRL's tool loop), the base model; right = mean@K (rollouts scored right)", "variants": {}}
     for name in opts.variants:
         recipe, overrides, temperature = VARIANTS[name]
-        with tempfile.TemporaryDirectory() as scratch:
-            eval_out = Path(scratch) / "eval.json"
-            threads = ["--threads", str(opts.threads)] if opts.threads else []
-            started = time.perf_counter()
-            hot = [f"trainer.temperature={temperature}"] if temperature else []
-            code = cli.main(["--recipe", str(ROOT / recipe), *threads, "--eval", "--eval-samples", str(opts.samples),
-                             "--eval-out", str(eval_out), f"dataset.reasoning_gym.eval_size={opts.prompts}",
-                             f"trainer.output_dir={scratch}/run", *overrides, *hot])
-            if code:
-                return code
-            got = files.read_json(eval_out, dict)
-        sampled = got["sampled"]
-        results["variants"][name] = {
-            "recipe": recipe, "overrides": overrides, "temperature": temperature or "the recipe's",
-            "completions": opts.prompts * opts.samples, "seconds": round(time.perf_counter() - started, 1),
-            "calls_distribution": sampled["tools"]["calls_distribution"],
-            "call_outcomes": sampled["tools"]["call_outcomes"], "right": sampled[f"mean@{opts.samples}"],
-            f"pass@{opts.samples}": sampled[f"pass@{opts.samples}"],
-            "greedy": {"pass@1": got["greedy"]["pass@1"], "calls_distribution": got["tools"]["calls_distribution"]}}
-        share = sampled["tools"]["calls_distribution"]
-        print(f"{name}: calls per completion 0/1/2/3+ = {share['0']:.2f}/{share['1']:.2f}/{share['2']:.2f}/"
-              f"{share['3+']:.2f}; right {results['variants'][name]['right']:.3f} "
-              f"({opts.prompts * opts.samples} sampled completions)", flush=True)
+        results["variants"][name] = {"recipe": recipe, "overrides": overrides,
+                                     "temperature": temperature or "the recipe's",
+                                     **sample(ROOT / recipe, overrides, opts.prompts, opts.samples, opts.threads,
+                                              temperature)}
+        print(f"{name}: {described(results['variants'][name])}", flush=True)
     files.write_text(out, json.dumps(results, indent=2) + "\n", key="--out")
     return 0
 

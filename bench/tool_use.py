@@ -42,10 +42,13 @@ BEGIN, END = "<!-- tool_use.py writes this section from results/tool_use.json --
 # Other tool recipes: results/<recipe's stem>.json and a section of their own.
 OTHERS = {"python_tool": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml",
           # the same recipe, measured on a machine whose CPU computes bfloat16 (dtype auto: bfloat16, base included)
-          "python_tool_bf16": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml"}
+          "python_tool_bf16": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml",
+          # recipes/smollm2-135m/multi_call.yaml from its warm start: the copy bench/multi_call.py writes
+          "multi_call": ROOT / "bench" / "results" / "multi_call_runs" / "multi_call.yaml"}
 # What each recipe's held-out problems are, and whose calls TRL's loop runs (by the recipe's stem), for the page.
 DESCRIBED = {"calculator": ("products and sums", "the calculator's"),
-             "python_tool": ("products of three numbers", "the Python tool's")}
+             "python_tool": ("products of three numbers", "the Python tool's"),
+             "multi_call": ("products of three numbers", "the two-integer calculator's")}
 
 
 def places(name: str | None) -> tuple[Path, Path, str, str]:

@@ -13,17 +13,11 @@ sample, not an estimate of the spread.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tempfile
 import time
 from collections import defaultdict
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import offline  # noqa: F401  (before grpokit: no hub, grpokit from this checkout)
 
 WORDS = ["apple", "banana", "cherry", "date", "egg", "fig", "grape", "ham"]
 

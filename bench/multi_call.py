@@ -35,12 +35,7 @@ from pathlib import Path
 
 import yaml
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "bench"))  # after ROOT: bench/rewards.py must not hide the rewards package
+from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from this checkout)
 
 from grpokit import files  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402

@@ -23,11 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from this checkout)
 
 from grpokit import files  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402

@@ -17,9 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from this checkout)
 from grpokit import files  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
@@ -37,8 +35,7 @@ def recipe(task: str) -> Path:
 
 def run_task(task: str, seeds: list[int], how: str) -> None:
     """real_model.py --once on one task recipe: train the seeds, score base and seeds, write its json and png."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import real_model
+    import real_model  # a bench beside this one
 
     code = real_model.main(["--recipe", str(recipe(task)), "--seeds", *map(str, seeds), "--once",
                             "--runs", str(OUT / "runs" / task), "--out", str(OUT / f"{task}.json"), "--how", how])

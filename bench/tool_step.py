@@ -31,11 +31,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from this checkout)
 
 RECIPES = {"calculator": ROOT / "recipes/smollm2-135m/calculator.yaml",
            "chain_sum": ROOT / "recipes/smollm2-135m/chain_sum.yaml",

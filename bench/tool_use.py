@@ -27,10 +27,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
+from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from this checkout)
 import tasks  # noqa: E402  (the rule a rise is read by: the tasks page's)
 from grpokit import files  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402

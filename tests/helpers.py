@@ -105,6 +105,8 @@ def load_bench(name: str):
     import importlib.util
     import sys
 
+    if str(ROOT / "bench") not in sys.path:  # where the benches find one another and `offline`, as when run
+        sys.path.append(str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there

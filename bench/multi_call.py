@@ -44,6 +44,9 @@ RECIPE = ROOT / "recipes" / "smollm2-135m" / "multi_call.yaml"
 RESULTS = ROOT / "bench" / "results"
 RUNS = RESULTS / "multi_call_runs"
 WARM_RESULTS = RESULTS / "multi_call_warm_start.json"
+README = ROOT / "bench" / "README.md"
+WARM_BEGIN = "<!-- multi_call.py writes this table from results/multi_call_warm_start.json -->"
+WARM_END = "<!-- end of multi_call.py's table -->"
 WARMED_RECIPE = RUNS / "multi_call.yaml"  # the shipped recipe, model.name_or_path set to the warm start
 WARM_SEED = 100_000  # the warm start's problems: seeds WARM_SEED.., far from training's 1..400 and held-out 401..464
 TUNE_SEED = 200_000  # the problems a warm start's sampled calls are counted on: neither training's nor held-out
@@ -163,6 +166,52 @@ def make_warm_start(opts, target: Path) -> dict:
             "trained_tokens_per_example": round(sum(sum(1 for x in lab if x != -100) for _, lab in rows) / len(rows))}
 
 
+def record(name: str, model: str, made: dict | None, opts) -> None:
+    """Sample `model`'s calls on the recipe's tuning prompts and keep them, with how it was made, under `name`."""
+    import sampled_calls
+
+    row = sampled_calls.sample(RECIPE, [f"model.name_or_path={model}", f"dataset.reasoning_gym.eval_seed={TUNE_SEED}"],
+                               opts.prompts, opts.samples, opts.threads)
+    print(f"{name}, sampled: {sampled_calls.described(row)}", flush=True)
+    tried = files.try_json(WARM_RESULTS, dict)[0] or {}
+    tried.setdefault("warm_starts", {})
+    tried["machine"], tried["when"] = f"{platform.machine()}, {os.cpu_count()} CPUs", time.strftime("%Y-%m-%d")
+    tried["warm_starts"][name] = {
+        "made": made or tried["warm_starts"].get(name, {}).get("made"),
+        "sampled": {"measured": f"launch.py --eval --eval-samples {opts.samples} on {opts.prompts} tuning prompts "
+                                f"(seeds {TUNE_SEED}.., neither training's nor held-out), model.name_or_path = {model}",
+                    "when": time.strftime("%Y-%m-%d"), **row}}
+    files.write_text(WARM_RESULTS, json.dumps(tried, indent=2) + "\n")
+    files.replace_section(README, WARM_BEGIN, WARM_END, warm_markdown(tried))
+
+
+def warm_markdown(tried: dict) -> str:
+    """The warm starts tried (and the base), each with its sampled calls on the tuning prompts."""
+    rows = ["| model | worked exchanges seen: steps x batch, learning rate | last loss | sampled rollouts with 0 / 1 / 2 / "
+            "3+ calls | right (mean@K) | pass@K | greedy pass@1 | measured |", "|---|---|---:|---|---:|---:|---:|---|"]
+    sampled = {name: entry for name, entry in tried["warm_starts"].items() if entry.get("sampled")}
+
+    def order(name: str) -> tuple[bool, int]:  # the recipe's own model first, then the warm starts by their steps
+        steps = re.search(r"-steps(\d+)-", name)
+        return name != "base", int(steps.group(1)) if steps else 0
+
+    for name, entry in sorted(sampled.items(), key=lambda kv: order(kv[0])):
+        made, got = entry.get("made"), entry["sampled"]
+        k = next(key.split("@")[1] for key in got if key.startswith("pass@"))
+        how = (f"{made['steps']} x {made['batch']}, {made['learning_rate']:g}" if made else
+               "- (the recipe's own model)" if name == "base" else "- (made before its record was kept)")
+        loss = f"{made['loss'][-1]:.3f}" if made else "-"
+        dist = " / ".join(f"{got['calls_distribution'][c]:.2f}" for c in ("0", "1", "2", "3+"))
+        rows.append(f"| {name} | {how} | {loss} | {dist} | {got['right']:.3f} | {got[f'pass@{k}']:.3f} | "
+                    f"{got['greedy']['pass@1']:.3f} | {got.get('when', tried['when'])} |")
+    first = next(iter(sampled.values()))["sampled"]
+    k = int(next(key.split("@")[1] for key in first if key.startswith("pass@")))
+    return "\n".join([f"Each model's calls, sampled as training samples them: `launch.py --eval --eval-samples {k}` on "
+                       f"{first['completions'] // k} tuning prompts (reasoning-gym seeds {TUNE_SEED}.., neither training's "
+                       f"nor held-out), {first['completions']} sampled rollouts a model, and its greedy pass@1 on the "
+                       f"same prompts; {tried['machine']}:", "", *rows])
+
+
 def write_warmed_recipe(warm: Path) -> None:
     """The shipped recipe with `model.name_or_path` set to the warm start: the only change."""
     data = yaml.safe_load(RECIPE.read_text())
@@ -176,6 +225,7 @@ def write_warmed_recipe(warm: Path) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--warm-start", action="store_true", help="make the warm start and sample its calls")
+    parser.add_argument("--base", action="store_true", help="sample the calls of the recipe's own model (no warm start)")
     parser.add_argument("--warm-examples", type=int, default=40, help="worked exchanges the warm start sees (cycled)")
     parser.add_argument("--warm-steps", type=int, default=10, help="its optimizer steps")
     parser.add_argument("--warm-batch", type=int, default=4, help="exchanges a step")
@@ -188,31 +238,20 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     opts = parser.parse_args(argv)
     warm = warm_start_dir(opts)
-    if opts.warm_start:
+    if opts.report_only:
+        tried = files.read_json(WARM_RESULTS, dict)
+        files.replace_section(README, WARM_BEGIN, WARM_END, warm_markdown(tried))
+    if opts.warm_start or opts.base:
         check_outputs([WARM_RESULTS])
+    if opts.base:
+        record("base", yaml.safe_load(RECIPE.read_text())["model"]["name_or_path"], None, opts)
+    if opts.warm_start:
         made = None
         if (warm / "config.json").is_file():
             print(f"warm start: reusing {warm.relative_to(ROOT)}", flush=True)
         else:
             made = make_warm_start(opts, warm)
-        import sampled_calls
-
-        row = sampled_calls.sample(RECIPE, [f"model.name_or_path={warm}", f"dataset.reasoning_gym.eval_seed={TUNE_SEED}"],
-                                   opts.prompts, opts.samples, opts.threads)
-        print(f"warm start, sampled: {sampled_calls.described(row)}", flush=True)
-        tried = files.try_json(WARM_RESULTS, dict)[0] or {}
-        tried.setdefault("warm_starts", {})
-        if "made" in tried:  # the first file's form: one warm start, its calls sampled on held-out prompts (dropped)
-            first = Path(tried.pop("warm_start")).name
-            tried["warm_starts"].setdefault(first, {})["made"] = tried.pop("made")
-            tried.pop("sampled", None)
-        tried["machine"], tried["when"] = f"{platform.machine()}, {os.cpu_count()} CPUs", time.strftime("%Y-%m-%d")
-        tried["warm_starts"][warm.name] = {
-            "made": made or tried["warm_starts"].get(warm.name, {}).get("made"),
-            "sampled": {"measured": f"launch.py --eval --eval-samples {opts.samples} on {opts.prompts} tuning prompts "
-                                    f"(seeds {TUNE_SEED}.., neither training's nor held-out), model.name_or_path = the "
-                                    "warm start", **row}}
-        files.write_text(WARM_RESULTS, json.dumps(tried, indent=2) + "\n")
+        record(warm.name, str(warm), made, opts)
     if opts.seeds or opts.report_only:
         if not opts.report_only:
             if not (warm / "config.json").is_file():

@@ -46,6 +46,8 @@ OTHERS = {"python_tool": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml",
 DESCRIBED = {"calculator": ("products and sums", "the calculator's"),
              "python_tool": ("products of three numbers", "the Python tool's"),
              "multi_call": ("products of three numbers", "the two-integer calculator's")}
+# What the seeds start from, where it is not the recipe's own model (the rows' label, and the reading's).
+STARTS = {"multi_call": "warm start"}
 
 
 def places(name: str | None) -> tuple[Path, Path, str, str]:
@@ -57,6 +59,11 @@ def places(name: str | None) -> tuple[Path, Path, str, str]:
             f"<!-- end of tool_use.py's section on {name} -->")
 
 
+def _start(r: dict) -> str:
+    """What the seeds started from: the recipe's own model ("base") unless STARTS says otherwise."""
+    return STARTS.get(Path(r["recipe"]).stem, "base")
+
+
 def _tools(scored: dict) -> str:
     t = scored.get("tools") or {}
     if not t:
@@ -66,15 +73,16 @@ def _tools(scored: dict) -> str:
 
 
 def markdown(r: dict) -> str:
-    base = r["base"]
+    base, start = r["base"], _start(r)
     problems, tool = DESCRIBED[Path(r["recipe"]).stem]
-    lines = [f"`tool_use.py` ({r['recipe']} as shipped: {r['steps']} steps of {r['completions_per_step']} completions, "
+    shipped = "as shipped" if r["recipe"].startswith("recipes/") else "(the shipped recipe, its model the warm start named below, made from this one)"
+    lines = [f"`tool_use.py` ({r['recipe']} {shipped}: {r['steps']} steps of {r['completions_per_step']} completions, "
              f"{r['model']}, {r['dtype']}): held-out greedy pass@1 on {base['prompts']} problems ({problems} from "
              f"reasoning-gym, seeds apart from training's) with {tool} calls run by TRL's loop, and the calls the "
              f"model made. Machine: {r['machine']}. {r.get('when', '')}".rstrip(), "",
              "| model | pass@1 | tool calls per completion | failed calls per call | training calls per completion, first 5 / last 5 steps | s/step |",
              "|---|---:|---:|---:|---|---:|",
-             f"| base | {base['pass@1']:.3f} | {_tools(base)} | - | - |"]
+             f"| {start} | {base['pass@1']:.3f} | {_tools(base)} | - | - |"]
     for s in r["seeds"]:
         calls = s.get("tool_calls") or []
         trend = (f"{sum(calls[:5]) / len(calls[:5]):.2f} / {sum(calls[-5:]) / len(calls[-5:]):.2f}" if calls else "-")
@@ -96,7 +104,7 @@ def calls_table(r: dict) -> list[str]:
     alike (no gradient)."""
     rows = ["| model | completions with 0 / 1 / 2 / 3+ calls | calls ended: ok / code error / timeout / crash / unparseable "
             "| training steps with every group alike |", "|---|---|---|---:|"]
-    for label, m, seed in [("base", r["base"], None)] + [(f"seed {s['seed']}", s["after"], s) for s in r["seeds"]]:
+    for label, m, seed in [(_start(r), r["base"], None)] + [(f"seed {s['seed']}", s["after"], s) for s in r["seeds"]]:
         t = m.get("tools", {})
         dist = t.get("calls_distribution") or {}
         kinds = t.get("call_outcomes") or {}
@@ -112,7 +120,7 @@ def reading(r: dict) -> str:
     """The table in words, by the tasks page's rule (+10 points of pass@1 on every seed, of 3), and the calls."""
     calls = [s["after"].get("tools", {}).get("calls_per_completion") for s in r["seeds"]]
     base_calls = r["base"].get("tools", {}).get("calls_per_completion")
-    said = (f"; greedy tool calls per completion {base_calls:.2f} in the base, "
+    said = (f"; greedy tool calls per completion {base_calls:.2f} in the {_start(r)}, "
             f"{', '.join(f'{c:.2f}' for c in calls)} after" if base_calls is not None and None not in calls else "")
     return (f"Reading: pass@1 {tasks.verdict(r)} (learning = +{tasks.TARGET_RISE * 100:.0f} points on every seed, of "
             f"{tasks.WANTED_SEEDS}; one of the {r['base']['prompts']} problems is {100 / r['base']['prompts']:.1f} points){said}.")
@@ -138,12 +146,20 @@ def main(argv=None) -> int:
                                 *(["--threads", opts.threads] if opts.threads else [])])
         if code:
             return code
+    text = section(recipe, out)
+    files.replace_section(README, begin, end, text)
+    print(text)
+    return 0
+
+
+def section(recipe: Path, out: Path) -> str:
+    """The page's section on `recipe`, from its results file `out`."""
     result = files.read_json(out, dict)
     result.setdefault("out", out.name)
-    result.setdefault("rounds", (yaml.safe_load(recipe.read_text())["trainer"]).get("max_tool_calling_iterations", 1))
-    files.replace_section(README, begin, end, markdown(result))
-    print(markdown(result))
-    return 0
+    if "rounds" not in result:  # a copy made for a run (multi_call's) differs from the shipped recipe in its model only
+        read = recipe if recipe.is_file() else RECIPE.parent / recipe.name
+        result["rounds"] = yaml.safe_load(read.read_text())["trainer"].get("max_tool_calling_iterations", 1)
+    return markdown(result)
 
 
 if __name__ == "__main__":

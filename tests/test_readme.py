@@ -148,6 +148,28 @@ def test_bench_readme_quotes_the_tool_use_results_and_reads_them_by_the_tasks_ru
     assert "pass@1 learns: up +14 points on every seed" in bench.reading(made_up)
 
 
+def test_bench_readme_quotes_every_tool_recipe_and_the_warm_starts_from_their_results():
+    """Each other tool recipe's section (Python tool, several calls) is what `bench/tool_use.py --recipe NAME` writes
+    from its results file; the several-calls section labels its first row the warm start the seeds trained from (not
+    the recipe's own model), and the warm starts' table is what `bench/multi_call.py` writes from its file."""
+    import json
+
+    from helpers import load_bench
+
+    tool_use, multi_call = load_bench("tool_use"), load_bench("multi_call")
+    page = (ROOT / "bench" / "README.md").read_text()
+    for name in tool_use.OTHERS:
+        recipe, out, begin, end = tool_use.places(name)
+        assert begin + "\n" + tool_use.section(recipe, out) + "\n" + end in page, name
+    several = tool_use.section(*tool_use.places("multi_call")[:2])
+    assert "| warm start | 0.656 |" in several and "| base |" not in several
+    tried = json.loads(multi_call.WARM_RESULTS.read_text())
+    table = multi_call.warm_markdown(tried)
+    assert multi_call.WARM_BEGIN + "\n" + table + "\n" + multi_call.WARM_END in page
+    rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert rows[0] == "| base" and len(rows) == sum(1 for entry in tried["warm_starts"].values() if entry.get("sampled"))
+
+
 def test_real_model_keeps_earlier_seeds_only_when_they_measured_the_same_thing():
     """`--keep` carries seeds an earlier call scored (their runs may be gone) into the new results, never a seed this
     call scores again, and refuses when the earlier file measured something else (another base figure, recipe, ...)."""

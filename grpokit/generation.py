@@ -41,7 +41,7 @@ from trl import GRPOTrainer
 
 from grpokit import trl_compat
 from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
-from grpokit.shared_prompt import SharedPromptMixin
+from grpokit.shared_prompt import SharedPromptMixin, common_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -100,17 +100,30 @@ def _left_pad(rows: list[list[int]], pad_id: int, multiple: int | None, device) 
     return ids.to(device), mask.to(device)
 
 
-def _prefill(model, rows: list[list[int]], pad_id: int, device) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
-    """Keys and values of each row's tokens, computed in one forward: per row, per layer, `[heads, tokens, dim]`."""
+def _prefill(model, rows: list[list[int]], pad_id: int, device, lead: int = 0
+             ) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Keys and values of each row's tokens: per row, per layer, `[heads, tokens, dim]`. The first `lead` tokens, the
+    same in every row (a system text, tool schemas, a worked call), computed once; then the rest of each row in one
+    forward against them, each token at its position within its row, as generate places it."""
     from transformers import DynamicCache
 
-    ids, mask = _left_pad(rows, pad_id, None, device)
-    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as generate makes them
-    cache = DynamicCache(config=model.config)
-    model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
+    held = []
+    if lead:
+        shared = DynamicCache(config=model.config)
+        model(input_ids=torch.tensor([rows[0][:lead]], device=device), position_ids=torch.arange(lead, device=device)[None],
+              cache=shared, use_cache=True, logits_to_keep=1)
+        held = [(layer.keys.expand(len(rows), -1, -1, -1), layer.values.expand(len(rows), -1, -1, -1))
+                for layer in shared.layers]
+    own = [r[lead:] for r in rows]
+    ids, mask = _left_pad(own, pad_id, None, device)
+    positions = (lead + mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)  # as generate makes them
+    cache = DynamicCache(ddp_cache_data=held or None, config=model.config)
+    model(input_ids=ids, attention_mask=torch.cat([mask.new_ones(len(rows), lead), mask], dim=1), position_ids=positions,
+          cache=cache, use_cache=True, logits_to_keep=1)
     width = ids.shape[1]
-    return [[(layer.keys[i, :, width - len(r):], layer.values[i, :, width - len(r):]) for layer in cache.layers]
-            for i, r in enumerate(rows)]
+    return [[(torch.cat([layer.keys[i, :, :lead], layer.keys[i, :, lead + width - len(o):]], dim=1),
+              torch.cat([layer.values[i, :, :lead], layer.values[i, :, lead + width - len(o):]], dim=1))
+             for layer in cache.layers] for i, o in enumerate(own)]
 
 
 def _batch_cache(model, starts: list, kept: list[int], pads: list[int]):
@@ -150,8 +163,10 @@ def _starts(store: PrefixStore, model, rows: list[list[int]], pad_id: int, devic
         return [None] * len(rows), [0] * len(rows), prompt_lengths
     # a first turn whose prompts repeat (num_generations copies): each distinct prompt prefilled once, all but its
     # last token (generate computes that one, and from it the first new token)
-    states = dict(zip(distinct, _prefill(model, [list(d[:-1]) for d in distinct], pad_id, device), strict=True))
-    store.computed_tokens += sum(len(d) - 1 for d in distinct)
+    # the lead all of them share (the system text, tool schemas, a worked call) once for all
+    lead = common_prefix([torch.tensor(d) for d in distinct])
+    states = dict(zip(distinct, _prefill(model, [list(d[:-1]) for d in distinct], pad_id, device, lead), strict=True))
+    store.computed_tokens += sum(len(d) - 1 for d in distinct) - lead * (len(distinct) - 1)
     return [states[tuple(r)] for r in rows], [len(r) - 1 for r in rows], prompt_lengths
 
 

@@ -14,6 +14,11 @@ are TRL's to float rounding (two forwards instead of one), and so are the gradie
 prompt receive the sum of its copies' gradients, which is what the copies' separate passes add up to.
 `tests/test_shared_prompt.py` compares both with TRL's own method.
 
+The distinct prompts themselves mostly share a lead: a tool recipe's system text, tool schemas and worked call are
+the same ~480 tokens before every question. Where they share at least MIN_LEAD tokens, the lead runs once for all of
+them and each prompt's own tokens run against its keys and values (`_prompts_after_a_shared_lead`); the same holds
+for generation's prefill (grpokit.generation).
+
 Under gradient checkpointing (the GPU recipes') a layer's forward runs again in the backward: transformers drops
 the cache from a checkpointed layer for that reason (a second run would write it twice). Here neither cache is
 written twice: the prompts' cache records each layer's keys and values once (the replay gets its own back, which
@@ -86,8 +91,11 @@ def _caches():
             self.recorded = set()
 
         def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-            if layer_idx in self.recorded:  # a checkpointed layer run again in the backward: it attended to itself
-                return key_states, value_states
+            if layer_idx in self.recorded:  # a checkpointed layer run again in the backward: it attended to what the
+                layer = self.layers[layer_idx]  # cache held before it (a shared prefix, or nothing) and to itself
+                held = layer.keys.size(-2) - key_states.size(-2)
+                return (torch.cat([layer.keys[..., :held, :], key_states], dim=-2),
+                        torch.cat([layer.values[..., :held, :], value_states], dim=-2))
             self.recorded.add(layer_idx)
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
@@ -112,21 +120,45 @@ def _cache_kept_under_checkpointing(layers: list):
             del layer._can_checkpoint_with_cache
 
 
+# A lead shorter than this is not worth a pass of its own (a forward's fixed cost against the tokens it saves).
+MIN_LEAD = 16
+
+
+def common_prefix(prompts: list[torch.Tensor]) -> int:
+    """How many leading tokens every one of `prompts` (each its real tokens) shares, leaving each at least two of its
+    own (one its own pass computes, and the last, which every row computes for itself); 0 under MIN_LEAD."""
+    room = min(len(p) for p in prompts) - 2
+    if len(prompts) < 2 or room < MIN_LEAD:
+        return 0
+    first = prompts[0][:room]
+    same = torch.stack([p[:room] == first for p in prompts[1:]]).all(dim=0)
+    lead = room if bool(same.all()) else int(same.to(torch.int8).argmin())
+    return lead if lead >= MIN_LEAD else 0
+
+
 def logps_and_entropies(trainer, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
                         compute_entropy: bool, tally: Tally, checkpointed: list = ()
                         ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """TRL's `(per-token log-probs, entropies)` of the last `logits_to_keep` tokens of `input_ids` (left-padded
-    prompts, then right-padded completions), each distinct prompt computed once; None where no prompt repeats.
-    `checkpointed`: the model's layers under (non-reentrant) gradient checkpointing, `checkpointed_layers(model)`."""
+    prompts, then right-padded completions), each distinct prompt computed once, and the lead they all share (a
+    system text, tool schemas, worked examples) once for all of them; None where no prompt repeats and none shares a
+    lead. `checkpointed`: the model's layers under (non-reentrant) gradient checkpointing, `checkpointed_layers(model)`.
+
+    With a shared lead of C tokens, prompt i (of n real tokens) is computed as the lead (once), then its own tokens
+    but the last against the lead's keys and values, right-aligned after it (padding between, masked), then each row:
+    the last prompt token and the completion. Every token is placed at its position within its own prompt (the lead at
+    0..C-1, the prompt's last token at n-1): TRL places them at their column, n's left padding further on, which
+    rotary embeddings make the same attention (a shift of every position of a row), to float rounding."""
     width = input_ids.size(1) - logits_to_keep  # the prompts' columns
     if width < 2:
         return None
     prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
     distinct, row_of = torch.unique(prompts, dim=0, return_inverse=True)
-    if len(distinct) == len(prompts):
+    lengths = distinct[:, width:].sum(dim=1)  # each distinct prompt's real tokens (left-padded)
+    lead = common_prefix([d[width - n:width] for d, n in zip(distinct, lengths.tolist(), strict=True)])
+    if len(distinct) == len(prompts) and not lead:
         return None
     recording, read_only = _caches()
-    cache = recording(config=model.config)
     rest = input_ids[:, width - 1:]
     labels = rest.masked_fill(attention_mask[:, width - 1:] == 0, -100)
     shifted = torch.full_like(labels, -100)
@@ -134,16 +166,50 @@ def logps_and_entropies(trainer, model, input_ids: torch.Tensor, attention_mask:
     with trainer.accelerator.autocast(), _cache_kept_under_checkpointing(checkpointed):
         # all but each prompt's last token: a row's first log-prob needs that token's output, which its own
         # completion's labels decide, so it is computed per row below
-        model(input_ids=distinct[:, :width - 1], attention_mask=distinct[:, width:2 * width - 1], cache=cache,
-              use_cache=True, logits_to_keep=1)
+        if lead:
+            cache, held_mask = _prompts_after_a_shared_lead(model, recording, distinct, lengths, width, lead)
+            mask = torch.cat([held_mask.index_select(0, row_of), attention_mask[:, width - 1:]], dim=1)
+            kw = {"position_ids": (lengths.index_select(0, row_of) - 1)[:, None]
+                  + torch.arange(rest.size(1), device=rest.device)}
+        else:
+            cache = recording(config=model.config)
+            model(input_ids=distinct[:, :width - 1], attention_mask=distinct[:, width:2 * width - 1], cache=cache,
+                  use_cache=True, logits_to_keep=1)
+            mask, kw = attention_mask, {}
         copies = read_only(ddp_cache_data=[(layer.keys.index_select(0, row_of), layer.values.index_select(0, row_of))
                                            for layer in cache.layers], config=model.config)
-        out = model(input_ids=rest, attention_mask=attention_mask, cache=copies, shift_labels=shifted,
-                    fused_lm_head=True)
-    computed = int(distinct[:, width:].sum())  # the distinct prompts' real tokens
+        out = model(input_ids=rest, attention_mask=mask, cache=copies, shift_labels=shifted, fused_lm_head=True, **kw)
+    computed = int(lengths.sum()) - lead * (len(distinct) - 1)  # the distinct prompts' real tokens, the lead once
     tally.computed += computed
     tally.shared += int(attention_mask[:, :width].sum()) - computed
     return out.log_probs[:, :logits_to_keep], (out.entropy[:, :logits_to_keep] if compute_entropy else None)
+
+
+def _prompts_after_a_shared_lead(model, recording, distinct: torch.Tensor, lengths: torch.Tensor, width: int,
+                                 lead: int) -> tuple:
+    """The distinct prompts' keys and values but their last token's, the `lead` tokens they share computed once:
+    their cache, laid out [lead | padding | each prompt's own tokens], and its attention mask. Each token at its
+    position within its prompt."""
+    first = width - int(lengths[0])
+    shared = recording(config=model.config)
+    model(input_ids=distinct[:1, first:first + lead], attention_mask=distinct[:1, width + first:width + first + lead],
+          position_ids=torch.arange(lead, device=distinct.device)[None], cache=shared, use_cache=True, logits_to_keep=1)
+    own = lengths - lead - 1  # each prompt's tokens after the lead, its last one left out
+    room = int(own.max())
+    columns = torch.arange(room, device=distinct.device)
+    start = (room - own)[:, None]  # right-aligned: padding first
+    real = columns[None] >= start
+    # a prompt's own tokens end one before its last token, at column width - 2 of `distinct`
+    taken = (width - 1 - room + columns)[None].expand(len(distinct), -1).clamp(min=0)
+    ids = torch.where(real, distinct[:, :width].gather(1, taken), 0)
+    held_mask = torch.cat([torch.ones(len(distinct), lead, dtype=real.dtype, device=real.device), real], dim=1).long()
+    positions = (lead + columns[None] - start).clamp(min=lead)
+    cache = recording(ddp_cache_data=[(layer.keys.expand(len(distinct), -1, -1, -1),
+                                       layer.values.expand(len(distinct), -1, -1, -1)) for layer in shared.layers],
+                      config=model.config)
+    model(input_ids=ids, attention_mask=held_mask, position_ids=positions, cache=cache, use_cache=True,
+          logits_to_keep=1)
+    return cache, held_mask
 
 
 class SharedPromptMixin:

@@ -72,6 +72,25 @@ def test_a_turn_and_the_turn_after_a_tool_draw_what_trl_draws(trainer, sample):
     assert sum(len(p) for p in rows[::2]) <= reused < sum(len(r) for r in second_rows)
 
 
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampled"])
+def test_a_lead_all_prompts_share_is_prefilled_once_and_draws_what_trl_draws(trainer, sample):
+    from grpokit.shared_prompt import MIN_LEAD
+
+    from tests.test_shared_prompt import LEAD
+
+    tok = trainer.processing_class
+    prompts = [tok(LEAD + q)["input_ids"] for q in ("What is 2 + 2?", "What is 12 + 30? Think first.", "Add 4 and 4.")]
+    lead = next(i for i in range(min(map(len, prompts))) if len({tuple(p[:i + 1]) for p in prompts}) > 1)
+    assert lead >= MIN_LEAD
+    rows = [p for p in prompts for _ in range(4)]
+    trainer.generation_config.do_sample = sample
+    store = PrefixStore()
+    assert generate(trainer, rows, 4, store) == generate(trainer, rows, 4)
+    # the lead computed once, each prompt's own tokens once, each row's last token
+    assert store.computed_tokens == lead + sum(len(p) - 1 - lead for p in prompts) + len(rows)
+    assert store.reused_tokens == sum(len(r) - 1 for r in rows)
+
+
 def test_rows_with_nothing_kept_and_no_repeats_are_computed_whole(trainer):
     tok = trainer.processing_class
     rows = [tok("one two three")["input_ids"], tok("four five")["input_ids"]]

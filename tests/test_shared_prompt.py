@@ -10,7 +10,7 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from grpokit import config, training
+from grpokit import config, shared_prompt, training
 from grpokit.build import make_trainer, prepare
 from grpokit.config import validate
 from grpokit.models import load_model
@@ -96,6 +96,63 @@ def test_chunks_share_within_themselves(trainer):
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
 
 
+def assert_gradients_close(ours, theirs):
+    """The gradients, all of them together, equal to float32 rounding (a relative error of ~1e-6): where prompts differ
+    in length the shared lead puts a row's tokens at other absolute positions than TRL's columns, the same attention
+    under rotary embeddings, whose angles transformers computes in float32 -- so single small elements stray further
+    than an element-wise tolerance allows, while a real fault (a prompt that missed the lead) is off by ~1."""
+    assert any(g.abs().sum() > 0 for g in theirs)
+    diff = torch.cat([(mine - trl).flatten() for mine, trl in zip(ours, theirs, strict=True)])
+    assert diff.norm() <= 1e-5 * torch.cat([g.flatten() for g in theirs]).norm()
+
+
+# A lead every prompt shares, as a system text, tool schemas and a worked call are in a tool recipe's prompts.
+LEAD = ("You are a careful calculator. Use the tools add, subtract and multiply for every step; state only the "
+        "result. Example: What is 2718 * 43? Call multiply with a = 2718 and b = 43. ")
+
+
+def test_a_lead_all_prompts_share_is_computed_once_and_the_pass_is_still_trls(trainer):
+    # three prompts after one long lead, their own parts of unequal lengths (left padding differs), two copies each
+    prompts = [LEAD + "What is 2 + 2?", LEAD + "What is 12 + 30? Think first, then answer.", LEAD + "Add 4 and 4."]
+    ids, mask, keep = rows(trainer, prompts, 2, [3, 7, 5, 2, 6, 4])
+    tally = trainer.shared_prompt_tally
+    before = (tally.computed, tally.shared)
+    ours = logps_and_grads(trainer, trainer._get_per_token_logps_and_entropies, ids, mask, keep)
+    theirs = logps_and_grads(trainer, lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k),
+                             ids, mask, keep)
+    torch.testing.assert_close(ours[0], theirs[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ours[1], theirs[1], atol=1e-5, rtol=1e-4)
+    assert_gradients_close(ours[2], theirs[2])
+    # the lead computed once, each prompt's own tokens once
+    tok = trainer.processing_class
+    real = [tok(p)["input_ids"] for p in prompts]
+    lead = next(i for i in range(len(real[0])) if len({tuple(r[:i + 1]) for r in real}) > 1)
+    assert lead >= shared_prompt.MIN_LEAD
+    computed = lead + sum(len(r) - lead for r in real)
+    assert (tally.computed - before[0], tally.shared - before[1]) == (computed, 2 * sum(map(len, real)) - computed)
+
+
+def test_a_shared_lead_is_shared_even_where_no_prompt_repeats(trainer):
+    prompts = [LEAD + "What is 2 + 2?", LEAD + "What is 7 * 6, then minus 5?"]
+    ids, mask, keep = rows(trainer, prompts, 1, [4, 6])
+    shared = trainer.shared_prompt_tally.shared
+    ours = logps_and_grads(trainer, trainer._get_per_token_logps_and_entropies, ids, mask, keep)
+    theirs = logps_and_grads(trainer, lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k),
+                             ids, mask, keep)
+    assert trainer.shared_prompt_tally.shared > shared
+    torch.testing.assert_close(ours[0], theirs[0], atol=1e-5, rtol=1e-4)
+    assert_gradients_close(ours[2], theirs[2])
+
+
+def test_the_common_prefix_leaves_each_prompt_two_tokens_and_ignores_short_leads():
+    t = torch.tensor
+    long = list(range(100, 100 + shared_prompt.MIN_LEAD + 4))
+    assert shared_prompt.common_prefix([t(long + [1, 2]), t(long + [3, 4, 5])]) == len(long)
+    assert shared_prompt.common_prefix([t(long), t(long + [7])]) == len(long) - 2  # the shorter keeps two of its own
+    assert shared_prompt.common_prefix([t(long[:5] + [1] * 30), t(long[:5] + [2] * 30)]) == 0  # 5 < MIN_LEAD
+    assert shared_prompt.common_prefix([t(long + [1, 2])]) == 0  # one prompt: nothing shared
+
+
 @pytest.fixture
 def checkpointed(trainer):
     """The trainer's model under gradient checkpointing, non-reentrant (TRL's default; the GPU recipes')."""
@@ -124,6 +181,13 @@ def test_under_gradient_checkpointing_the_shared_pass_is_still_trls(checkpointed
         torch.testing.assert_close(mine, trl, atol=1e-5, rtol=1e-3)
     layer = next(m for m in trainer.model.modules() if hasattr(type(m), "_can_checkpoint_with_cache"))
     assert layer._can_checkpoint_with_cache is False  # the layers' own rule is back
+    # with a shared lead: the prompts' own pass, replayed, attends to the lead again (not to itself alone)
+    ids, mask, keep = rows(trainer, [LEAD + "What is 2 + 2?", LEAD + "What is 12 + 30? Think first."], 2, [3, 7, 5, 2])
+    ours = logps_and_grads(trainer, trainer._get_per_token_logps_and_entropies, ids, mask, keep)
+    theirs = logps_and_grads(trainer, lambda *a, **k: GRPOTrainer._get_per_token_logps_and_entropies(trainer, *a, **k),
+                             ids, mask, keep)
+    torch.testing.assert_close(ours[0], theirs[0], atol=1e-5, rtol=1e-4)
+    assert_gradients_close(ours[2], theirs[2])
 
 
 def test_under_reentrant_checkpointing_trls_method_runs(checkpointed):

@@ -66,10 +66,11 @@ class Timers:
     """Seconds per phase per optimizer step, from wrappers around the trainer's methods. A phase called inside another
     (the generation TRL runs inside its tool loop) is counted as its own and taken out of the outer one."""
 
-    def __init__(self):
+    def __init__(self, trainer=None):
         self.steps, self.stack = [], []
         self.seconds = defaultdict(float)
         self.shapes = defaultdict(list)
+        self.trainer, self.counted = trainer, (0, 0)
 
     def wrap(self, obj, name: str, phase: str, shape=None, inside: dict | None = None):
         original = getattr(obj, name)
@@ -95,8 +96,18 @@ class Timers:
 
     def close_step(self, step_time: float):
         self.steps.append({"step_time": step_time, **{p: self.seconds.get(p, 0.0) for p in PHASES},
-                           "shapes": dict(self.shapes)})
+                           "shapes": dict(self.shapes), **self.prompt_tokens()})
         self.seconds, self.shapes = defaultdict(float), defaultdict(list)
+
+
+    def prompt_tokens(self) -> dict:
+        """The step's prompt tokens the loss pass computed and took from another copy (grpokit.shared_prompt's
+        tally), where the trainer keeps one."""
+        tally = getattr(self.trainer, "shared_prompt_tally", None)
+        if tally is None:
+            return {}
+        before, self.counted = self.counted, (tally.computed, tally.shared)
+        return {"loss pass prompt tokens": {"computed": tally.computed - before[0], "shared": tally.shared - before[1]}}
 
 
 def _generated(args, kwargs, out):
@@ -126,7 +137,7 @@ def measure(name: str, overrides: list[str], steps: int, loss_pass: str = "share
     trainer = make_trainer(prep, load_model(prep.model_path, recipe))
     if loss_pass == "trl":  # TRL's own log-probability pass: every copy of a prompt computed (generation unchanged)
         trainer._share_prompts = False
-    timers = Timers()
+    timers = Timers(trainer)
     timers.wrap(trainer, "_generate_single_turn", "generate", _generated, inside={"tool calls": "generate after tools"})
     timers.wrap(trainer, "_tool_call_loop", "tool calls")
     timers.wrap(trainer, "_calculate_rewards", "rewards")
@@ -155,7 +166,8 @@ def measure(name: str, overrides: list[str], steps: int, loss_pass: str = "share
 
 
 def show(result: dict) -> None:
-    print(f"\n== {result['recipe']} {' '.join(result['overrides'])} (loss pass: {result['loss pass']}, {result['dtype']})")
+    print(f"\n== {result['recipe']} {' '.join(result['overrides'])} (loss pass: {result['loss pass']}, lead: "
+          f"{result.get('lead', 'shared')}, {result['dtype']})")
     for part, n in result["prompt tokens"].items():
         print(f"  prompt tokens, {part}: {n}")
     print(f"  batch: {result['batch']}")
@@ -165,6 +177,8 @@ def show(result: dict) -> None:
         print(f"  step {i}: {step['step_time']:.1f} s = {cells}  rest {step['step_time'] - known:.1f}")
         for phase, shapes in step["shapes"].items():
             print(f"    {phase}: {shapes}")
+        if "loss pass prompt tokens" in step:
+            print(f"    loss pass prompt tokens: {step['loss pass prompt tokens']}")
 
 
 def main(argv=None) -> int:
@@ -175,6 +189,9 @@ def main(argv=None) -> int:
     parser.add_argument("--loss-pass", choices=("shared", "trl"), default="shared",
                         help="shared: each prompt once for its copies (grpokit.shared_prompt, as a run does); trl: TRL's "
                              "own pass, every copy computed")
+    parser.add_argument("--no-lead", action="store_true",
+                        help="compute the lead the distinct prompts share (system text, tool schemas) once per prompt, "
+                             "as before grpokit shared it (grpokit.shared_prompt.MIN_LEAD out of reach)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
     args = parser.parse_args(argv)
@@ -182,10 +199,15 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.no_lead:
+        from grpokit import shared_prompt
+
+        shared_prompt.MIN_LEAD = sys.maxsize
     results = []
     for name in args.recipes:
         load = os.getloadavg()
         result = measure(name, args.set, args.steps, args.loss_pass)
+        result["lead"] = "each prompt's own" if args.no_lead else "shared"
         result["machine"] = {"threads": torch.get_num_threads(), "load before": [round(x, 2) for x in load],
                              "load after": [round(x, 2) for x in os.getloadavg()], "cpu capability": torch.backends.cpu.get_cpu_capability()}
         show(result)

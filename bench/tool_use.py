@@ -37,7 +37,9 @@ OUT = ROOT / "bench" / "results" / "tool_use.json"
 README = ROOT / "bench" / "README.md"
 BEGIN, END = "<!-- tool_use.py writes this section from results/tool_use.json -->", "<!-- end of tool_use.py's section -->"
 # Other tool recipes: results/<recipe's stem>.json and a section of their own.
-OTHERS = {"python_tool": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml",
+OTHERS = {# the calculator as shipped since 2026-12-05 (8 a group, learning rate 1.5e-4: groups that stay mixed)
+          "calculator_mixed": RECIPE,
+          "python_tool": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml",
           # the same recipe, measured on a machine whose CPU computes bfloat16 (dtype auto: bfloat16, base included)
           "python_tool_bf16": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml",
           # recipes/smollm2-135m/multi_call.yaml from its warm start: the copy bench/multi_call.py writes
@@ -75,7 +77,9 @@ def _tools(scored: dict) -> str:
 def markdown(r: dict) -> str:
     base, start = r["base"], _start(r)
     problems, tool = DESCRIBED[Path(r["recipe"]).stem]
-    shipped = "as shipped" if r["recipe"].startswith("recipes/") else "(the shipped recipe, its model the warm start named below, made from this one)"
+    shipped = ("(the shipped recipe, its model the warm start named below, made from this one)"
+               if not r["recipe"].startswith("recipes/") else
+               f"as shipped until {r['shipped_until']}: {r['recipe_then']}" if r.get("shipped_until") else "as shipped")
     lines = [f"`tool_use.py` ({r['recipe']} {shipped}: {r['steps']} steps of {r['completions_per_step']} completions, "
              f"{r['model']}, {r['dtype']}): held-out greedy pass@1 on {base['prompts']} problems ({problems} from "
              f"reasoning-gym, seeds apart from training's) with {tool} calls run by TRL's loop, and the calls the "

@@ -97,11 +97,15 @@ def timing(state: dict) -> dict:
     truncated = [h.get("completions/clipped_ratio") for h in per_step]
     calls = [h["tools/call_frequency"] for h in per_step if "tools/call_frequency" in h]
     alike = [h["frac_reward_zero_std"] for h in per_step if "frac_reward_zero_std" in h]
+    entropy = [h["entropy"] for h in per_step if "entropy" in h]
     return {"steps": n_steps, "finished": final is not None, "rewards": [round(pass_reward_mean(h), 4) for h in per_step],
             "truncated": [None if t is None else round(t, 4) for t in truncated],
             "seconds_training": round(seconds, 1), "seconds_per_step": round(seconds / max(1, n_steps), 1),
             **({"tool_calls": [round(c, 4) for c in calls]} if calls else {}),
-            **({"zero_std_groups": [round(a, 4) for a in alike]} if alike else {})}
+            **({"zero_std_groups": [round(a, 4) for a in alike]} if alike else {}),
+            **({"entropy": [round(e, 4) for e in entropy]} if entropy else {}),
+            # the pass reward's spread over the step's completions: 0 where all of them scored alike on the task itself
+            "rewards_std": [round(pass_reward_mean(h, "std"), 4) for h in per_step]}
 
 
 README = ROOT / "bench" / "README.md"
@@ -144,11 +148,12 @@ def write_readme_section(text: str, readme: Path = README) -> None:
     files.replace_section(readme, BEGIN, END, text)
 
 
-def pass_reward_mean(logged: dict) -> float:
-    """A step's mean of the reward that decides a pass (grpokit.evaluate's rule), else its total reward."""
+def pass_reward_mean(logged: dict, figure: str = "mean") -> float:
+    """A step's mean (or std) of the reward that decides a pass (grpokit.evaluate's rule), else of its total reward."""
     from grpokit.evaluate import PASS_REWARDS
 
-    return next((logged[f"rewards/{n}/mean"] for n in PASS_REWARDS if f"rewards/{n}/mean" in logged), logged["reward"])
+    return next((logged[f"rewards/{n}/{figure}"] for n in PASS_REWARDS if f"rewards/{n}/{figure}" in logged),
+                logged["reward" if figure == "mean" else "reward_std"])
 
 
 def eval_run(run_dir: Path | None, out: Path, recipe_path: Path = RECIPE) -> dict:

@@ -107,16 +107,21 @@ def calls_table(r: dict) -> list[str]:
     """Greedy calls per completion as a distribution, how calls ended, and the training steps whose groups all scored
     alike (no gradient)."""
     rows = ["| model | completions with 0 / 1 / 2 / 3+ calls | calls ended: ok / code error / timeout / crash / unparseable "
-            "| training steps with every group alike |", "|---|---|---|---:|"]
+            "| training steps with every group alike | groups without spread: whole run / last third | entropy, last 5 "
+            "steps |", "|---|---|---|---:|---|---:|"]
     for label, m, seed in [(_start(r), r["base"], None)] + [(f"seed {s['seed']}", s["after"], s) for s in r["seeds"]]:
         t = m.get("tools", {})
         dist = t.get("calls_distribution") or {}
         kinds = t.get("call_outcomes") or {}
         alike = (seed or {}).get("zero_std_groups") or []
         flat = f"{sum(1 for a in alike if a >= 1.0)} of {len(alike)}" if alike else "-"
+        third = alike[-max(1, len(alike) // 3):]
+        spread = f"{sum(alike) / len(alike):.0%} / {sum(third) / len(third):.0%}" if alike else "-"
+        entropy = (seed or {}).get("entropy") or []
+        last = f"{sum(entropy[-5:]) / len(entropy[-5:]):.2f}" if entropy else "-"
         rows.append(f"| {label} | {' / '.join(f'{dist.get(k, 0):.2f}' for k in ('0', '1', '2', '3+'))} | "
                     f"{' / '.join(str(kinds.get(k, 0)) for k in ('ok', 'error', 'timeout', 'crash', 'unparseable'))} | "
-                    f"{flat} |")
+                    f"{flat} | {spread} | {last} |")
     return rows
 
 

@@ -147,15 +147,18 @@ def logps_and_entropies(trainer, model, input_ids: torch.Tensor, attention_mask:
     With a shared lead of C tokens, prompt i (of n real tokens) is computed as the lead (once), then its own tokens
     but the last against the lead's keys and values, right-aligned after it (padding between, masked), then each row:
     the last prompt token and the completion. Every token is placed at its position within its own prompt (the lead at
-    0..C-1, the prompt's last token at n-1): TRL places them at their column, n's left padding further on, which
-    rotary embeddings make the same attention (a shift of every position of a row), to float rounding."""
+    0..C-1, the prompt's last token at n-1): TRL places them at their column, further on by the prompt's left
+    padding. Rotary embeddings make that the same attention (every position of a row shifted alike), to float
+    rounding; a model without them (absolute position embeddings) gets no lead."""
     width = input_ids.size(1) - logits_to_keep  # the prompts' columns
     if width < 2:
         return None
     prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], dim=1)
     distinct, row_of = torch.unique(prompts, dim=0, return_inverse=True)
     lengths = distinct[:, width:].sum(dim=1)  # each distinct prompt's real tokens (left-padded)
-    lead = common_prefix([d[width - n:width] for d, n in zip(distinct, lengths.tolist(), strict=True)])
+    # the lead's tokens sit at other absolute positions than TRL's: the same attention only under rotary embeddings
+    lead = (common_prefix([d[width - n:width] for d, n in zip(distinct, lengths.tolist(), strict=True)])
+            if trl_compat.rotary_positions(model.config) else 0)
     if len(distinct) == len(prompts) and not lead:
         return None
     recording, read_only = _caches()

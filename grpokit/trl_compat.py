@@ -411,6 +411,16 @@ def plain_dynamic_cache(config) -> bool:
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
 
+def rotary_positions(config) -> bool:
+    """Whether the model places tokens by rotary embeddings (transformers 5's `rope_parameters` on its text config):
+    attention then depends on positions' differences only, so a row's positions may all be shifted alike."""
+    try:
+        text = config.get_text_config(decoder=True)
+    except Exception:  # not a transformers config
+        return False
+    return bool(getattr(text, "rope_parameters", None))
+
+
 def torch_dispatch():
     """(`TorchDispatchMode`, `tree_map_only`) from torch's private `torch.utils._python_dispatch` and `_pytree`."""
     from torch.utils._python_dispatch import TorchDispatchMode

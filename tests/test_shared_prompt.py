@@ -144,6 +144,23 @@ def test_a_shared_lead_is_shared_even_where_no_prompt_repeats(trainer):
     assert_gradients_close(ours[2], theirs[2])
 
 
+def test_a_model_without_rotary_embeddings_gets_no_lead(trainer, monkeypatch):
+    # the lead puts tokens at other absolute positions than TRL does: the same attention under rotary embeddings only
+    from transformers import GPT2Config, LlamaConfig
+
+    from grpokit import trl_compat
+
+    assert trl_compat.rotary_positions(trainer.model.config) and trl_compat.rotary_positions(LlamaConfig())
+    assert not trl_compat.rotary_positions(GPT2Config())
+    monkeypatch.setattr(trl_compat, "rotary_positions", lambda config: False)
+    prompts = [LEAD + "What is 2 + 2?", LEAD + "What is 12 + 30? Think first."]
+    ids, mask, keep = rows(trainer, prompts, 2, [3, 7, 5, 2])
+    before = trainer.shared_prompt_tally.computed
+    trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep)
+    tok = trainer.processing_class
+    assert trainer.shared_prompt_tally.computed - before == sum(len(tok(p)["input_ids"]) for p in prompts)
+
+
 def test_the_common_prefix_leaves_each_prompt_two_tokens_and_ignores_short_leads():
     t = torch.tensor
     long = list(range(100, 100 + shared_prompt.MIN_LEAD + 4))

@@ -106,7 +106,8 @@ def markdown(r: dict) -> str:
 def calls_table(r: dict) -> list[str]:
     """Greedy calls per completion as a distribution, how calls ended, and the training steps whose groups all scored
     alike (no gradient)."""
-    rows = ["| model | completions with 0 / 1 / 2 / 3+ calls | calls ended: ok / code error / timeout / crash / unparseable "
+    rows = ["| model | completions with 0 / 1 / 2 / 3+ calls | calls ended: ok / code error / timeout / crash / unparseable (- not "
+            "kept) "
             "| training steps with every group alike | groups without spread: whole run / last third | entropy, last 5 "
             "steps |", "|---|---|---|---:|---|---:|"]
     for label, m, seed in [(_start(r), r["base"], None)] + [(f"seed {s['seed']}", s["after"], s) for s in r["seeds"]]:
@@ -120,7 +121,7 @@ def calls_table(r: dict) -> list[str]:
         entropy = (seed or {}).get("entropy") or []
         last = f"{sum(entropy[-5:]) / len(entropy[-5:]):.2f}" if entropy else "-"
         rows.append(f"| {label} | {' / '.join(f'{dist.get(k, 0):.2f}' for k in ('0', '1', '2', '3+'))} | "
-                    f"{' / '.join(str(kinds.get(k, 0)) for k in ('ok', 'error', 'timeout', 'crash', 'unparseable'))} | "
+                    f"{' / '.join(str(kinds.get(k, 0)) for k in ('ok', 'error', 'timeout', 'crash', 'unparseable')) if kinds else '-'} | "
                     f"{flat} | {spread} | {last} |")
     return rows
 

@@ -99,7 +99,6 @@ class Timers:
                            "shapes": dict(self.shapes), **self.prompt_tokens()})
         self.seconds, self.shapes = defaultdict(float), defaultdict(list)
 
-
     def prompt_tokens(self) -> dict:
         """The step's prompt tokens the loss pass computed and took from another copy (grpokit.shared_prompt's
         tally), where the trainer keeps one."""

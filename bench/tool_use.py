@@ -106,10 +106,9 @@ def markdown(r: dict) -> str:
 def calls_table(r: dict) -> list[str]:
     """Greedy calls per completion as a distribution, how calls ended, and the training steps whose groups all scored
     alike (no gradient)."""
-    rows = ["| model | completions with 0 / 1 / 2 / 3+ calls | calls ended: ok / code error / timeout / crash / unparseable (- not "
-            "kept) "
-            "| training steps with every group alike | groups without spread: whole run / last third | entropy, last 5 "
-            "steps |", "|---|---|---|---:|---|---:|"]
+    rows = ["| model | completions with 0 / 1 / 2 / 3+ calls | calls ended: ok / code error / timeout / crash / unparseable "
+            "(- not kept) | training steps with every group alike | groups without spread: whole run / last third | "
+            "entropy, last 5 steps |", "|---|---|---|---:|---|---:|"]
     for label, m, seed in [(_start(r), r["base"], None)] + [(f"seed {s['seed']}", s["after"], s) for s in r["seeds"]]:
         t = m.get("tools", {})
         dist = t.get("calls_distribution") or {}

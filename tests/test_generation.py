@@ -76,11 +76,11 @@ def test_a_turn_and_the_turn_after_a_tool_draw_what_trl_draws(trainer, sample):
 def test_a_lead_all_prompts_share_is_prefilled_once_and_draws_what_trl_draws(trainer, sample):
     from grpokit.shared_prompt import MIN_LEAD
 
-    from tests.test_shared_prompt import LEAD
+    from tests.test_shared_prompt import LEAD, lead_of
 
     tok = trainer.processing_class
     prompts = [tok(LEAD + q)["input_ids"] for q in ("What is 2 + 2?", "What is 12 + 30? Think first.", "Add 4 and 4.")]
-    lead = next(i for i in range(min(map(len, prompts))) if len({tuple(p[:i + 1]) for p in prompts}) > 1)
+    lead = lead_of(prompts)
     assert lead >= MIN_LEAD
     rows = [p for p in prompts for _ in range(4)]
     trainer.generation_config.do_sample = sample

@@ -111,6 +111,11 @@ LEAD = ("You are a careful calculator. Use the tools add, subtract and multiply 
         "result. Example: What is 2718 * 43? Call multiply with a = 2718 and b = 43. ")
 
 
+def lead_of(token_lists: list[list[int]]) -> int:
+    """How many leading tokens all of `token_lists` share."""
+    return next(i for i in range(min(map(len, token_lists))) if len({tuple(t[:i + 1]) for t in token_lists}) > 1)
+
+
 def test_a_lead_all_prompts_share_is_computed_once_and_the_pass_is_still_trls(trainer):
     # three prompts after one long lead, their own parts of unequal lengths (left padding differs), two copies each
     prompts = [LEAD + "What is 2 + 2?", LEAD + "What is 12 + 30? Think first, then answer.", LEAD + "Add 4 and 4."]
@@ -126,7 +131,7 @@ def test_a_lead_all_prompts_share_is_computed_once_and_the_pass_is_still_trls(tr
     # the lead computed once, each prompt's own tokens once
     tok = trainer.processing_class
     real = [tok(p)["input_ids"] for p in prompts]
-    lead = next(i for i in range(len(real[0])) if len({tuple(r[:i + 1]) for r in real}) > 1)
+    lead = lead_of(real)
     assert lead >= shared_prompt.MIN_LEAD
     computed = lead + sum(len(r) - lead for r in real)
     assert (tally.computed - before[0], tally.shared - before[1]) == (computed, 2 * sum(map(len, real)) - computed)

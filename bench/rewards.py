@@ -160,7 +160,7 @@ def replacement_cost(rounds: int = 3) -> None:
     importing it -- what a fresh cage's first verdict costs."""
     import statistics
 
-    from rewards._machinery.sandbox.pool import Pool
+    from grpokit.untrusted.pool import Pool
     from rewards.math import MATH_VERIFY
 
     easy, tower = [["\\boxed{2}"], ["\\boxed{\\sqrt{4}}"]], [["\\boxed{42}"], ["\\boxed{9^{9^{9^{9}}}}"]]
@@ -193,7 +193,7 @@ def code_throughput(n: int, batch: int = 64) -> None:
     import os
     import resource
 
-    from rewards._machinery.sandbox import isolation
+    from grpokit.untrusted import isolation
     from rewards.code import CodeTests
 
     rows = [json.loads(line) for line in (Path(__file__).resolve().parent.parent / "grpokit/assets/code20.jsonl").open()]

@@ -10,9 +10,9 @@ How to write one of your own: docs/tools.md.
 
 from __future__ import annotations
 
-from rewards._machinery.sandbox.pool import Kind, shared
-from rewards._machinery.sandbox.python_job import EXTRA_CHARS
-from rewards._machinery.sandbox.session import Session
+from grpokit.untrusted.pool import Kind, shared
+from grpokit.untrusted.python_job import EXTRA_CHARS
+from grpokit.untrusted.session import Session
 
 # Operands past this many digits are refused (the call fails, which TRL counts): a model asking for a
 # thousand-digit product is not doing the task, and its result would crowd the completion budget.
@@ -86,7 +86,7 @@ class PythonTool:
 
     The tool `python(code)` runs the code in a caged worker of grpokit's untrusted-work pool (no network, a new root
     showing only Python and its libraries read-only, a private /tmp of its own, an unprivileged user, seccomp; see
-    rewards/_machinery/sandbox/pool.py) and returns what it printed, stdout and stderr, then the value of a last
+    grpokit/untrusted/pool.py) and returns what it printed, stdout and stderr, then the value of a last
     line that is an expression, or the traceback's last lines when it raised. Later calls of one rollout see what
     earlier calls defined -- variables, imports, functions -- as cells of a notebook do: the rollout keeps one worker
     process, started warm from the cage on its first call (sympy and numpy already imported) and ended at the next
@@ -177,7 +177,7 @@ class PythonTool:
 
 
 def _python_kind(memory_mb: int, processes: int):
-    return Kind("rewards._machinery.sandbox.python_job", "Python tool", "import sympy", memory_mb=memory_mb,
+    return Kind("grpokit.untrusted.python_job", "Python tool", "import sympy", memory_mb=memory_mb,
                 processes=processes, scratch=True)
 
 

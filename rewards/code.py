@@ -2,7 +2,7 @@
 
 The tests come from a dataset column holding a list of Python statements, MBPP's `test_list` form:
 `["assert add(1, 2) == 3", ...]`. Each candidate runs in its own sandboxed process tree
-(`rewards._machinery.sandbox`: time, memory, process, file and output limits, no network, no secrets, a private
+(`grpokit.untrusted`: time, memory, process, file and output limits, no network, no secrets, a private
 read-only view of the filesystem where the kernel allows it), a few at a time; inside it the tests and
 the code run in two processes that exchange only plain data.
 """
@@ -14,7 +14,7 @@ import sys
 import warnings
 
 from rewards import is_integer, is_number, register, text
-from rewards._machinery.sandbox import Limits, SandboxError, isolation, run_many
+from grpokit.untrusted import Limits, SandboxError, isolation, run_many
 
 # A fence opens and closes at the start of a line; the info string (```python) is skipped.
 _FENCED = re.compile(r"^[ \t]*```[^\n`]*\n(.*?)^[ \t]*```", re.S | re.M)
@@ -78,10 +78,10 @@ class CodeTests:
     its own score: the setup and the tests run in a judge process that never runs the code, and the
     code runs in a process that never sees the tests or the setup's values; each use of the code's names
     crosses between them as plain data, keeping what a test can observe (a Counter stays a Counter, a
-    namedtuple keeps its name and fields). rewards/_machinery/sandbox/judge.py says exactly what a test sees.
+    namedtuple keeps its name and fields). grpokit/untrusted/judge.py says exactly what a test sees.
     `timeout` is seconds per test (its calls into the code together); `memory_mb` the address space;
     `workers` how many candidates run at once. What the sandbox holds, and where, is in
-    rewards/_machinery/sandbox/jobs.py; on a machine that refuses namespaces the code can reach the network, and this
+    grpokit/untrusted/jobs.py; on a machine that refuses namespaces the code can reach the network, and this
     reward warns once; where candidates would share the trainer's uid and process space (not root, no
     user namespaces) it refuses to run, saying how to fix the machine.
 
@@ -151,7 +151,7 @@ def _check_isolation(limits: Limits) -> None:
         f"(sandbox layers: {', '.join(sorted(_checked))}), so a completion could kill the trainer (kill(-1)) "
         "or read its environment. Run as root (candidates then run as nobody), or allow user namespaces "
         "(sysctl kernel.apparmor_restrict_unprivileged_userns=0 on Ubuntu 24.04; docker: --security-opt "
-        "seccomp=unconfined). See rewards/_machinery/sandbox/jobs.py."
+        "seccomp=unconfined). See grpokit/untrusted/jobs.py."
     )
 
 
@@ -171,7 +171,7 @@ def _warn_if_weak(layers: frozenset) -> None:
             f"code_tests: this machine refused sandbox layer(s) {', '.join(sorted(missing))} (namespaces: "
             "a container's seccomp profile or user namespaces turned off); limits on time, memory, processes, "
             "files and output still hold, but candidate code can reach the network and write to world-writable "
-            "folders. See rewards/_machinery/sandbox/jobs.py.",
+            "folders. See grpokit/untrusted/jobs.py.",
             stacklevel=3,
         )
     if "stdlib-unreadable" in layers:

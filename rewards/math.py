@@ -3,7 +3,7 @@
 Most RLVR math data (GSM8K, most of MATH) has a plain number as its answer. Those are compared here in
 microseconds with exact rational arithmetic; only answers that are not plain numbers (fractions in
 LaTeX, roots, pi, intervals, sets, tuples, equations) go to math-verify, in the untrusted-work pool's caged
-workers, killed if they run past the time limit (see `rewards._machinery.sandbox.pool`).
+workers, killed if they run past the time limit (see `grpokit.untrusted.pool`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from rewards import is_integer, is_number, register, text
-from rewards._machinery.sandbox.pool import Kind, shared
+from grpokit.untrusted.pool import Kind, shared
 
-MATH_VERIFY = Kind("rewards._machinery.sandbox.math_job", "math-verify", "import math_verify")
+MATH_VERIFY = Kind("grpokit.untrusted.math_job", "math-verify", "import math_verify")
 
 MAX_ANSWER_CHARS = 1000  # a longer "final answer" is not an answer; it scores 0.0 without parsing
 

@@ -6,12 +6,12 @@ import math
 import re
 
 from rewards import is_integer, is_number, register, text
-from rewards._machinery.sandbox.pool import Kind, shared
-from rewards._machinery.sandbox.task_job import ANSWER_FROM, extract
+from grpokit.untrusted.pool import Kind, shared
+from grpokit.untrusted.task_job import ANSWER_FROM, extract
 
 __all__ = ["ANSWER_FROM", "TaskScore", "extract", "SCORERS"]
 
-SCORERS = Kind("rewards._machinery.sandbox.task_job", "task scorer", "import reasoning_gym")
+SCORERS = Kind("grpokit.untrusted.task_job", "task scorer", "import reasoning_gym")
 MAX_COMPLETION_CHARS = 2_000_000  # a longer completion is sent to no scorer: it is scored as having no answer
 
 
@@ -30,7 +30,7 @@ class TaskScore:
     is not a solution and 0.01 to none). The answer is taken as the prompt asks for it (`answer_from`: `tag`, the last
     `<answer>...</answer>`, as reasoning-gym's prompts ask; `last_line`; `last_number`; `whole`); a completion without one is scored
     as the task scores no answer (None given to score_answer: 0.0 for the tasks shipped in recipes, 0.01 for
-    countdown). Scoring runs in `workers` caged processes (rewards/_machinery/sandbox/pool.py: no network, no files
+    countdown). Scoring runs in `workers` caged processes (grpokit/untrusted/pool.py: no network, no files
     of yours, bounded memory and processes; several scorers `eval` the answer), each completion within `timeout` seconds from its problem being built
     (killed past it: 0.0), taking the answer included. A scorer that raises on an answer scores it 0.0: the answer
     is the policy's. A row without a task item scores None, which TRL skips; a problem that cannot be rebuilt stops

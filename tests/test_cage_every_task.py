@@ -19,7 +19,7 @@ from helpers import cage_processes
 
 import rewards
 from grpokit import taskgen, tasks
-from rewards._machinery.sandbox.pool import shared
+from grpokit.untrusted.pool import shared
 from rewards.tasks import SCORERS
 
 # Tasks whose problems carry no gold answer (their scorer checks a solution; there are many): --check says so.

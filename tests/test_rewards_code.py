@@ -13,7 +13,7 @@ import pytest
 
 import rewards
 from rewards import code as code_reward
-from rewards._machinery.sandbox import CHILD, Limits, SandboxError, isolation, run, run_many
+from grpokit.untrusted import CHILD, Limits, SandboxError, isolation, run, run_many
 from rewards.code import CodeTests, extract_code
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -276,7 +276,7 @@ def test_started_by_an_unprivileged_user_it_uses_a_user_namespace():
     from helpers import readable_by_anyone
 
     script = (f"import sys; sys.path.insert(0, {str(readable_by_anyone())!r})\n"
-              "from rewards._machinery.sandbox import Limits, run_many\n"
+              "from grpokit.untrusted import Limits, run_many\n"
               "lim = Limits(time_s=0.3)\n"
               f"jobs = [({HOSTILE['fork_bomb'][0]!r}, {HOSTILE['fork_bomb'][1]!r}, ''),"
               f" ({HOSTILE['kill_parent'][0]!r}, ['assert True'], ''), ('def f(): return 1', ['assert f() == 1'], '')]\n"
@@ -345,7 +345,7 @@ def test_a_recipe_column_reaches_the_reward_in_real_steps(tmp_path):
 def test_a_sandbox_that_cannot_start_is_an_error_not_a_zero(tmp_path, monkeypatch):
     broken = tmp_path / "child.py"
     broken.write_text("raise SystemExit('no namespaces, no nothing')\n")
-    monkeypatch.setattr("rewards._machinery.sandbox.jobs.CHILD", str(broken))
+    monkeypatch.setattr("grpokit.untrusted.jobs.CHILD", str(broken))
     with pytest.raises(SandboxError, match="did not start.*no namespaces, no nothing"):
         run("def f(): return 1", ["assert f() == 1"], limits=FAST)
 
@@ -360,5 +360,5 @@ def test_trl_contract_pickles_ignores_extra_columns_and_documents_itself():
                  tests=[["assert x == 1"]], answer=["1"], trainer_state=None, some_other_column=[3])
     assert out == [1.0]
     assert ">>>" in rewards.entry("code_tests").doc
-    for module in ("rewards.code", "rewards._machinery.sandbox", "rewards._machinery.sandbox.jobs"):
+    for module in ("rewards.code", "grpokit.untrusted", "grpokit.untrusted.jobs"):
         assert doctest.testmod(importlib.import_module(module)).failed == 0, module

@@ -1,8 +1,8 @@
 """code_tests' verdicts: nothing the graded code executes can change its own verdict.
 
-The judge (rewards/_machinery/sandbox/judge.py) runs the setup and every statement of every test; the code runs in
+The judge (grpokit/untrusted/judge.py) runs the setup and every statement of every test; the code runs in
 another process (sandbox/candidate.py) that never sees the tests or the setup's values, and answers each call as plain data
-(rewards/_machinery/sandbox/values.py).
+(grpokit/untrusted/values.py).
 """
 
 import importlib
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rewards._machinery.sandbox import Limits, build_job, run
-from rewards._machinery.sandbox.values import BadValue, decode, encode
+from grpokit.untrusted import Limits, build_job, run
+from grpokit.untrusted.values import BadValue, decode, encode
 from rewards.code import CodeTests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,7 +258,7 @@ def test_several_asserts_and_loops_are_judged_by_the_tests_own_statements():
 def test_the_judge_modules_document_themselves():
     import doctest
 
-    for module in (f"rewards._machinery.sandbox.{name}" for name in ("judge", "candidate", "values", "link")):
+    for module in (f"grpokit.untrusted.{name}" for name in ("judge", "candidate", "values", "link")):
         assert doctest.testmod(importlib.import_module(module)).failed == 0, module
 
 

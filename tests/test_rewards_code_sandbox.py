@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from rewards._machinery.sandbox import Limits, SandboxError, isolation, run, run_many
+from grpokit.untrusted import Limits, SandboxError, isolation, run, run_many
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = Limits(time_s=2.0, memory_mb=256, processes=16, file_mb=4, output_kb=16)
 LAYERS = isolation(FAST)
-# Where the kernel refuses namespaces these bounds do not hold, and rewards/_machinery/sandbox/jobs.py says so.
+# Where the kernel refuses namespaces these bounds do not hold, and grpokit/untrusted/jobs.py says so.
 NAMESPACES = pytest.mark.skipif(not {"newroot", "noshm"} <= LAYERS, reason="no namespaces on this machine (documented)")
 MB = 1 << 20
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the trainer's side of the case)")
@@ -180,9 +180,9 @@ def test_a_new_root_that_cannot_be_built_is_an_error_not_a_weaker_sandbox(tmp_pa
     # A mount of the new root refused (here: a folder to show that does not exist): the job stops before
     # the code runs, and the error names the step.
     child = tmp_path / "child.py"
-    child.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'rewards/_machinery/sandbox')!r})\nimport child as c\n"
+    child.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'grpokit/untrusted')!r})\nimport child as c\n"
                      "c._visible = lambda: ['/nonexistent-grpokit']\nc.main()\n")
-    monkeypatch.setattr("rewards._machinery.sandbox.jobs.CHILD", str(child))
+    monkeypatch.setattr("grpokit.untrusted.jobs.CHILD", str(child))
     with pytest.raises(SandboxError, match="did not start.*mount /nonexistent-grpokit on"):
         run("def f(): return 1", ["assert f() == 1"], limits=FAST)
 
@@ -193,7 +193,7 @@ def _as_nobody(script: str) -> str:
     from helpers import readable_by_anyone
 
     head = (f"import sys; sys.path.insert(0, {str(readable_by_anyone())!r})\n"
-            "from rewards._machinery.sandbox import Limits, SandboxError, isolation, run, run_many\n")
+            "from grpokit.untrusted import Limits, SandboxError, isolation, run, run_many\n")
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
                            head + script], capture_output=True, text=True, timeout=120, cwd="/")
     assert done.returncode == 0, done.stderr
@@ -328,7 +328,7 @@ def _peak_of_trainer(jobs: list) -> tuple[int, list]:
     try:
         script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
                   f"open({str(joined / 'cgroup.procs')!r}, 'w').write('0')\n"  # joins before it starts anything
-                  "from rewards._machinery.sandbox import Limits, run_many\n"
+                  "from grpokit.untrusted import Limits, run_many\n"
                   f"out = run_many({jobs!r}, {FAST!r}, workers=2)\n"
                   "print(repr([(o.passed, sorted(o.isolation)) for o in out]))\n")
         done = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=120, cwd="/")
@@ -368,8 +368,8 @@ def test_the_memory_hog_works_without_the_sandbox():
 
 
 def _child_module():
-    """rewards/_machinery/sandbox/child.py as a module of its own (it is a script, run by path)."""
-    spec = importlib.util.spec_from_file_location("grpokit_sandbox_child", ROOT / "rewards/_machinery/sandbox/child.py")
+    """grpokit/untrusted/child.py as a module of its own (it is a script, run by path)."""
+    spec = importlib.util.spec_from_file_location("grpokit_sandbox_child", ROOT / "grpokit/untrusted/child.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""The untrusted-work pool (rewards/_machinery/sandbox/pool.py) under hard input, through math-verify and
+"""The untrusted-work pool (grpokit/untrusted/pool.py) under hard input, through math-verify and
 reasoning-gym's scorers: identical checks run once per call, a dead worker or cage is replaced, spares take the queue, nothing outlives the
 trainer's process, and the cage holds (layers reported; a worker that ran an answer's code scores nothing after it).
 
@@ -20,7 +20,7 @@ from helpers import ROOT, cage_processes
 
 import rewards
 from grpokit import tasks
-from rewards._machinery.sandbox import pool as untrusted
+from grpokit.untrusted import pool as untrusted
 from rewards.math import MATH_VERIFY, Accuracy
 from rewards.tasks import SCORERS
 
@@ -49,7 +49,7 @@ PARENT = r"""
 import sys, threading, time
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + "/tests")
 from helpers import cage_processes
-from rewards._machinery.sandbox.pool import shared
+from grpokit.untrusted.pool import shared
 from rewards.math import MATH_VERIFY
 
 pool = shared(MATH_VERIFY, 2)

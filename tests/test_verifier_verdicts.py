@@ -2,12 +2,12 @@
 
 The setup and every statement of a test run on a trusted side that never runs the graded code; each use of a
 name the code defines crosses to the code's sandbox as plain data and comes back as plain data
-(rewards/_machinery/sandbox/judge.py, candidate.py, values.py).
+(grpokit/untrusted/judge.py, candidate.py, values.py).
 """
 
 import pytest
 
-from rewards._machinery.sandbox import Limits, run
+from grpokit.untrusted import Limits, run
 
 FAST = Limits(time_s=1.0, memory_mb=256, processes=16, file_mb=4, output_kb=16)
 
@@ -350,7 +350,7 @@ def test_a_right_answer_passes_the_same_tests():
     b"xs11:defaultdicts4:evald0:",  # a factory other than a plain type
 ])
 def test_a_forged_value_naming_classes_or_attributes_is_refused(data):
-    from rewards._machinery.sandbox.values import BadValue, decode
+    from grpokit.untrusted.values import BadValue, decode
 
     class Box:
         pass

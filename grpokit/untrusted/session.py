@@ -7,7 +7,7 @@ import os
 import time
 from multiprocessing.connection import wait
 
-from rewards._machinery.sandbox.pool import STARTUP_TIMEOUT_S, Pool, Reply, WorkerStartError, _read, _Worker
+from grpokit.untrusted.pool import STARTUP_TIMEOUT_S, Pool, Reply, WorkerStartError, _read, _Worker
 
 
 class Session:

@@ -11,6 +11,6 @@ holds the tests, the setup's values or functions, the results pipe or its nonce.
 [True, False]
 """
 
-from rewards._machinery.sandbox.jobs import CHILD, Limits, Outcome, SandboxError, build_job, isolation, run, run_many
+from grpokit.untrusted.jobs import CHILD, Limits, Outcome, SandboxError, build_job, isolation, run, run_many
 
 __all__ = ["CHILD", "Limits", "Outcome", "SandboxError", "build_job", "isolation", "run", "run_many"]

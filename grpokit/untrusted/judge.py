@@ -37,7 +37,7 @@ decide), so such a test fails with a TypeError naming its class. A value past th
 64 levels, an int of 131,072 bits) fails its test, as does an answer the code's process cannot send (`Broken`,
 which a test's `except Exception` does not catch).
 
->>> from rewards._machinery.sandbox import run
+>>> from grpokit.untrusted import run
 >>> out = run("def f(x):\\n    return x + 1", ["assert f(1) == 2", "assert f(1) == 3"])
 >>> out.passed, out.notes
 ([True, False], ['<test 1>: AssertionError (f(1) = 2)'])
@@ -50,8 +50,8 @@ import reprlib
 import signal
 import sys
 
-from rewards._machinery.sandbox.link import Peer
-from rewards._machinery.sandbox.values import BadValue, Handle, refill, stand_in
+from grpokit.untrusted.link import Peer
+from grpokit.untrusted.values import BadValue, Handle, refill, stand_in
 
 # A test's `math`, `re`, `collections`, ... is this side's own import whatever the code binds to the name.
 _MODULES = {"math", "cmath", "collections", "itertools", "functools", "operator", "string", "re", "fractions",

@@ -1,7 +1,7 @@
-"""The inside of the untrusted-work pool (`rewards._machinery.sandbox.pool` starts it and says why and what holds).
+"""The inside of the untrusted-work pool (`grpokit.untrusted.pool` starts it and says why and what holds).
 
 Started as `python -I -c <bootstrap code> ROOT MODULE CONTROL_FD LIMITS` with this package loaded as modules of empty
-`rewards`, `rewards._machinery` and `rewards._machinery.sandbox` packages (their __init__s, the trainer's reward
+`rewards`, `rewards._machinery` and `grpokit.untrusted` packages (their __init__s, the trainer's reward
 registry, are not run). Standard library only, besides the sandbox's layers (`child`) and the kind's MODULE, which
 defines `warm()` (imports and warms the library; run once, before any job) and `run(job, tell)` (one job;
 `tell("build")` says trusted work outside the job's time starts, e.g. building its problem, and `tell("mark")` that
@@ -51,8 +51,8 @@ import socket
 import sys
 from multiprocessing.connection import Connection
 
-from rewards._machinery.sandbox import child as layers
-from rewards._machinery.sandbox.pool import FRAME
+from grpokit.untrusted import child as layers
+from grpokit.untrusted.pool import FRAME
 
 REAP_EVERY_S = 0.5  # how often an idle zygote reaps the processes that have exited (zombies hold a pid each)
 MAX_JOB_BYTES = 8 << 20  # a job (a completion, its problem's key) read by a worker at most

@@ -19,7 +19,7 @@ import ast
 import sys
 import traceback
 
-from rewards._machinery.sandbox.candidate import Captured
+from grpokit.untrusted.candidate import Captured
 
 WATCH = False  # every job here is the model's code by design: no taint to report, the worker dies with its rollout
 TRACEBACK_LINES = 6  # the end of a traceback is what says what went wrong; the model reads no more than these

@@ -1,4 +1,4 @@
-"""The sandbox's inside: started by `rewards._machinery.sandbox.jobs` as `python -I -S child.py RESULT_FD SECRET_FD`.
+"""The sandbox's inside: started by `grpokit.untrusted.jobs` as `python -I -S child.py RESULT_FD SECRET_FD`.
 
 Standard library only; of grpokit's, only the two sides' modules of this package (judge, candidate, link,
 values), loaded before the new root hides them. Four processes, so that the one running the candidate is
@@ -595,17 +595,14 @@ def main() -> None:
 
 
 def _load_sides():
-    """The two sides' modules, as modules of empty `rewards`, `rewards._machinery` and `rewards._machinery.sandbox`
-    packages (their __init__s, the trainer's reward registry and this package's face, are not run): loaded here,
-    before the new root hides them."""
+    """The two sides' modules, as modules of empty `grpokit` and `grpokit.untrusted` packages (their __init__s, this
+    package's face, are not run): loaded here, before the new root hides them."""
     here = os.path.dirname(os.path.abspath(__file__))
-    machinery = os.path.dirname(here)
-    for name, path in (("rewards", os.path.dirname(machinery)), ("rewards._machinery", machinery),
-                       ("rewards._machinery.sandbox", here)):
+    for name, path in (("grpokit", os.path.dirname(here)), ("grpokit.untrusted", here)):
         package = type(sys)(name)
         package.__path__ = [path]
         sys.modules[name] = package
-    from rewards._machinery.sandbox import candidate, judge, link
+    from grpokit.untrusted import candidate, judge, link
 
     return link, judge, candidate
 

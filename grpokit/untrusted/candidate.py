@@ -27,8 +27,8 @@ import functools
 import signal
 import sys
 
-from rewards._machinery.sandbox.link import Peer, _text, builtin_base
-from rewards._machinery.sandbox.values import MAX_BYTES, BadValue, Handle, encode
+from grpokit.untrusted.link import Peer, _text, builtin_base
+from grpokit.untrusted.values import MAX_BYTES, BadValue, Handle, encode
 
 
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from rewards._machinery.sandbox.process import end, sandbox_ids, start
+from grpokit.untrusted.process import end, sandbox_ids, start
 
 STARTUP_TIMEOUT_S = 120.0  # importing sympy or reasoning-gym on a loaded 2-core box takes seconds, not minutes
 BUILD_TIMEOUT_S = 300.0  # for the trusted part a worker announces (building a problem; bounded at --check)
@@ -55,13 +55,12 @@ STUCK_FRACTION = 0.25  # a job past this share of its limit is likely to run it 
 MAX_SPARES_PER_WORKER = 1  # each stuck job holds a CPU until its limit
 MAX_REPLY_BYTES = 64 << 10  # one message from a worker at most; a longer one ends the worker
 FRAME = 32  # bytes per control frame to the zygote: a stream socket may split or join sends, frames keep them apart
-ROOT = str(Path(__file__).resolve().parents[3])
+ROOT = str(Path(__file__).resolve().parents[2])
 _BOOTSTRAP = (
     "import sys, json; sys.path.insert(0, sys.argv[1]); "
     "[sys.modules.setdefault(n, type(sys)(n)).__dict__.setdefault('__path__', [p]) for n, p in "
-    "(('rewards', sys.argv[1] + '/rewards'), ('rewards._machinery', sys.argv[1] + '/rewards/_machinery'), "
-    "('rewards._machinery.sandbox', sys.argv[1] + '/rewards/_machinery/sandbox'))]; "
-    "from rewards._machinery.sandbox.cage import bootstrap; "
+    "(('grpokit', sys.argv[1] + '/grpokit'), ('grpokit.untrusted', sys.argv[1] + '/grpokit/untrusted'))]; "
+    "from grpokit.untrusted.cage import bootstrap; "
     "bootstrap(sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]))"
 )
 
@@ -74,7 +73,7 @@ class WorkerStartError(RuntimeError):
 class Kind:
     """What a pool's workers run: `module` (imported and warmed once in the cage, see cage.py) and its limits."""
 
-    module: str                  # "rewards._machinery.sandbox.task_job"
+    module: str                  # "grpokit.untrusted.task_job"
     what: str                    # how messages name the work: "task scorer"
     check: str                   # the import a user can try when workers do not start
     memory_mb: int = 1024        # address space a job may add to the warm worker's
@@ -100,7 +99,7 @@ def _visible() -> list[str]:
     site-packages) and the project's `rewards` and `grpokit` -- not the project's other files, nor the folder of
     the script that started the trainer."""
     shown = {os.path.realpath(p) for p in (sys.prefix, *site.getsitepackages()) if os.path.isdir(p)}
-    shown |= {os.path.join(ROOT, "rewards"), os.path.join(ROOT, "grpokit")}
+    shown.add(os.path.join(ROOT, "grpokit"))
     return sorted(p for p in shown if not any(p.startswith(q + "/") for q in shown))
 
 

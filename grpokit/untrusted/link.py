@@ -21,7 +21,7 @@ import sys
 from builtins import (BaseException, EOFError, Exception, OSError, TypeError, ValueError, bool, bytearray, bytes, dict,
                       enumerate, getattr, id, int, isinstance, issubclass, iter, len, list, next, set, str, tuple, type)
 
-from rewards._machinery.sandbox.values import MAX_BYTES, BadValue, Decoder, Encoder, Handle, encode, refill, stand_in
+from grpokit.untrusted.values import MAX_BYTES, BadValue, Decoder, Encoder, Handle, encode, refill, stand_in
 
 
 class Pipe:

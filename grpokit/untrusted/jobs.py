@@ -116,8 +116,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rewards._machinery.sandbox.candidate import setup_for_code
-from rewards._machinery.sandbox.process import end, sandbox_ids, start
+from grpokit.untrusted.candidate import setup_for_code
+from grpokit.untrusted.process import end, sandbox_ids, start
 
 CHILD = str(Path(__file__).resolve().with_name("child.py"))
 STARTUP_TIMEOUT_S = 30.0  # a python start on a loaded 2-core box; the candidate's clock starts after it

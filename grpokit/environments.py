@@ -155,11 +155,20 @@ class PythonTool:
         reply = self._session.run({"code": code, "max_chars": self.max_output_chars}, self.timeout_seconds)
         if reply.how == "result":
             self.calls.append("error" if reply.value["failed"] else "ok")
-            return reply.value["output"] or "(no output)"
+            output = reply.value["output"] or "(no output)"
+            if reply.ended:  # it left something running: ended with the interpreter, and the model is told
+                output += (f"\n[the interpreter was restarted after this call: {reply.ended}; names defined before "
+                           "are gone]")
+            return output
         self.calls.append("timeout" if reply.how == "timeout" else "crash")
         if reply.how == "timeout":
             raise TimeoutError(f"the code ran past {self.timeout_seconds:g} s and was stopped; the interpreter "
                                "restarted, so names defined before are gone")
+        if reply.how == "refused":
+            raise ValueError(f"the code was not run: {reply.value}")
+        if reply.how == "invalid":
+            raise RuntimeError("the interpreter's answer was not a cell's output (the code replaced how a call "
+                               "returns); it restarted, so names defined before are gone")
         raise RuntimeError("the interpreter stopped (out of memory, or killed); it restarted, so names defined before "
                            "are gone")
 

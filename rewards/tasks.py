@@ -85,6 +85,7 @@ class TaskScore:
             log_metric(f"{NAME}/limit_s", self.timeout)
             log_metric(f"{NAME}/timeouts", float(self.last.timeouts))
             log_metric(f"{NAME}/scorer_errors", float(self.last.scorer_errors))
+            log_metric(f"{NAME}/refused", float(self.last.refused))
         return out
 
 
@@ -93,17 +94,20 @@ def _is_score(value) -> bool:
 
 
 class Tally:
-    """What the last call's scoring did beyond a score: completions past the time limit, and those whose scorer
-    raised on the answer (scored 0.0: several scorers `eval` the answer, and the answer is the policy's)."""
+    """What the last call's scoring did beyond a score: completions past the time limit (or whose scoring process
+    died), those whose scorer raised on the answer or replied with what no score is (scored 0.0: several scorers
+    `eval` the answer, and the answer is the policy's), and those too big to send to a scorer (0.0)."""
 
     def __init__(self):
-        self.timeouts = self.scorer_errors = 0
+        self.timeouts = self.scorer_errors = self.refused = 0
 
     def count(self, reply, n: int) -> None:
         if reply.how in ("timeout", "crash"):
             self.timeouts += n
-        elif reply.how == "error" or (reply.how == "result" and not _is_score(reply.value)):
+        elif reply.how in ("error", "invalid") or (reply.how == "result" and not _is_score(reply.value)):
             self.scorer_errors += n
+        elif reply.how == "refused":
+            self.refused += n
 
 
 NONSENSE = "I do not know"  # what the audit offers as an answer that answers nothing

@@ -1,9 +1,9 @@
 """A math-verify job, as the untrusted-work pool's workers run it (`sandbox.pool`; imported in the cage).
 
 A job is [gold, prediction]: each a list of strings to try with math-verify's `parse` in order, the first non-empty
-parse counting (the prediction None when the completion had no answer). The worker marks the job once the gold has
-parsed (a job past its time then scores 0.0, not None); the result is None (the gold cannot be parsed: no verdict),
-True or False.
+parse counting (the prediction None when the completion had no answer). Parsing the gold is the job's trusted part
+(`prepare`, within the job's own limit, timed apart); a job past its time after it scores 0.0, not None. The result
+is None (the gold cannot be parsed: no verdict), True or False, and the keeper takes nothing else (`check`).
 
 math-verify does not run the answer's text as Python: its only `parse_expr` (sympy's, which evaluates) is reached
 from a regex whose characters are digits, '.', white space and the operators + - * x / ^ ( ) ÷ (math_verify/parser.py,
@@ -57,18 +57,34 @@ def _parse_first(candidates: tuple) -> list:
 _parse_gold = lru_cache(maxsize=4096)(_parse_first)  # a gold is checked against each completion of its group
 
 
-def run(job: list, tell) -> bool | None:
-    gold, pred = job
+PREPARE_S = None  # parsing the gold: within the job's own limit
+
+
+def _gold(gold: list) -> list:
     try:
-        parsed_gold = _parse_gold(tuple(gold))
+        return _parse_gold(tuple(gold))
     except Exception:  # noqa: BLE001 - any failure means "cannot be parsed"
-        parsed_gold = []
-    # Only a number, an expression or a set counts: a parse that is nothing but the input string would be compared
-    # as text, and the answer scored against prose nobody can check.
-    if not any(not isinstance(p, str) for p in parsed_gold):
-        return None
-    tell("mark")
+        return []
+
+
+def prepare(job: list) -> bool:
+    """The trusted part: the gold parsed. Only a number, an expression or a set counts: a parse that is nothing but
+    the input string would be compared as text, and the answer scored against prose nobody can check (False: no
+    verdict)."""
+    return any(not isinstance(p, str) for p in _gold(job[0]))
+
+
+def run(job: list) -> bool:
+    gold, pred = job
+    parsed_gold = _gold(gold)  # kept by `prepare`
     try:
         return pred is not None and bool(_verify(parsed_gold, _parse_first(tuple(pred)), timeout_seconds=None))
     except Exception:  # noqa: BLE001 - a prediction that breaks sympy is a wrong answer
         return False
+
+
+def check(job: list, value) -> bool | None:
+    """The keeper's check of a result: a verdict or none."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise ValueError(f"a verdict is true, false or none, got {type(value).__name__}")

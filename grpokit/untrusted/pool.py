@@ -1,33 +1,47 @@
-"""The one home for untrusted work: a pool of caged worker processes that run a job each at a time, bounded.
+"""The one home for untrusted work: a pool of caged workers that run a job each at a time, bounded.
 
 What runs here: everything that reads a model's output with code we did not write -- reasoning-gym's scorers (several
-`eval` the answer, or hand it to sympy's `parse_expr`, which does) and math-verify. A `Kind` names the module a worker
-imports (`sandbox.task_job`, `sandbox.math_job`, in `rewards._machinery`); the pool is the same for both.
-(code_tests' sandbox, `sandbox.jobs`, runs a whole program per candidate instead, and shares this module's way of
-starting and ending a process tree: sandbox/process.py.)
+`eval` the answer, or hand it to sympy's `parse_expr`, which does), math-verify, and the Python tool's cells. A `Kind`
+names the module a worker imports (`grpokit.untrusted.task_job`, `math_job`, `python_job`); the pool is the same for
+all. (code_tests' sandbox, `jobs`, runs a whole program per candidate instead, and shares this module's way of
+starting and ending a process tree: process.py.)
 
 Why processes: a thread cannot be stopped mid-call (a bignum power in sympy holds the GIL for minutes); a process can
 be killed. Why a zygote: a worker past its time is killed and must be replaced, and a fresh Python importing sympy
 or reasoning-gym takes 1-3 s of CPU; the zygote imports and warms the kind's module once and forks each worker on
 request, warm, in milliseconds. Nothing is forked from the trainer's process (which holds torch's threads).
 
-What holds for a job (sandbox/cage.py builds it; a pool's `layers` names those that held on this machine):
-    time       wall time per job from the moment the worker takes it, less what it announces as trusted work (building
-               the problem: not the answer's time; bounded by BUILD_TIMEOUT_S), then killed; CPU time per job
-               (3 x timeout + 1 s) as the kernel's backstop should the pool die mid-job
-    memory     the worker's address space at start plus `memory_mb` (a MemoryError in the job past it)
-    processes  `processes` at most (a fork bomb gets EAGAIN), each worker in a pid namespace of its own whose
-               leftovers are killed after every job; nothing outlives the pool's process (parent-death signals, and
-               the pid namespaces die with their pid 1)
-    files      a new root: read-only binds of this python, its site-packages and the project's `rewards` and
-               `grpokit`, nothing else of the host (no home, no /etc, no data); a private /tmp of `file_mb`
+A worker is two processes (cage.py): its keeper (keeper.py), which holds the worker's pipes to this pool, its
+deadline and its reply format and never runs a job, and its runner (runner.py), which runs the job's model text or
+code and holds nothing but its pipes to the keeper. What holds for a job (a pool's `layers` names those that held on
+this machine):
+    time       the keeper's deadline: a job's trusted part (building its problem, parsing its gold) within the kind's
+               PREPARE_S, then the job's own part within `timeout`, each timed by the keeper, never by the job; then
+               killed. This pool kills a worker whose keeper has not answered GRACE_S past it; CPU time per job
+               (3 x timeout + 1 s) is the kernel's backstop should both be gone
+    replies    one per job, of the kind's type and range (a score a finite number in [0, 1], a verdict, a cell's text),
+               within the size bound, text made valid; anything else ends the job "invalid", counted and logged. A
+               job over the size bound (runner.MAX_JOB_BYTES) is refused before it is sent, counted, never resent
+    quiet      a reply counts once the runner is back waiting: a thread or process it left running, or code still
+               running after a reply it sent itself, ends the worker ("ended" says why) and the next job gets a
+               fresh one
+    memory     the runner and every process it starts share a cgroup: the warm worker's resident size plus
+               `memory_mb` + `file_mb` (layer `cgroup-memory`), `processes` + 1 tasks (`cgroup-pids`); and each
+               process's address space at most the warm worker's plus `memory_mb` (a MemoryError past it). Where the
+               cage cannot make cgroups (not root, no delegated v2 subtree) each process is bounded alone
+    processes  each runner pid 1 of a pid namespace of its own, with a /proc of its own (`proc-own`): it sees and
+               signals no other worker; what a job leaves is killed after it; nothing outlives the pool's process
+               (parent-death signals, and the pid namespaces die with their pid 1)
+    files      a new root: read-only binds of this python, its site-packages and the project's `grpokit`, nothing
+               else of the host (no home, no /etc, no data); a private /tmp of `file_mb`
     network    a network namespace with a loopback that is down: no socket reaches anything
     identity   as root, the job runs as `nobody`; otherwise in a user namespace mapping the user, without capabilities;
-               seccomp refuses new namespaces and memfd; the worker is undumpable
+               seccomp refuses new namespaces and memfd; the runner is undumpable
     its score  messages are length-prefixed JSON of bounded size (never pickle); a worker whose job ran code
-               compiled from the answer's text is replaced after that job (cage.py's audit hook), so the code cannot
-               change how a later completion is scored. Within its own job, a scorer that evaluates the answer lets the
-               answer steer that one score: that is the scorer's own design (the task's partial credit, or none).
+               compiled from the answer's text is replaced after that job (runner.py's audit hook), so the code
+               cannot change how a later completion is scored. Within its own job, a scorer that evaluates the answer
+               lets the answer steer that one score: that is the scorer's own design (the task's partial credit, or
+               none); it cannot stop the run, move its deadline or answer outside its kind's range.
 """
 
 from __future__ import annotations
@@ -41,19 +55,23 @@ import sys
 import tempfile
 import threading
 import time
+import logging
 import weakref
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from grpokit.untrusted.keeper import REPLY_BYTES
 from grpokit.untrusted.process import end, sandbox_ids, start
+from grpokit.untrusted.runner import MAX_JOB_BYTES
 
 STARTUP_TIMEOUT_S = 120.0  # importing sympy or reasoning-gym on a loaded 2-core box takes seconds, not minutes
-BUILD_TIMEOUT_S = 300.0  # for the trusted part a worker announces (building a problem; bounded at --check)
+GRACE_S = 5.0  # past the keeper's deadline, the keeper's own answer ("timeout") is overdue: the worker is killed
 STUCK_FRACTION = 0.25  # a job past this share of its limit is likely to run it out: a spare takes the queue
 MAX_SPARES_PER_WORKER = 1  # each stuck job holds a CPU until its limit
-MAX_REPLY_BYTES = 64 << 10  # one message from a worker at most; a longer one ends the worker
+MAX_REPLY_BYTES = REPLY_BYTES + 4096  # one message from a keeper at most: a runner's, checked, and what it adds
+_LOG = logging.getLogger("grpokit.untrusted")
 FRAME = 32  # bytes per control frame to the zygote: a stream socket may split or join sends, frames keep them apart
 ROOT = str(Path(__file__).resolve().parents[2])
 _BOOTSTRAP = (
@@ -85,13 +103,16 @@ class Kind:
 
 @dataclass
 class Reply:
-    """How one job ended: `how` is "result" (`value` is the kind's result), "error" (the job raised: `value` says
-    what), "fail" (the kind refused the job's trusted part, e.g. a problem it cannot build: `value` says why),
-    "timeout" or "crash"; `marked` tells whether the worker had marked the job before it ended."""
+    """How one job ended: `how` is "result" (`value` is the kind's result, checked), "error" (the job raised: `value`
+    says what), "fail" (the kind refused the job's trusted part, e.g. a problem it cannot build: `value` says why),
+    "timeout", "crash", "invalid" (the job's reply was not one its kind gives: `value` says why) or "refused" (too big
+    to send: `value` says so); `marked` tells whether the job's own part had started; `ended` is why its worker was
+    ended after a reply ("" when it was not: it left a thread or process running, or ran on after replying)."""
 
     how: str
     value: object = None
     marked: bool = False
+    ended: str = ""
 
 
 def _visible() -> list[str]:
@@ -182,18 +203,52 @@ class _Worker:
         self.ready = False
         self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
         self.job: int | None = None
-        self.marked = self.tainted = self.building = False
-        self.clock = 0.0
+        self.marked = self.tainted = self.building = self.spent = False
+        self.clock = self.timeout = 0.0
 
     @property
     def waiting(self) -> bool:
         return not self.ready or self.job is not None
 
-    def send(self, index: int, job, timeout: float) -> None:
-        self.outbox.send_bytes(json.dumps({"job": job, "cpu_s": max(2, int(3 * timeout) + 1)}).encode())
-        self.job, self.marked, self.building = index, False, False
+    def send(self, index: int, payload: bytes, timeout: float) -> None:
+        """Hand it a job encoded by `encode` (raises OSError when the worker is gone)."""
+        self.job, self.marked, self.building, self.timeout = index, False, False, timeout
         self.clock = time.monotonic()
-        self.deadline = self.clock + timeout
+        self.deadline = self.clock + timeout + GRACE_S  # the keeper says at once which part it times ("build", "mark")
+        self.outbox.send_bytes(payload)
+
+    def take(self, key: str, value, message: dict, counts: "Counts", what: str) -> "Reply | None":
+        """What a keeper's message during a job means: None while the job goes on (it says which part it times, or
+        what the answer's code ran), else how the job ended. `spent` is set when the worker is not to take another."""
+        now = time.monotonic()
+        if key == "build" and not self.marked and not self.building and _seconds(value):
+            self.building, self.deadline = True, now + value + GRACE_S  # the keeper's cap on the trusted part
+            return None
+        if key == "mark" and not self.marked:
+            self.marked, self.building, self.clock = True, False, now  # the job's own time starts now
+            self.deadline = now + self.timeout + GRACE_S
+            return None
+        if key == "taint":
+            if not self.tainted:  # the first thing it ran says most
+                counts.last_code = str(value)[:200]
+            self.tainted = True
+            return None
+        if key in ("result", "error", "fail"):
+            ended = str(message.get("ended") or "")[:200]
+            if ended:
+                counts.note("ended", f"{what}: a job's worker was ended after its reply: {ended}")
+            self.spent = bool(ended) or self.tainted
+            return Reply(key, value, self.marked, ended)
+        self.spent = True
+        if key == "timeout":
+            counts.timeouts += 1
+            return Reply("timeout", None, self.marked)
+        if key == "invalid":
+            counts.note("invalid", f"{what}: a job's reply was not one its kind gives ({str(value)[:200]}): "
+                                   "the job failed, its worker was replaced")
+            return Reply("invalid", str(value)[:300], self.marked)
+        counts.note("crashes", f"{what}: a job's process died mid-job")  # "crash", or what no keeper sends
+        return Reply("crash", None, self.marked)
 
     def stop(self) -> None:
         # Closing our pipe ends first means no late answer can be read; a worker not yet forked finds them closed
@@ -221,11 +276,45 @@ def _stop_all(workers: list, cages: list) -> None:
 @dataclass
 class Counts:
     """What the pool did since it started, for reports: jobs past their limit, jobs whose worker was replaced
-    because the job ran code compiled from its text."""
+    because the job ran code compiled from its text, jobs refused as too big to send, replies their kind does not
+    give, workers ended after a reply (something left running), jobs whose process died. Each but the first two is
+    also logged (`grpokit.untrusted`, a warning: the first few, then every 10th, 100th, ...)."""
 
     timeouts: int = 0
     replaced_after_code: int = 0
     last_code: str = ""  # what the last such job ran, as the worker's audit hook saw it
+    refused: int = 0
+    invalid: int = 0
+    ended: int = 0
+    crashes: int = 0
+
+    def note(self, event: str, line: str) -> None:
+        seen = getattr(self, event) + 1
+        setattr(self, event, seen)
+        if seen <= 3 or _power_of_ten(seen):
+            _LOG.warning("%s (%d so far)", line, seen)
+
+
+def _power_of_ten(n: int) -> bool:
+    return n >= 10 and str(n).strip("0") == "1"
+
+
+def _seconds(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e6
+
+
+def encode(job, timeout: float) -> bytes:
+    """A job as a worker reads it: the job, its time limit, and the CPU backstop the runner sets for it."""
+    return json.dumps({"job": job, "timeout": timeout, "cpu_s": max(2, int(3 * timeout) + 1)}).encode()
+
+
+def refusal(payload: bytes, counts: Counts, what: str) -> "Reply | None":
+    """A job too big for a worker to read, refused before it is sent (never resent); None when it fits."""
+    if len(payload) <= MAX_JOB_BYTES:
+        return None
+    counts.note("refused", f"{what}: a job of {len(payload)} bytes was refused, over the {MAX_JOB_BYTES >> 20} MiB "
+                           "a worker reads")
+    return Reply("refused", f"the job is {len(payload)} bytes, over the {MAX_JOB_BYTES >> 20} MiB a worker reads")
 
 
 class Pool:
@@ -258,6 +347,9 @@ class Pool:
     def _fill(self) -> None:
         if os.getpid() != self._pid:  # forked: the workers belong to the parent
             self._forget()
+        if self._cages and not self._cages[0].alive():
+            # Its workers are dying with it (parent-death signals): none takes another job, however briefly alive.
+            _stop_all(self._workers, self._cages)
         while len(self._workers) < self.size:
             self._workers.append(self._new_worker())
 
@@ -276,10 +368,18 @@ class Pool:
         replies: list = [None] * len(jobs)
         if not jobs:
             return replies
+        payloads = [encode(job, timeout) for job in jobs]
+        todo = []
+        for i, payload in enumerate(payloads):
+            replies[i] = refusal(payload, self.counts, self.kind.what)
+            if replies[i] is None:
+                todo.append(i)
+        if not todo:
+            return replies
         with self._lock:
             self._fill()
             try:
-                self._run(jobs, timeout, replies)
+                self._run(payloads, todo, timeout, replies)
             except BaseException:  # don't leave a job running whose late answer the next call would misread
                 _stop_all(self._workers, [])
                 raise
@@ -287,18 +387,18 @@ class Pool:
                 self._workers.pop().stop()
         return replies
 
-    def _run(self, jobs: list, timeout: float, replies: list) -> None:
-        todo, retried = deque(range(len(jobs))), set()  # jobs not yet sent; jobs already given a second try
+    def _run(self, payloads: list, indices: list, timeout: float, replies: list) -> None:
+        todo, retried = deque(indices), set()  # jobs not yet sent; jobs already given a second try
         stuck_after = STUCK_FRACTION * timeout
         while todo or any(w.job is not None for w in self._workers):
             for w in self._workers:
                 if w.ready and w.job is None and todo:
                     i = todo.popleft()
                     try:
-                        w.send(i, jobs[i], timeout)
-                    except OSError:  # it died while idle: replace it and give the job to another
-                        todo.appendleft(i)
+                        w.send(i, payloads[i], timeout)
+                    except OSError:  # it died while idle: replace it; the job gets one more try, never a third
                         w.job = None
+                        self._retry_or_crash(i, replies, todo, retried, marked=False)
                         self._replace(w)
             now = time.monotonic()
             timed = [w for w in self._workers if w.job is not None and not w.building]
@@ -324,7 +424,7 @@ class Pool:
                         raise WorkerStartError(
                             f"a {self.kind.what} process did not start within {STARTUP_TIMEOUT_S:.0f} s; check that "
                             f"`python -c '{self.kind.check}'` works in this environment; it said: {self._said()}")
-                    replies[w.job] = Reply("timeout", None, w.marked)
+                    replies[w.job] = Reply("timeout", None, w.marked)  # its keeper did not answer in time
                     self.counts.timeouts += 1
                     self._replace(w)
 
@@ -339,25 +439,27 @@ class Pool:
         if w.job is None or not w.ready:  # cannot happen with one job in flight; never misfile it
             self._replace(w)
             return
-        if key == "taint":
-            if not w.tainted:  # the first thing it ran says most
-                self.counts.last_code = str(value)[:200]
-            w.tainted = True
-        elif key == "build":  # trusted work (its problem) before the job's own: not charged to its limit
-            w.building, w.deadline = True, time.monotonic() + BUILD_TIMEOUT_S
-        elif key == "mark":
-            w.marked = True
-            if w.building:  # the job's own time starts now
-                w.building, w.clock = False, time.monotonic()
-                w.deadline = w.clock + timeout
-        elif key in ("result", "error", "fail"):
-            replies[w.job] = Reply(key, value, w.marked)
-            w.job = None
+        reply = w.take(key, value, message, self.counts, self.kind.what)
+        if reply is None:
+            return
+        i, w.job = w.job, None
+        if reply.how == "crash":  # its process died: once more, unless its own part had begun
+            self._retry_or_crash(i, replies, todo, retried, reply.marked or w.tainted)
+        else:
+            replies[i] = reply
+        if w.spent:
             if w.tainted:  # the job ran code from its text: no later job is scored by this worker
                 self.counts.replaced_after_code += 1
-                self._replace(w)
-        else:  # not a message a worker sends: whatever sent it cannot be trusted to score
-            self._died(w, replies, todo, retried)
+            self._replace(w)
+
+    def _retry_or_crash(self, i: int, replies: list, todo: deque, retried: set, marked: bool) -> None:
+        """A job whose worker died: tried once more where it may have died from outside (before its own part began,
+        the first time), else it ends "crash"."""
+        if not marked and i not in retried:
+            retried.add(i)
+            todo.appendleft(i)
+        else:
+            replies[i] = Reply("crash", None, marked)
 
     def _died(self, w: _Worker, replies: list, todo: deque, retried: set) -> None:
         if not w.ready:
@@ -373,17 +475,13 @@ class Pool:
         if not w.cage.alive():  # the whole cage died (killed from outside): every job in it starts again elsewhere
             for v in [v for v in self._workers if v.cage is w.cage]:
                 if v.job is not None:
-                    todo.appendleft(v.job)
+                    self._retry_or_crash(v.job, replies, todo, retried, v.tainted)
                     v.job = None
                 self._replace(v)
             return
-        if w.job is not None and not w.marked and not w.tainted and w.job not in retried:
-            # No word at all: it may have died before reading the job (killed from outside), so the job gets
-            # one more try; a job that crashes its worker crashes it twice.
-            retried.add(w.job)
-            todo.appendleft(w.job)
-        elif w.job is not None:
-            replies[w.job] = Reply("crash", None, w.marked)
+        if w.job is not None:  # its keeper died without a word: killed from outside
+            self._retry_or_crash(w.job, replies, todo, retried, w.marked or w.tainted)
+            w.job = None
         self._replace(w)
 
     def _started(self, w: _Worker, ident: int, message: dict) -> None:

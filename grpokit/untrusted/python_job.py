@@ -20,8 +20,10 @@ import sys
 import traceback
 
 from grpokit.untrusted.candidate import Captured
+from grpokit.untrusted.keeper import valid_text
 
 WATCH = False  # every job here is the model's code by design: no taint to report, the worker dies with its rollout
+MAX_CHARS = 100_000  # the most output a call may ask for (the keeper's bound on a reply is sized from it)
 TRACEBACK_LINES = 6  # the end of a traceback is what says what went wrong; the model reads no more than these
 TRACEBACK_CHARS = 600  # ... and no more than these of them (the end: the exception's own line)
 CUT_NOTE = "\n[output cut: {} more characters]\n"
@@ -49,13 +51,16 @@ def warm() -> None:
             pass
 
 
-def run(job: dict, tell) -> dict:
-    code, limit = str(job["code"]), int(job["max_chars"])
+def _chars(job: dict) -> int:
+    return max(0, min(int(job["max_chars"]), MAX_CHARS))
+
+
+def run(job: dict) -> dict:
+    code, limit = str(job["code"]), _chars(job)
     out = Captured(limit)
     ending = ""
     saved = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = out
-    tell("mark")
     try:
         tree = ast.parse(code, _FILE)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
@@ -73,7 +78,18 @@ def run(job: dict, tell) -> dict:
         text += CUT_NOTE.format(out.dropped)
     elif ending and text and not text.endswith("\n"):
         text += "\n"
-    return {"output": text + ending, "failed": bool(ending)}
+    return {"output": valid_text(text + ending), "failed": bool(ending)}
+
+
+def check(job: dict, value) -> dict:
+    """The keeper's check of a result: {"output": text the model can read, within the call's bound; "failed"}."""
+    if not (isinstance(value, dict) and set(value) == {"output", "failed"} and isinstance(value["output"], str)
+            and isinstance(value["failed"], bool)):
+        raise ValueError(f"a cell's result is {{output: text, failed: true or false}}, got {type(value).__name__}")
+    most = _chars(job) + EXTRA_CHARS
+    if len(value["output"]) > most:
+        raise ValueError(f"{len(value['output'])} characters of output, over the {most} a call returns at most")
+    return {"output": valid_text(value["output"]), "failed": value["failed"]}
 
 
 def _last_lines(err: BaseException) -> str:

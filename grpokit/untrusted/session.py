@@ -7,7 +7,7 @@ import os
 import time
 from multiprocessing.connection import wait
 
-from grpokit.untrusted.pool import STARTUP_TIMEOUT_S, Pool, Reply, WorkerStartError, _read, _Worker
+from grpokit.untrusted.pool import STARTUP_TIMEOUT_S, Pool, Reply, WorkerStartError, _read, _Worker, encode, refusal
 
 
 class Session:
@@ -15,8 +15,10 @@ class Session:
     later job sees what earlier ones left in the worker (the Python tool: one session per rollout). The worker is
     forked warm from `pool`'s cage on the first job and serves nobody else; `close()` ends it.
 
-    `run(job, timeout)` returns a `Reply` as `Pool.run` does. A job past its limit, or one that kills its worker, ends
-    "timeout" or "crash" and ends the worker with it; the next job starts a fresh one (`restarts` counts them).
+    `run(job, timeout)` returns a `Reply` as `Pool.run` does. A job past its limit, one that kills its worker, one
+    whose reply its kind does not give, or one that leaves something running after its reply ends "timeout", "crash",
+    "invalid" or with `ended` set, and ends the worker with it; the next job starts a fresh one (`restarts` counts
+    them). A job too big to send ends "refused" and leaves the worker as it was.
     Whatever interrupts a job from outside (a signal's exception) ends the worker before it propagates: no job is left
     running."""
 
@@ -33,6 +35,10 @@ class Session:
             raise
 
     def _run(self, job, timeout: float) -> Reply:
+        payload = encode(job, timeout)
+        refused = refusal(payload, self.pool.counts, self.pool.kind.what)
+        if refused is not None:
+            return refused
         if self._worker is None:
             with self.pool._lock:
                 if os.getpid() != self.pool._pid:  # forked: the cage belongs to the parent
@@ -52,21 +58,26 @@ class Session:
                 raise WorkerStartError(f"a {self.pool.kind.what} process exited during startup; it said: {said}")
             self.pool._started(w, value, message)
         self.jobs += 1
-        w.send(0, job, timeout)
+        try:
+            w.send(0, payload, timeout)
+        except OSError:  # it died while idle
+            self.close()
+            return Reply("crash", None, False)
         while True:
             if not wait([w.inbox], timeout=max(0.0, w.deadline - time.monotonic())):
-                self.pool.counts.timeouts += 1
+                self.pool.counts.timeouts += 1  # its keeper did not answer in time
                 self.close()
                 return Reply("timeout", None, w.marked)
-            key, value, _ = _read(w)
-            if key == "mark":
-                w.marked = True
-            elif key in ("result", "error", "fail"):
-                w.job = None
-                return Reply(key, value, w.marked)
-            elif key != "taint":  # died, or sent what no worker sends
+            key, value, message = _read(w)
+            if key is None:  # its keeper died: killed from outside
                 self.close()
                 return Reply("crash", None, w.marked)
+            reply = w.take(key, value, message, self.pool.counts, self.pool.kind.what)
+            if reply is not None:
+                w.job = None
+                if w.spent:
+                    self.close()
+                return reply
 
     def close(self) -> None:
         """End the worker (and whatever it started); the next job starts a fresh one."""

@@ -3,10 +3,11 @@ rebuild the problem a row's `task_item` names, take the answer from the completi
 `score_answer`.
 
 A job is {"item": task_item, "text": completion | None, "answer_from": ..., "tag": ...}. Building the problem is
-the job's trusted part (the recipe's task and seed): the worker keeps what it built, and tells the pool when it
-builds, so the job's time limit counts only the answer's part -- taking it from the text (linear in the
-text's length) and the scorer. A problem that cannot be built raises `Refused` (a data problem, said as such); a
-scorer that raises on the answer is the answer's doing (several scorers `eval` it).
+the job's trusted part (`prepare`: the recipe's task and seed, no answer read), timed by the worker's keeper apart
+from the job's own limit (PREPARE_S), which counts only the answer's part -- taking it from the text (linear in the
+text's length) and the scorer. The worker keeps what it built. A problem that cannot be built raises `Refused` (a
+data problem, said as such); a scorer that raises on the answer is the answer's doing (several scorers `eval` it).
+The keeper takes a result only as a score: a finite number in [0, 1] (`check`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ import json
 import pickle
 import re
 
+from grpokit.untrusted.keeper import score
+
 ANSWER_FROM = ("tag", "last_line", "last_number", "whole")
 _NUMBER = re.compile(r"-?\d(?:[\d,]*\d)?(?:\.\d+)?")
 MAX_ANSWER_CHARS = 10_000  # a longer "answer" is sent to no scorer: it scores as no answer
+PREPARE_S = 300.0  # building one problem, at most (a source's generation is bounded at --check: grpokit/taskgen.py)
 
 
 class Refused(Exception):
@@ -76,16 +80,14 @@ _DATASETS: dict = {}  # source key -> dataset, the last few built
 _ENTRIES: dict = {}  # (source key, index) -> problem: a problem is scored once per completion of its group
 
 
-def problem(task_item: str, tell=lambda what: None):
+def problem(task_item: str):
     """(dataset, entry) of the problem `task_item` names ({"source": ..., "index": i, "entry": pickled entry}), kept
     once made; `Refused` when it cannot be. The entry is the problem the model was shown (grpokit/taskgen.py `row`);
-    an item without one (a dataset written before entries travelled) is rebuilt from its source and index. Making it
-    is announced (`tell("build")`, then `tell("mark")`): it is not the answer's time, and it is trusted work."""
+    an item without one (a dataset written before entries travelled) is rebuilt from its source and index."""
     try:
         item = json.loads(task_item)
         key, index = json.dumps(item["source"], sort_keys=True), int(item["index"])
         if (key, index) not in _ENTRIES:
-            tell("build")
             if key not in _DATASETS:
                 from grpokit.taskgen import build
 
@@ -96,7 +98,6 @@ def problem(task_item: str, tell=lambda what: None):
             # The row's own data, made by the task generator from the recipe; unpickled here, in the cage, never in
             # the trainer.
             _ENTRIES[key, index] = pickle.loads(base64.b64decode(entry)) if entry else _DATASETS[key][index]
-            tell("mark")
         return _DATASETS[key], _ENTRIES[key, index]
     except Exception as err:  # noqa: BLE001 - the row's item, or the task's generator, is at fault: said, not scored
         raise Refused(f"cannot rebuild the problem {task_item[:300]}: {type(err).__name__}: {str(err)[:300]}") from None
@@ -107,9 +108,20 @@ def _forget_oldest(kept: dict, most: int) -> None:
         del kept[next(iter(kept))]
 
 
-def run(job: dict, tell) -> float:
-    dataset, entry = problem(job["item"], tell)  # the answer's time starts once the problem is there
+def prepare(job: dict) -> bool:
+    """The job's trusted part: its problem built (or found kept), before the answer is read."""
+    problem(job["item"])
+    return True
+
+
+def run(job: dict) -> float:
+    dataset, entry = problem(job["item"])  # built by `prepare`
     answer = None if job["text"] is None else extract(job["text"], job["answer_from"], job["tag"])
     if answer is not None and len(answer) > MAX_ANSWER_CHARS:
         answer = None
     return float(dataset.score_answer(answer, entry))
+
+
+def check(job: dict, value) -> float:
+    """The keeper's check of a result: a score."""
+    return score(value)

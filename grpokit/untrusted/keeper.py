@@ -1,0 +1,370 @@
+"""The trusted side of a caged worker: the process that holds the worker's pipes to the pool and never runs a job.
+
+The zygote (cage.py) forks a keeper per worker. The keeper forks the runner (runner.py: the process that runs the
+job's model text or code) as pid 1 of a pid namespace of its own, in cgroups of its own, and talks to it over two
+pipes of its own; the pool's pipes, the deadline and the reply format stay here, out of the runner's reach. Per job:
+
+    deadline   the keeper's alone. A kind with a trusted part (`prepare`: building a reasoning-gym problem, parsing a
+               gold) gets `PREPARE_S` seconds for it (the job's own limit where that is None), timed here; the job's
+               own limit starts when the runner says the part is done, once. Past either, the runner is killed and
+               the job ends "timeout". Nothing the runner sends moves a deadline.
+    replies    one per job, read within the deadline and the size bound (REPLY_BYTES), and only what the phase
+               allows: {"prepared"} or {"fail"} during the trusted part, {"taint"} during the job's own, then
+               {"result"} -- checked by the kind's `check(job, value)` (its type, range and size; text made valid:
+               no lone surrogates) -- or {"error"}. Anything else ends the job "invalid" and the runner with it.
+    quiet      a reply counts once the runner is back waiting for the next job: one thread, no process of its own
+               left, blocked reading its pipe (the kernel's wait channel, where it shows one). A runner still busy
+               after IDLE_WAIT_S -- a thread left running, code that sent a reply of its own and ran on -- is killed,
+               and the reply says so ("ended": why): the next job gets a fresh runner.
+    memory     the runner and everything it starts share one cgroup (where this machine lets the cage make them):
+               at most the warm worker's resident size plus the kind's `memory_mb` and `file_mb`; `processes` + 1
+               tasks. Without cgroups, each process is bounded alone (RLIMIT_AS) and the uid's count of processes.
+
+To the pool: {"ready": id, "layers": [...]} once; per job {"build": seconds} and/or {"mark": 1} (which phase the job
+is in: the pool's own backstop deadline follows them), {"taint": why}, then one final message: {"result": v},
+{"error": text}, {"fail": text} (each may carry "ended"), {"timeout": 1}, {"crash": 1} or {"invalid": why}.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import re
+import select
+import signal
+import struct
+import time
+from multiprocessing.connection import Connection
+
+from grpokit.untrusted import child as layers
+from grpokit.untrusted import runner
+
+STARTUP_TIMEOUT_S = 120.0  # importing nothing (the runner is forked warm), but a loaded 2-core box can be slow
+IDLE_WAIT_S = 1.0  # a runner that replied is back reading its pipe within microseconds; a loaded box may take longer
+REPLY_BYTES = 2 << 20  # one message from a runner at most: room for the largest output a cell may return (python_job)
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+class _Late(Exception):
+    """The deadline passed before the runner's message (or its reading of the job) was whole."""
+
+
+class _Gone(Exception):
+    """The runner's end of a pipe closed (it died), or it sent what no runner sends (not a message, too long)."""
+
+
+def valid_text(text: str, most: int | None = None) -> str:
+    """`text` as the model and the tokenizer can take it: lone surrogates (undecodable bytes a program printed,
+    escaped by Python) become U+FFFD; cut to `most` characters when given.
+
+    >>> valid_text("ok \\udcff"), valid_text("abcdef", 3)
+    ('ok \\ufffd', 'abc')
+    """
+    return _SURROGATES.sub("\ufffd", text if most is None else text[:most])
+
+
+def score(value, low: float = 0.0, high: float = 1.0) -> float:
+    """`value` as a score: a finite number within [low, high] (not a bool); ValueError naming what it was."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"a score must be a finite number, got {type(value).__name__} {str(value)[:40]}")
+    if not low <= value <= high:
+        raise ValueError(f"a score must be within [{low:g}, {high:g}], got {value!r}")
+    return float(value)
+
+
+def keep(kind, fds: list, limits: dict, entered: list, uid: int, gid: int, cage_groups: list) -> None:
+    """The keeper's life: set up, fork the runner, serve the pool's jobs; when it ends, the runner ends with it."""
+    layers._libc.prctl(layers.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the zygote is single-threaded: no race
+    me = os.getpid()
+    if limits.get("scratch") and "tmpfs" in entered:
+        _own_tmp(limits["file_mb"], uid, gid)
+    apart = "pid" in entered and layers._libc.unshare(layers.CLONE_NEWPID) == 0
+    groups = _make_groups(cage_groups, limits, me)
+    job_r, job_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    lifeline_r, lifeline_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for fd in (job_w, reply_r, lifeline_w):
+            os.close(fd)
+        code = 0
+        try:
+            runner.serve(kind, (job_r, reply_w), lifeline_r, groups, limits,
+                         entered + (["pid-apart"] if apart else []), uid, gid)
+        except BaseException:  # noqa: BLE001 - a set-up step that failed: the keeper sees the pipe close
+            code = 1
+        os._exit(code)
+    for fd in (job_r, reply_w, lifeline_r):
+        os.close(fd)
+    try:
+        _Keeper(kind, pid, fds, _Line(job_w, reply_r), me).serve()
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        while True:
+            try:
+                os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+    os._exit(0)
+
+
+class _Keeper:
+    def __init__(self, kind, pid: int, fds: list, line: "_Line", ident: int):
+        self.kind, self.pid, self.line, self.ident = kind, pid, line, ident
+        self.inbox, self.outbox = Connection(fds[0], writable=False), Connection(fds[1], readable=False)
+        self.prepares = hasattr(kind, "prepare")
+        self.wchan = False  # whether this machine shows a waiting runner's wait channel (checked at start)
+
+    def tell(self, message: dict) -> None:
+        self.outbox.send_bytes(json.dumps(message).encode())
+
+    def serve(self) -> None:
+        try:
+            hello = _one_key(self.line.recv(REPLY_BYTES, time.monotonic() + STARTUP_TIMEOUT_S))
+        except (_Late, _Gone):
+            return  # the pool sees our pipe close: the worker did not start
+        if hello is None or hello[0] != "ready" or not isinstance(hello[1], list):
+            return
+        held = {str(layer) for layer in hello[1]}
+        # Whether this machine shows the runner's wait channel: it is on its way to read its first job.
+        self.wchan, deadline = True, time.monotonic() + IDLE_WAIT_S
+        while _wchan(self.pid) and not _waiting(_wchan(self.pid)) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        self.wchan = _waiting(_wchan(self.pid))
+        if self.wchan:
+            held.add("quiet-checked")
+        self.tell({"ready": self.ident, "layers": sorted(held)})
+        while True:
+            try:
+                raw = self.inbox.recv_bytes(runner.MAX_JOB_BYTES + 4096)
+            except (EOFError, OSError):
+                return
+            message = json.loads(raw)
+            final = self.one(raw, message["job"], float(message["timeout"]))
+            self.tell(final)
+            if not ({"result", "error", "fail"} & set(final)) or "ended" in final:
+                return  # the runner is gone or not to be trusted with another job: the pool replaces this worker
+
+    def one(self, raw: bytes, job, timeout: float) -> dict:
+        """One job, from handing it to the runner to the message for the pool."""
+        now = time.monotonic()
+        if self.prepares:
+            cap = getattr(self.kind, "PREPARE_S", None) or timeout
+            phase, deadline = "prepare", now + cap
+            self.tell({"build": cap})
+        else:
+            phase, deadline = "run", now + timeout
+            self.tell({"mark": 1})
+        try:
+            self.line.send(raw, deadline)
+            while True:
+                got = _one_key(self.line.recv(REPLY_BYTES, deadline))
+                if got is None:
+                    return {"invalid": "a message that is not one JSON object of one key"}
+                key, value = got
+                if key == "taint" and phase == "run":
+                    self.tell({"taint": valid_text(str(value), 200)})
+                elif key == "prepared" and phase == "prepare":
+                    phase, deadline = "run", time.monotonic() + timeout
+                    self.tell({"mark": 1})
+                elif key == "fail" and phase == "prepare":
+                    final = {"fail": valid_text(str(value), 2000)}
+                    break
+                elif key == "result":
+                    try:
+                        final = {"result": self.kind.check(job, value)}
+                    except ValueError as why:
+                        return {"invalid": f"the job's result: {why}"}
+                    break
+                elif key == "error" and isinstance(value, str):
+                    final = {"error": valid_text(value, 500)}
+                    break
+                else:
+                    return {"invalid": f"a message no job sends while {_PHASES[phase]}: {valid_text(key, 40)!r}"}
+        except _Late:
+            return {"timeout": 1}
+        except _Gone:
+            return {"crash": 1}
+        busy = self.left_running()
+        if busy:
+            final["ended"] = busy
+        return final
+
+    def left_running(self) -> str:
+        """Why the runner is not back waiting for its next job ("" when it is), after up to IDLE_WAIT_S."""
+        deadline, pause = time.monotonic() + IDLE_WAIT_S, 0.0002
+        while True:
+            why = self.busy()
+            if not why or time.monotonic() >= deadline:
+                return why
+            time.sleep(pause)  # the runner has replied and is on its way to read: give it the CPU
+            pause = min(2 * pause, 0.02)
+
+    def busy(self) -> str:
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            state, threads = fields[0], int(fields[17])
+            with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
+                children = f.read().split()
+        except (OSError, ValueError, IndexError):
+            return "it is gone"
+        if threads > 1:
+            return f"it left {threads - 1} thread(s) running"
+        if children:
+            return f"it left {len(children)} process(es) running"
+        if state != "S" or (self.wchan and not _waiting(_wchan(self.pid))):
+            return "its code was still running after its reply"
+        return ""
+
+
+_PHASES = {"prepare": "its trusted part runs", "run": "it runs"}
+
+
+def _one_key(data: bytes):
+    """(key, value) of a message that is one JSON object of one key, else None."""
+    try:
+        message = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(message, dict) or len(message) != 1:
+        return None
+    return next(iter(message.items()))
+
+
+def _wchan(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _waiting(wchan: str) -> bool:
+    """Whether a wait channel is a pipe's read: the runner blocked on its next job (`anon_pipe_read` on Linux 6.x,
+    `pipe_read` before)."""
+    return wchan.endswith("pipe_read")
+
+
+class _Line:
+    """The keeper's ends of the runner's pipes, every read and write bounded by a deadline: a runner that stops
+    reading its job, or sends half a message, cannot hold the keeper past it. multiprocessing's framing (a 4-byte
+    big-endian length), which the runner's `Connection` reads and writes."""
+
+    def __init__(self, out_fd: int, in_fd: int):
+        self.out_fd, self.in_fd, self.buffer = out_fd, in_fd, bytearray()
+        os.set_blocking(out_fd, False)
+        os.set_blocking(in_fd, False)
+
+    def send(self, payload: bytes, deadline: float) -> None:
+        view = memoryview(struct.pack("!i", len(payload)) + payload)
+        while view:
+            self._wait([], [self.out_fd], deadline)
+            try:
+                view = view[os.write(self.out_fd, view[:1 << 16]):]
+            except BlockingIOError:
+                continue
+            except OSError as err:
+                if err.errno in (errno.EPIPE, errno.EBADF):
+                    raise _Gone from None
+                raise
+
+    def recv(self, most: int, deadline: float) -> bytes:
+        size = struct.unpack("!i", self._exactly(4, deadline))[0]
+        if not 0 <= size <= most:
+            raise _Gone
+        return self._exactly(size, deadline)
+
+    def _exactly(self, n: int, deadline: float) -> bytes:
+        while len(self.buffer) < n:
+            self._wait([self.in_fd], [], deadline)
+            try:
+                chunk = os.read(self.in_fd, max(1 << 16, n - len(self.buffer)))
+            except BlockingIOError:
+                continue
+            if not chunk:
+                raise _Gone
+            self.buffer += chunk
+        out = bytes(self.buffer[:n])
+        del self.buffer[:n]
+        return out
+
+    @staticmethod
+    def _wait(readers: list, writers: list, deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0 or not any(select.select(readers, writers, [], left)[:2]):
+            raise _Late
+
+
+def _own_tmp(file_mb: int, uid: int, gid: int) -> None:
+    """A /tmp of the worker's own (a mount namespace of its own, a fresh tmpfs): a worker kept for one rollout
+    neither reads nor leaves files for another's. A step that fails ends the keeper: no worker starts shared."""
+    if layers._libc.unshare(layers.CLONE_NEWNS) != 0:
+        raise OSError("sandbox set-up: a mount namespace for the worker's own /tmp")
+    layers._mount("tmpfs", "/tmp", "tmpfs", layers.MS_NOSUID | layers.MS_NODEV, f"size={file_mb}m,mode=0700")
+    os.chown("/tmp", uid, gid)
+    os.chdir("/tmp")
+
+
+def group_name(keeper: int) -> str:
+    """The name of a worker's cgroup, under the cage's: its keeper's pid (the zygote removes it once that is gone)."""
+    return f"w{keeper}"
+
+
+def _make_groups(cage_groups: list, limits: dict, me: int) -> list:
+    """The worker's cgroups, one per hierarchy the cage made one in: `[(folder, name)]` for the runner to join."""
+    if not cage_groups:
+        return []
+    with open("/proc/self/statm") as f:
+        resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # the warm worker, as forked
+    values = {"memory": resident + ((limits["memory_mb"] + limits["file_mb"]) << 20), "pids": limits["processes"] + 1}
+    made, name = [], group_name(me)
+    try:
+        for folder, version, controllers in cage_groups:
+            _remove_group(folder, name)  # a leftover of an earlier keeper with this pid
+            os.mkdir(name, dir_fd=folder)
+            made.append((folder, name))
+            for controller in controllers:
+                for file, value in layers._CGROUP_FILES[version, controller]:
+                    path = f"{name}/{file}"
+                    if file in layers._CGROUP_REQUIRED or os.access(path, os.F_OK, dir_fd=folder):
+                        layers._cgroup_write(folder, path, value if value is not None else values[controller])
+    except OSError:  # no half a layer: the worker runs without cgroups, and its layers say so
+        for folder, made_name in made:
+            _remove_group(folder, made_name)
+        return []
+    return made
+
+
+def _remove_group(folder: int, name: str) -> bool:
+    """Kill what is left in a worker's cgroup and remove it; False while the kernel still counts a process there."""
+    try:
+        os.rmdir(name, dir_fd=folder)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        layers._kill_members(folder, name)
+        return False
+
+
+def sweep(cage_groups: list, keepers: set) -> bool:
+    """Remove the cgroups of workers whose keeper is gone (the zygote calls this as it reaps); whether all went."""
+    live, done = {group_name(pid) for pid in keepers}, True
+    for folder, _, _ in cage_groups:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if re.fullmatch(r"w\d+", name) and name not in live:
+                done = _remove_group(folder, name) and done
+    return done

@@ -1,0 +1,200 @@
+"""The side of a caged worker that holds the channel to the trainer never runs a model's text or code
+(grpokit/untrusted/keeper.py): whatever an answer a scorer evaluates, or a Python-tool cell, writes to every
+descriptor it holds, it cannot move its deadline, stop the run, blame the data, answer outside its kind's range, keep
+running past its reply, see another worker, take more memory than its bound through the processes it forks, or send
+the trainer text it cannot take. A job too big for a worker is refused once, never resent.
+
+Each class is written from the way it is done (a message forged in the worker's framing on every descriptor the
+code holds), not from any one exploit.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_sandbox_pool import countdown_item
+
+import rewards
+from grpokit.environments import PythonTool
+from grpokit.untrusted import pool as untrusted
+from rewards.tasks import SCORERS
+
+# Python that writes `message` as a worker's message (multiprocessing's framing: a 4-byte big-endian length, then
+# JSON) to every descriptor the process holds above stderr.
+FORGE = """
+import json, os, struct
+def forge(message):
+    data = json.dumps(message).encode()
+    for name in os.listdir('/proc/self/fd'):
+        try:
+            os.write(int(name), struct.pack('!i', len(data)) + data)
+        except OSError:
+            pass
+"""
+
+
+def answer_running(code: str) -> str:
+    """A countdown answer that sympy's parse_expr (countdown's scorer) evaluates: it runs `code` (in a namespace of
+    its own: parse_expr's locals are not its functions' globals)."""
+    return f"<answer>__import__('builtins').exec({code!r}, {{}}) or 1</answer>"
+
+
+@pytest.fixture
+def tool():
+    made = []
+
+    def make(**limits):
+        t = PythonTool(**{"timeout_seconds": 5.0, **limits})
+        t.reset()
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t._close()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A scorer's answer speaking the worker's protocol
+
+
+def test_an_answer_cannot_move_its_deadline():
+    # Announcing "building the problem" over and over (trusted work, not charged to the answer) for 4 s.
+    reward = rewards.build("task_score", workers=1, timeout=1.0)
+    pool = untrusted.shared(SCORERS, 1)
+    before = vars(pool.counts).copy()  # what the pool had counted
+    hack = answer_running(FORGE + "import time\nt = time.time()\nwhile time.time() - t < 4:\n"
+                                  "    forge({'build': 1})\n    time.sleep(0.05)\n")
+    assert reward(completions=[hack], task_item=[countdown_item()]) == [0.0]
+    assert pool.counts.invalid == before.get('invalid', 0) + 1  # a message its part never sends: the job ends there, scored 0.0
+
+
+def test_an_answer_cannot_stop_the_run_or_blame_the_data():
+    reward = rewards.build("task_score", workers=1)
+    pool = untrusted.shared(SCORERS, 1)
+    before = vars(pool.counts).copy()  # what the pool had counted
+    hack = answer_running(FORGE + "forge({'fail': 'the dataset is broken'})\n")
+    assert reward(completions=[hack], task_item=[countdown_item()]) == [0.0]  # no ValueError naming the data
+    assert pool.counts.invalid == before.get('invalid', 0) + 1 and reward.fn.last.scorer_errors == 1
+
+
+def test_an_answer_cannot_score_outside_its_kinds_range():
+    reward = rewards.build("task_score", workers=1)
+    pool = untrusted.shared(SCORERS, 1)
+    before = vars(pool.counts).copy()  # what the pool had counted
+    for forged in (5.0, "1.0", [1.0]):
+        hack = answer_running(FORGE + f"forge({{'result': {forged!r}}})\n")
+        assert reward(completions=[hack], task_item=[countdown_item()]) == [0.0]
+    assert pool.counts.invalid == before.get('invalid', 0) + 3
+    honest = reward(completions=["<answer>1 + 2</answer>"], task_item=[countdown_item()])
+    assert honest[0] in (0.0, 0.01, 0.05, 1.0)  # the next completion is scored by a fresh worker
+
+
+def test_a_job_that_kills_its_worker_is_not_run_again():
+    reward = rewards.build("task_score", workers=1)
+    pool = untrusted.shared(SCORERS, 1)
+    before = vars(pool.counts).copy()  # what the pool had counted
+    hack = answer_running("import os\nos._exit(3)\n")
+    assert reward(completions=[hack], task_item=[countdown_item()]) == [0.0]
+    assert pool.counts.crashes == before.get('crashes', 0) + 1  # once: a second try would have crashed a second worker
+
+
+def test_a_job_over_the_message_bound_is_refused_once_and_never_sent():
+    # NUL characters are six bytes each in JSON: 1.5 M of them (under the completion cap) is over a worker's bound.
+    reward = rewards.build("task_score", workers=1)
+    pool = untrusted.shared(SCORERS, 1)
+    before = vars(pool.counts).copy()  # what the pool had counted
+    assert reward(completions=["\0" * 1_500_000], task_item=[countdown_item()]) == [0.0]
+    assert pool.counts.refused == before.get('refused', 0) + 1 and reward.fn.last.refused == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A Python-tool cell speaking the worker's protocol, or changing how a call returns
+
+
+def test_a_cell_that_replies_for_itself_and_runs_on_is_ended_and_the_model_told(tool):
+    t = tool()
+    t.python("kept = 1")
+    out = t.python(FORGE + "forge({'result': {'output': 'forged', 'failed': False}})\nwhile True:\n    pass\n")
+    assert "the interpreter was restarted after this call" in out  # its loop did not run on
+    assert "NameError" in t.python("kept")  # a fresh interpreter
+
+
+def test_a_cell_that_replaces_how_calls_return_fails_a_call_not_the_run(tool):
+    t = tool()
+    t.python("import grpokit.untrusted.python_job as job\njob.run = lambda job: [1, 2]")
+    with pytest.raises(RuntimeError, match="not a cell's output"):
+        t.python("1 + 1")  # its reply is a list: a failed call, not a TypeError in the trainer
+    assert t.python("1 + 1") == "2\n"  # a fresh interpreter
+    assert t.calls == ["ok", "crash", "ok"]
+
+
+def test_a_thread_a_call_started_does_not_outlive_it(tool):
+    t = tool()
+    out = t.python("kept = 1\nimport threading, time\n"
+                   "threading.Thread(target=lambda: time.sleep(600), daemon=True).start()\nprint('started')")
+    assert out.startswith("started\n") and "left 1 thread(s) running" in out
+    assert "NameError" in t.python("kept")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a worker sees, and what its limits bound
+
+
+def test_a_worker_sees_no_other_workers_process(tool):
+    a, b = tool(), tool()
+    a.python("import ctypes\nctypes.CDLL(None).prctl(15, b'rollout-a-mark', 0, 0, 0)")  # PR_SET_NAME
+    seen = b.python("import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+                    "print([open(f'/proc/{p}/comm').read().strip() for p in os.listdir('/proc') if p.isdigit()])")
+    assert seen.splitlines()[0] == "[1]"  # itself, pid 1 of its own namespace
+    assert "rollout-a-mark" not in seen
+
+
+def test_memory_bounds_every_process_a_call_forks(tool):
+    # Six children fill 200 MB each and hold it: each is within its own address-space limit, so only a bound on the
+    # call's processes together stops them all holding it at once (the kernel kills those past it).
+    memory_mb, file_mb = 256, 16
+    t = tool(memory_mb=memory_mb, processes=16, timeout_seconds=20.0)
+    code = """
+import os, select, time
+with open('/proc/self/status') as f:
+    warm = int([l for l in f if l.startswith('VmRSS')][0].split()[1]) // 1024
+r, w = os.pipe()
+children = []
+for _ in range(6):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block = b'x' * (200 << 20)
+            os.write(w, b'1')
+        finally:
+            time.sleep(60)
+    children.append(pid)
+filled, until = 0, time.time() + 8
+while time.time() < until and filled < 6:
+    if select.select([r], [], [], 0.2)[0]:
+        filled += len(os.read(r, 16))
+held = sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in children) if filled else 0
+print(warm, held)
+"""
+    try:
+        warm, held = map(int, t.python(code).split())
+    except RuntimeError:  # the kernel's OOM killer chose the interpreter itself: the bound held
+        return
+    assert held * 200 <= warm + memory_mb + file_mb, (warm, held)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What the model reads
+
+
+def test_undecodable_output_reaches_the_model_as_valid_text(tool):
+    out = tool().python("print(b'caf\\xe9 \\xff'.decode('utf-8', 'surrogateescape'))")
+    assert out.encode("utf-8") and out == "caf\ufffd \ufffd\n"
+
+
+def test_multibyte_output_at_the_character_limit_fits_and_keeps_the_interpreter(tool):
+    t = tool(max_output_chars=100_000)
+    t.python("kept = 1")
+    out = t.python("print('\\U0001F600' * 100_000, end='')")  # twelve bytes each in JSON
+    assert out == "\U0001F600" * 100_000
+    assert t.python("kept") == "1\n"

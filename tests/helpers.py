@@ -161,8 +161,8 @@ _READABLE: Path | None = None
 
 
 def readable_by_anyone() -> Path:
-    """A folder any user can enter holding a copy of the project's `rewards` package (and `grpokit.errors`, the one
-    module of grpokit it imports), for a test that starts the
+    """A folder any user can enter holding a copy of the project's `rewards` package (and what of grpokit it imports:
+    `grpokit.errors`, the sandbox `grpokit.untrusted`), for a test that starts the
     sandbox as `nobody` (a trainer that is not root): a checkout inside a private folder (/root is 0700 in most
     containers, `mktemp -d` makes 0700 folders) is out of nobody's reach, so nobody imports the copy. Made once per
     test session under /tmp, removed when the session ends."""
@@ -178,6 +178,8 @@ def readable_by_anyone() -> Path:
         (folder / "grpokit").mkdir()
         for name in ("__init__.py", "errors.py"):
             shutil.copyfile(ROOT / "grpokit" / name, folder / "grpokit" / name)
+        shutil.copytree(ROOT / "grpokit" / "untrusted", folder / "grpokit" / "untrusted",
+                        ignore=shutil.ignore_patterns("__pycache__"))
         for top, dirs, names in os.walk(folder):
             os.chmod(top, 0o755)
             for name in names:

@@ -63,9 +63,9 @@ for name, config in (("chain_sum", {}), ("countdown", {"min_numbers": 3, "max_nu
         took.append(time.perf_counter() - start)
     out[name] = len(completions) / statistics.median(took)
 accuracy = Accuracy()
-def latex(round_):
-    return ([rf"The answer is \boxed{{\frac{{{k + 1}}}{{{k + 2 + round_}}}}}" for k in range(64)],
-            [rf"\frac{{{k + 1}}}{{{k + 2}}}" for k in range(64)])
+def latex(round_):  # radicals: no plain number, so every one goes to math-verify; distinct in every round
+    return ([rf"Simplifying, the answer is $\boxed{{\sqrt{{{(k + 2) ** 2 * (round_ + 2)}}}}}$." for k in range(64)],
+            [rf"${k + 2}\sqrt{{{round_ + 2}}}$" for k in range(64)])
 completions, golds = latex(99)
 accuracy(completions=completions, answer=golds)  # workers up
 took = []

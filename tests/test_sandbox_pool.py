@@ -55,7 +55,14 @@ from rewards.math import MATH_VERIFY
 pool = shared(MATH_VERIFY, 2)
 job = [["\\boxed{42}"], ["\\boxed{9^{9^{9^{9^{9^{9}}}}}}"]]
 threading.Thread(target=pool.run, args=([job, job], 60.0), daemon=True).start()
-while not (len(pool._workers) == 2 and all(w.job is not None and w.marked for w in pool._workers)):
+def running(pid):  # a runner computing its tower (state R), as /proc shows it
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "R"
+    except OSError:
+        return False
+while not (len(pool._workers) == 2 and all(w.job is not None for w in pool._workers)
+           and sum(map(running, cage_processes(pool, depth=4))) == 2):
     time.sleep(0.01)  # polling the pool's state, not a timing assert
 print(" ".join(map(str, cage_processes(pool))), flush=True)
 time.sleep(600)

@@ -133,13 +133,13 @@ def zygote(root: str, module: str, control_fd: int, limits: dict, entered: list,
         if message is None:  # the pool closed the socket, or its process died
             break
         command, _, arg = message.partition(" ")
-        if command == "spawn" and len(fds) == 2:
+        if command == "spawn" and len(fds) == 2 and arg.isdigit():
             pid = os.fork()
             if pid == 0:
                 control.close()
                 code = 0
                 try:
-                    keeper.keep(kind, fds, limits, entered, uid, gid, groups)
+                    keeper.keep(kind, fds, limits, entered, uid, gid, groups, int(arg))
                 except BaseException:  # noqa: BLE001 - a forked child never returns into the zygote's loop
                     code = 1
                 os._exit(code)

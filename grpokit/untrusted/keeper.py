@@ -12,17 +12,20 @@ pipes of its own; the pool's pipes, the deadline and the reply format stay here,
                allows: {"prepared"} or {"fail"} during the trusted part, {"taint"} during the job's own, then
                {"result"} -- checked by the kind's `check(job, value)` (its type, range and size; text made valid:
                no lone surrogates) -- or {"error"}. Anything else ends the job "invalid" and the runner with it.
-    quiet      a reply counts once the runner is back waiting for the next job: one thread, no process of its own
-               left, blocked reading its pipe (the kernel's wait channel, where it shows one). A runner still busy
-               after IDLE_WAIT_S -- a thread left running, code that sent a reply of its own and ran on -- is killed,
-               and the reply says so ("ended": why): the next job gets a fresh runner.
+    quiet      the runner must be back waiting for a job: one thread, no process of its own left, blocked reading
+               its pipe (the kernel's wait channel, where it shows one). A Python-tool call's reply is sent only once
+               it is (a runner still busy after IDLE_WAIT_S -- a thread left running, code that sent a reply of its
+               own and ran on -- is killed, and the reply says so: "ended"); a scorer's runner is checked before its
+               next job (a busy one is killed, the pool told "ended", and the job it would have run goes elsewhere).
     memory     the runner and everything it starts share one cgroup (where this machine lets the cage make them):
                at most the warm worker's resident size plus the kind's `memory_mb` and `file_mb`; `processes` + 1
                tasks. Without cgroups, each process is bounded alone (RLIMIT_AS) and the uid's count of processes.
 
-To the pool: {"ready": id, "layers": [...]} once; per job {"build": seconds} and/or {"mark": 1} (which phase the job
-is in: the pool's own backstop deadline follows them), {"taint": why}, then one final message: {"result": v},
-{"error": text}, {"fail": text} (each may carry "ended"), {"timeout": 1}, {"crash": 1} or {"invalid": why}.
+To the pool: {"ready": id, "layers": [...]} once; per job, where its trusted part is slow (SLOW_PREPARE_S),
+{"build": seconds} then {"mark": 1} (the pool's own backstop deadline follows them); then one final message:
+{"result": v}, {"error": text} or {"fail": text} (each may carry "ended": why), {"timeout": 1}, {"crash": 1} or
+{"invalid": why}, each with "marked" (whether the job's own part had begun) and, where the answer's code ran more
+than numbers, "taint": what. Between jobs, {"ended": why} for a scorer's runner found busy: the keeper then exits.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from grpokit.untrusted import child as layers
 from grpokit.untrusted import runner
 
 STARTUP_TIMEOUT_S = 120.0  # importing nothing (the runner is forked warm), but a loaded 2-core box can be slow
+SLOW_PREPARE_S = 0.05  # a job's trusted part past this is said to the pool, whose backstop deadline then allows for it
 IDLE_WAIT_S = 1.0  # a runner that replied is back reading its pipe within microseconds; a loaded box may take longer
 REPLY_BYTES = 2 << 20  # one message from a runner at most: room for the largest output a cell may return (python_job)
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -74,10 +78,14 @@ def score(value, low: float = 0.0, high: float = 1.0) -> float:
     return float(value)
 
 
-def keep(kind, fds: list, limits: dict, entered: list, uid: int, gid: int, cage_groups: list) -> None:
-    """The keeper's life: set up, fork the runner, serve the pool's jobs; when it ends, the runner ends with it."""
+def keep(kind, fds: list, limits: dict, entered: list, uid: int, gid: int, cage_groups: list, slot: int) -> None:
+    """The keeper's life: set up, fork the runner, serve the pool's jobs; when it ends, the runner ends with it. The
+    keeper and its runner share the `slot`-th CPU this process may use: each hand-over between them stays on it."""
     layers._libc.prctl(layers.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the zygote is single-threaded: no race
     me = os.getpid()
+    if getattr(kind, "WATCH", True):  # not for a tool's runner: its keeper waits for it to be back after a reply
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[slot % len(cpus)]})
     if limits.get("scratch") and "tmpfs" in entered:
         _own_tmp(limits["file_mb"], uid, gid)
     apart = "pid" in entered and layers._libc.unshare(layers.CLONE_NEWPID) == 0
@@ -121,6 +129,11 @@ class _Keeper:
         self.kind, self.pid, self.line, self.ident = kind, pid, line, ident
         self.inbox, self.outbox = Connection(fds[0], writable=False), Connection(fds[1], readable=False)
         self.prepares = hasattr(kind, "prepare")
+        # A kind whose every job is the model's code (the Python tool) is checked quiet before its reply is sent: the
+        # model reads nothing from a call still running. A scorer's runner is checked before its next job: its code
+        # is a library's (an answer that runs more is seen first and ends the worker), and the check waits for the
+        # runner to free what the job built (math-verify: ~1 ms) off the reply's path.
+        self.eager = not getattr(kind, "WATCH", True)
         self.wchan = False  # whether this machine shows a waiting runner's wait channel (checked at start)
 
     def tell(self, message: dict) -> None:
@@ -134,10 +147,17 @@ class _Keeper:
         if hello is None or hello[0] != "ready" or not isinstance(hello[1], list):
             return
         held = {str(layer) for layer in hello[1]}
+        # Read again for every reply (a /proc file is made anew at each read from its start): opened once.
+        self.proc = {}
+        for name, path in (("stat", "stat"), ("wchan", "wchan"), ("children", f"task/{self.pid}/children")):
+            try:
+                self.proc[name] = os.open(f"/proc/{self.pid}/{path}", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                pass
         # Whether this machine shows the runner's wait channel: it is on its way to read its first job.
-        self.wchan, deadline = True, time.monotonic() + IDLE_WAIT_S
+        deadline = time.monotonic() + IDLE_WAIT_S
         while _wchan(self.pid) and not _waiting(_wchan(self.pid)) and time.monotonic() < deadline:
-            time.sleep(0.001)
+            time.sleep(50e-6)
         self.wchan = _waiting(_wchan(self.pid))
         if self.wchan:
             held.add("quiet-checked")
@@ -150,79 +170,104 @@ class _Keeper:
             message = json.loads(raw)
             final = self.one(raw, message["job"], float(message["timeout"]))
             self.tell(final)
-            if not ({"result", "error", "fail"} & set(final)) or "ended" in final:
+            if not ({"result", "error", "fail"} & set(final)) or "ended" in final or "taint" in final:
                 return  # the runner is gone or not to be trusted with another job: the pool replaces this worker
+            if not self.eager:  # a scorer: quiet before its next job, not before its reply (it may free a large heap)
+                busy = self.left_running()
+                if busy:
+                    self.tell({"ended": busy})  # before reading the next job: that one never started here
+                    return
 
     def one(self, raw: bytes, job, timeout: float) -> dict:
-        """One job, from handing it to the runner to the message for the pool."""
+        """One job, from handing it to the runner to the message for the pool: how it ended, whether its own part
+        had begun ("marked"), what the answer's code ran ("taint"), and why the runner was ended after it ("ended")."""
         now = time.monotonic()
         if self.prepares:
             cap = getattr(self.kind, "PREPARE_S", None) or timeout
             phase, deadline = "prepare", now + cap
-            self.tell({"build": cap})
         else:
             phase, deadline = "run", now + timeout
-            self.tell({"mark": 1})
+        final, phase, taint = self.exchange(raw, job, timeout, phase, deadline, now)
+        if self.eager and set(final) & {"result", "error", "fail"}:
+            busy = self.left_running()
+            if busy:
+                final["ended"] = busy
+        final["marked"] = phase == "run"
+        if taint:
+            final["taint"] = taint
+        return final
+
+    def exchange(self, raw: bytes, job, timeout: float, phase: str, deadline: float, start: float):
+        """Hand the job over and read the runner's messages until its one reply: (final message, the phase it ended
+        in, the first thing the answer's code ran)."""
+        told, taint = False, ""  # whether the pool heard of a slow trusted part
         try:
             self.line.send(raw, deadline)
             while True:
-                got = _one_key(self.line.recv(REPLY_BYTES, deadline))
+                # A trusted part that takes a while is said to the pool (its backstop deadline follows), once.
+                soon = start + SLOW_PREPARE_S if phase == "prepare" and not told else deadline
+                try:
+                    got = _one_key(self.line.recv(REPLY_BYTES, min(soon, deadline)))
+                except _Late:
+                    if time.monotonic() >= deadline:
+                        raise
+                    self.tell({"build": deadline - start})
+                    told = True
+                    continue
                 if got is None:
-                    return {"invalid": "a message that is not one JSON object of one key"}
+                    return {"invalid": "a message that is not one JSON object of one key"}, phase, taint
                 key, value = got
                 if key == "taint" and phase == "run":
-                    self.tell({"taint": valid_text(str(value), 200)})
+                    taint = taint or valid_text(str(value), 200)
                 elif key == "prepared" and phase == "prepare":
                     phase, deadline = "run", time.monotonic() + timeout
-                    self.tell({"mark": 1})
+                    if told:
+                        self.tell({"mark": 1})
                 elif key == "fail" and phase == "prepare":
-                    final = {"fail": valid_text(str(value), 2000)}
-                    break
+                    return {"fail": valid_text(str(value), 2000)}, phase, taint
                 elif key == "result":
                     try:
-                        final = {"result": self.kind.check(job, value)}
+                        return {"result": self.kind.check(job, value)}, phase, taint
                     except ValueError as why:
-                        return {"invalid": f"the job's result: {why}"}
-                    break
+                        return {"invalid": f"the job's result: {why}"}, phase, taint
                 elif key == "error" and isinstance(value, str):
-                    final = {"error": valid_text(value, 500)}
-                    break
+                    return {"error": valid_text(value, 500)}, phase, taint
                 else:
-                    return {"invalid": f"a message no job sends while {_PHASES[phase]}: {valid_text(key, 40)!r}"}
+                    return ({"invalid": f"a message no job sends while {_PHASES[phase]}: {valid_text(key, 40)!r}"},
+                            phase, taint)
         except _Late:
-            return {"timeout": 1}
+            return {"timeout": 1}, phase, taint
         except _Gone:
-            return {"crash": 1}
-        busy = self.left_running()
-        if busy:
-            final["ended"] = busy
-        return final
+            return {"crash": 1}, phase, taint
 
     def left_running(self) -> str:
         """Why the runner is not back waiting for its next job ("" when it is), after up to IDLE_WAIT_S."""
-        deadline, pause = time.monotonic() + IDLE_WAIT_S, 0.0002
-        while True:
+        start, pause = time.monotonic(), 20e-6
+        why = self.busy()
+        if why:  # the runner has replied and is on its way to read, on this same CPU: let it run there first
+            os.sched_yield()
             why = self.busy()
-            if not why or time.monotonic() >= deadline:
-                return why
-            time.sleep(pause)  # the runner has replied and is on its way to read: give it the CPU
-            pause = min(2 * pause, 0.02)
+        while why and time.monotonic() - start < IDLE_WAIT_S:
+            # Still not back: sleep (never spin, which would hold the CPU it needs); a runner that stays busy is
+            # looked at less and less often.
+            time.sleep(pause)
+            pause = min(2 * pause, 0.01)
+            why = self.busy()
+        return why
 
     def busy(self) -> str:
         try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
+            fields = os.pread(self.proc["stat"], 4096, 0).rpartition(b")")[2].split()
             state, threads = fields[0], int(fields[17])
-            with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
-                children = f.read().split()
-        except (OSError, ValueError, IndexError):
+            if threads > 1:
+                return f"it left {threads - 1} thread(s) running"
+            if state != b"S" or (self.wchan and not _waiting(os.pread(self.proc["wchan"], 256, 0).decode())):
+                return "its code was still running after its reply"
+            children = os.pread(self.proc["children"], 4096, 0).split()
+        except (OSError, ValueError, IndexError, KeyError):
             return "it is gone"
-        if threads > 1:
-            return f"it left {threads - 1} thread(s) running"
         if children:
             return f"it left {len(children)} process(es) running"
-        if state != "S" or (self.wchan and not _waiting(_wchan(self.pid))):
-            return "its code was still running after its reply"
         return ""
 
 
@@ -267,10 +312,10 @@ class _Line:
     def send(self, payload: bytes, deadline: float) -> None:
         view = memoryview(struct.pack("!i", len(payload)) + payload)
         while view:
-            self._wait([], [self.out_fd], deadline)
             try:
                 view = view[os.write(self.out_fd, view[:1 << 16]):]
             except BlockingIOError:
+                self._wait([], [self.out_fd], deadline)
                 continue
             except OSError as err:
                 if err.errno in (errno.EPIPE, errno.EBADF):
@@ -285,10 +330,10 @@ class _Line:
 
     def _exactly(self, n: int, deadline: float) -> bytes:
         while len(self.buffer) < n:
-            self._wait([self.in_fd], [], deadline)
             try:
                 chunk = os.read(self.in_fd, max(1 << 16, n - len(self.buffer)))
             except BlockingIOError:
+                self._wait([self.in_fd], [], deadline)
                 continue
             if not chunk:
                 raise _Gone
@@ -299,6 +344,8 @@ class _Line:
 
     @staticmethod
     def _wait(readers: list, writers: list, deadline: float) -> None:
+        """Until a descriptor is ready; _Late past the deadline (each read or write is tried first, then waited for:
+        a reply that is there already costs no wait)."""
         left = deadline - time.monotonic()
         if left <= 0 or not any(select.select(readers, writers, [], left)[:2]):
             raise _Late

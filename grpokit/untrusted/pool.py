@@ -70,6 +70,8 @@ STARTUP_TIMEOUT_S = 120.0  # importing sympy or reasoning-gym on a loaded 2-core
 GRACE_S = 5.0  # past the keeper's deadline, the keeper's own answer ("timeout") is overdue: the worker is killed
 STUCK_FRACTION = 0.25  # a job past this share of its limit is likely to run it out: a spare takes the queue
 MAX_SPARES_PER_WORKER = 1  # each stuck job holds a CPU until its limit
+QUEUED = 2  # jobs handed to a worker at once: the one it runs and the next
+FINAL = ("result", "error", "fail", "timeout", "crash", "invalid")  # how a keeper's message on a job ends it
 MAX_REPLY_BYTES = REPLY_BYTES + 4096  # one message from a keeper at most: a runner's, checked, and what it adds
 _LOG = logging.getLogger("grpokit.untrusted")
 FRAME = 32  # bytes per control frame to the zygote: a stream socket may split or join sends, frames keep them apart
@@ -157,9 +159,10 @@ class _Cage:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def spawn(self, fds: list[int]) -> None:
-        """Ask for a worker on these two pipe ends; raises OSError when the cage is gone."""
-        frame = b"spawn".ljust(FRAME)
+    def spawn(self, fds: list[int], slot: int) -> None:
+        """Ask for a worker on these two pipe ends, on the `slot`-th CPU this process may use (modulo their number);
+        raises OSError when the cage is gone."""
+        frame = f"spawn {slot}".encode().ljust(FRAME)
         sent = socket.send_fds(self.control, [frame], fds)
         if sent < FRAME:
             self.control.sendall(frame[sent:])
@@ -184,11 +187,11 @@ class _Cage:
 
 
 class _Worker:
-    def __init__(self, cage: _Cage):
+    def __init__(self, cage: _Cage, slot: int):
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         try:
-            cage.spawn([to_child_r, from_child_w])
+            cage.spawn([to_child_r, from_child_w], slot)
         except OSError:
             os.close(to_child_w)
             os.close(from_child_r)
@@ -202,44 +205,66 @@ class _Worker:
         self.inbox = Connection(from_child_r, writable=False)
         self.ready = False
         self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        self.job: int | None = None
+        self.queue: deque = deque()  # the jobs handed to it, in order: the first runs, the next waits in the pipe
         self.marked = self.tainted = self.building = self.spent = False
         self.clock = self.timeout = 0.0
 
     @property
+    def job(self) -> int | None:
+        """The job it is running now (its keeper takes the next only once this one's reply is sent)."""
+        return self.queue[0] if self.queue else None
+
+    @property
     def waiting(self) -> bool:
-        return not self.ready or self.job is not None
+        return not self.ready or bool(self.queue)
 
     def send(self, index: int, payload: bytes, timeout: float) -> None:
         """Hand it a job encoded by `encode` (raises OSError when the worker is gone)."""
-        self.job, self.marked, self.building, self.timeout = index, False, False, timeout
-        self.clock = time.monotonic()
-        self.deadline = self.clock + timeout + GRACE_S  # the keeper says at once which part it times ("build", "mark")
         self.outbox.send_bytes(payload)
+        self.queue.append(index)
+        self.timeout = timeout
+        if len(self.queue) == 1:
+            self._begin()
+
+    def _begin(self) -> None:
+        """The first job in the queue starts now: a slow trusted part is said ("build") and so is its end ("mark");
+        until then the pool allows the job's own limit, past which its keeper will have answered."""
+        self.marked = self.building = False
+        self.clock = time.monotonic()
+        self.deadline = self.clock + self.timeout + GRACE_S
+
+    def finish(self) -> int:
+        """The running job has ended: its index; the next in the queue starts."""
+        index = self.queue.popleft()
+        if self.queue:
+            self._begin()
+        return index
 
     def take(self, key: str, value, message: dict, counts: "Counts", what: str) -> "Reply | None":
         """What a keeper's message during a job means: None while the job goes on (it says which part it times, or
         what the answer's code ran), else how the job ended. `spent` is set when the worker is not to take another."""
         now = time.monotonic()
-        if key == "build" and not self.marked and not self.building and _seconds(value):
-            self.building, self.deadline = True, now + value + GRACE_S  # the keeper's cap on the trusted part
+        if key == "build" and not self.marked and _seconds(value):  # a slow trusted part: the keeper's cap on it
+            self.building, self.deadline = True, now + value + GRACE_S
             return None
-        if key == "mark" and not self.marked:
-            self.marked, self.building, self.clock = True, False, now  # the job's own time starts now
+        if key == "mark" and self.building:  # the job's own time starts now
+            self.marked, self.building, self.clock = True, False, now
             self.deadline = now + self.timeout + GRACE_S
             return None
-        if key == "taint":
-            if not self.tainted:  # the first thing it ran says most
-                counts.last_code = str(value)[:200]
+        self.spent = True  # unless a reply below says otherwise
+        if key not in FINAL:
+            counts.note("crashes", f"{what}: a worker sent what no keeper sends")
+            return Reply("crash", None, self.marked)
+        self.marked = self.marked or message.get("marked") is True
+        if message.get("taint"):  # what the answer's code ran, seen before it ran (runner.py's audit hook)
+            counts.last_code = str(message["taint"])[:200]
             self.tainted = True
-            return None
         if key in ("result", "error", "fail"):
             ended = str(message.get("ended") or "")[:200]
             if ended:
                 counts.note("ended", f"{what}: a job's worker was ended after its reply: {ended}")
             self.spent = bool(ended) or self.tainted
             return Reply(key, value, self.marked, ended)
-        self.spent = True
         if key == "timeout":
             counts.timeouts += 1
             return Reply("timeout", None, self.marked)
@@ -247,7 +272,7 @@ class _Worker:
             counts.note("invalid", f"{what}: a job's reply was not one its kind gives ({str(value)[:200]}): "
                                    "the job failed, its worker was replaced")
             return Reply("invalid", str(value)[:300], self.marked)
-        counts.note("crashes", f"{what}: a job's process died mid-job")  # "crash", or what no keeper sends
+        counts.note("crashes", f"{what}: a job's process died mid-job")
         return Reply("crash", None, self.marked)
 
     def stop(self) -> None:
@@ -351,15 +376,18 @@ class Pool:
             # Its workers are dying with it (parent-death signals): none takes another job, however briefly alive.
             _stop_all(self._workers, self._cages)
         while len(self._workers) < self.size:
-            self._workers.append(self._new_worker())
+            self._workers.append(self._new_worker(len(self._workers)))
 
-    def _new_worker(self) -> _Worker:
+    def _new_worker(self, slot: int) -> _Worker:
+        """A worker forked warm from the cage, whose keeper and runner share the `slot`-th CPU (a worker's place in
+        the pool: a replacement takes its place's): a job's hand-overs between them stay on one CPU, which on a
+        2-core VM took a job's round trip from ~230 to ~155 us (bench/README.md, the cage's cost)."""
         for _ in range(2):  # a cage that died since it was last used is replaced once
             if not self._cages or not self._cages[0].alive():
                 _stop_all([], self._cages)
                 self._cages.append(_Cage(self.kind))
             try:
-                return _Worker(self._cages[0])
+                return _Worker(self._cages[0], slot)
             except OSError:  # its socket is broken: the cage is dead or dying; the next pass starts another
                 _stop_all([], self._cages)
         raise WorkerStartError(f"cannot start the {self.kind.what} processes: {self._said()}")
@@ -388,30 +416,50 @@ class Pool:
         return replies
 
     def _run(self, payloads: list, indices: list, timeout: float, replies: list) -> None:
-        todo, retried = deque(indices), set()  # jobs not yet sent; jobs already given a second try
+        # Jobs not yet sent; jobs already given a second try; jobs handed to a second worker because the one holding
+        # them was stuck on the job before (the first answer counts).
+        todo, retried, copied = deque(indices), set(), set()
         stuck_after = STUCK_FRACTION * timeout
-        while todo or any(w.job is not None for w in self._workers):
-            for w in self._workers:
-                if w.ready and w.job is None and todo:
-                    i = todo.popleft()
+        while any(replies[i] is None for i in indices):
+            # Each ready worker gets a job, then (once all have started) a second to hold in its pipe: its keeper
+            # starts that one the moment the first is answered, without waiting for this loop.
+            for depth in range(1, QUEUED + 1):
+                if depth > 1 and not all(w.ready for w in self._workers):
+                    break
+                for w in list(self._workers):
+                    if not (w.ready and len(w.queue) < depth and not w.spent):
+                        continue
+                    i = _next(todo, replies)
+                    if i is None:
+                        break
                     try:
                         w.send(i, payloads[i], timeout)
-                    except OSError:  # it died while idle: replace it; the job gets one more try, never a third
-                        w.job = None
+                    except OSError:  # it died while idle: the job gets one more try, never a third
                         self._retry_or_crash(i, replies, todo, retried, marked=False)
-                        self._replace(w)
+                        self._replace(w, todo)
             now = time.monotonic()
+            for w in self._workers:
+                if len(w.queue) > 1 and now - w.clock >= stuck_after:  # a job waits behind one likely to time out
+                    for j in list(w.queue)[1:]:
+                        if j not in copied and replies[j] is None:
+                            copied.add(j)
+                            todo.appendleft(j)
             timed = [w for w in self._workers if w.job is not None and not w.building]
             stuck = [w for w in timed if now - w.clock >= stuck_after]
             if todo and stuck and len(self._workers) < (1 + MAX_SPARES_PER_WORKER) * self.size and all(
                     w.ready and w.job is not None for w in self._workers):
                 # Every worker is busy and one is likely running out its time limit: a spare takes the queue
                 # meanwhile, so distinct hard jobs time out side by side, not one after another.
-                self._workers.append(self._new_worker())
+                self._workers.append(self._new_worker(len(self._workers)))
             waiting = [w for w in self._workers if w.waiting]
+            if not waiting:
+                if todo:
+                    continue
+                raise WorkerStartError(f"the {self.kind.what} pool was closed while its jobs ran")
             wake = [w.deadline for w in waiting]
-            if todo:  # also wake when a running job turns "stuck", to start a spare then
-                wake += [w.clock + stuck_after for w in timed if w.clock + stuck_after > now]
+            # Also wake when a running job turns "stuck": to start a spare, or to hand on a job queued behind it.
+            wake += [w.clock + stuck_after for w in waiting if w.job is not None and (todo or len(w.queue) > 1)
+                     and w.clock + stuck_after > now]
             ready = wait([w.inbox for w in waiting], timeout=max(0.0, min(wake) - time.monotonic()))
             for w in waiting:
                 if w.inbox in ready and w in self._workers:  # not one replaced meanwhile (its whole cage died)
@@ -424,9 +472,11 @@ class Pool:
                         raise WorkerStartError(
                             f"a {self.kind.what} process did not start within {STARTUP_TIMEOUT_S:.0f} s; check that "
                             f"`python -c '{self.kind.check}'` works in this environment; it said: {self._said()}")
-                    replies[w.job] = Reply("timeout", None, w.marked)  # its keeper did not answer in time
+                    _answer(replies, w.finish(), Reply("timeout", None, w.marked))  # its keeper did not answer in time
                     self.counts.timeouts += 1
-                    self._replace(w)
+                    self._replace(w, todo)
+        for w in [w for w in self._workers if w.queue]:  # copies of jobs answered elsewhere: no late answer stays
+            self._replace(w)
 
     def _receive(self, w: _Worker, replies: list, todo: deque, retried: set, timeout: float) -> None:
         key, value, message = _read(w)
@@ -436,25 +486,31 @@ class Pool:
         if key == "ready" and not w.ready and isinstance(value, int):
             self._started(w, value, message)
             return
-        if w.job is None or not w.ready:  # cannot happen with one job in flight; never misfile it
-            self._replace(w)
+        if key == "ended":  # between jobs its runner was found busy: its keeper took no next job and exits
+            self.counts.note("ended", f"{self.kind.what}: a worker was ended between jobs: {str(value)[:200]}")
+            self._replace(w, todo)  # the jobs handed to it never started
+            return
+        if w.job is None or not w.ready:  # cannot happen: a keeper speaks of the job it runs; never misfile it
+            self._replace(w, todo)
             return
         reply = w.take(key, value, message, self.counts, self.kind.what)
         if reply is None:
             return
-        i, w.job = w.job, None
+        i = w.finish()
         if reply.how == "crash":  # its process died: once more, unless its own part had begun
             self._retry_or_crash(i, replies, todo, retried, reply.marked or w.tainted)
         else:
-            replies[i] = reply
+            _answer(replies, i, reply)
         if w.spent:
             if w.tainted:  # the job ran code from its text: no later job is scored by this worker
                 self.counts.replaced_after_code += 1
-            self._replace(w)
+            self._replace(w, todo)
 
     def _retry_or_crash(self, i: int, replies: list, todo: deque, retried: set, marked: bool) -> None:
         """A job whose worker died: tried once more where it may have died from outside (before its own part began,
         the first time), else it ends "crash"."""
+        if replies[i] is not None:  # a copy of it answered elsewhere
+            return
         if not marked and i not in retried:
             retried.add(i)
             todo.appendleft(i)
@@ -475,14 +531,12 @@ class Pool:
         if not w.cage.alive():  # the whole cage died (killed from outside): every job in it starts again elsewhere
             for v in [v for v in self._workers if v.cage is w.cage]:
                 if v.job is not None:
-                    self._retry_or_crash(v.job, replies, todo, retried, v.tainted)
-                    v.job = None
-                self._replace(v)
+                    self._retry_or_crash(v.finish(), replies, todo, retried, v.tainted)
+                self._replace(v, todo)
             return
         if w.job is not None:  # its keeper died without a word: killed from outside
-            self._retry_or_crash(w.job, replies, todo, retried, w.marked or w.tainted)
-            w.job = None
-        self._replace(w)
+            self._retry_or_crash(w.finish(), replies, todo, retried, w.marked or w.tainted)
+        self._replace(w, todo)
 
     def _started(self, w: _Worker, ident: int, message: dict) -> None:
         """A worker said it is ready: its id, and the layers that held for it."""
@@ -493,9 +547,14 @@ class Pool:
     def _said(self) -> str:
         return (self._cages[0].said() if self._cages else "") or "nothing"
 
-    def _replace(self, w: _Worker) -> None:
+    def _replace(self, w: _Worker, todo: deque | None = None) -> None:
+        """End `w` and start a warm fork in its place; the jobs still queued on it, never started, go back first."""
+        if todo is not None:
+            todo.extendleft(reversed(w.queue))
+        w.queue.clear()
         w.stop()
-        self._workers[self._workers.index(w)] = self._new_worker()
+        place = self._workers.index(w)
+        self._workers[place] = self._new_worker(place)
 
     def _forget(self) -> None:
         for w in self._workers:
@@ -513,6 +572,21 @@ class Pool:
     def close(self) -> None:
         with self._lock:
             _stop_all(self._workers, self._cages)
+
+
+def _next(todo: deque, replies: list) -> int | None:
+    """The next job to send that has no answer yet (a copy may have answered it), or None."""
+    while todo:
+        i = todo.popleft()
+        if replies[i] is None:
+            return i
+    return None
+
+
+def _answer(replies: list, i: int, reply: Reply) -> None:
+    """The first answer to a job counts (a copy of it may answer later)."""
+    if replies[i] is None:
+        replies[i] = reply
 
 
 def _read(w: _Worker) -> tuple:

@@ -3,11 +3,15 @@ job (sandbox/pool.py: the cage, the limits and why they hold)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from multiprocessing.connection import wait
 
 from grpokit.untrusted.pool import STARTUP_TIMEOUT_S, Pool, Reply, WorkerStartError, _read, _Worker, encode, refusal
+
+
+_SLOTS = itertools.count()  # the CPU each new session's worker takes, in turn
 
 
 class Session:
@@ -43,7 +47,7 @@ class Session:
             with self.pool._lock:
                 if os.getpid() != self.pool._pid:  # forked: the cage belongs to the parent
                     self.pool._forget()
-                self._worker = self.pool._new_worker()
+                self._worker = self.pool._new_worker(next(_SLOTS))
             self.restarts += self.jobs > 0
         w = self._worker
         while not w.ready:
@@ -74,7 +78,7 @@ class Session:
                 return Reply("crash", None, w.marked)
             reply = w.take(key, value, message, self.pool.counts, self.pool.kind.what)
             if reply is not None:
-                w.job = None
+                w.finish()
                 if w.spent:
                     self.close()
                 return reply

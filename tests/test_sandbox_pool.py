@@ -20,6 +20,7 @@ from helpers import ROOT, cage_processes
 
 import rewards
 from grpokit import tasks
+from grpokit.untrusted import child as layers
 from grpokit.untrusted import pool as untrusted
 from rewards.math import MATH_VERIFY, Accuracy
 from rewards.tasks import SCORERS
@@ -64,7 +65,7 @@ def running(pid):  # a runner computing its tower (state R), as /proc shows it
 while not (len(pool._workers) == 2 and all(w.job is not None for w in pool._workers)
            and sum(map(running, cage_processes(pool, depth=4))) == 2):
     time.sleep(0.01)  # polling the pool's state, not a timing assert
-print(" ".join(map(str, cage_processes(pool))), flush=True)
+print(pool._cages[0].group, " ".join(map(str, cage_processes(pool))), flush=True)
 time.sleep(600)
 """
 
@@ -74,7 +75,8 @@ def test_nothing_of_the_cage_outlives_the_trainer_killed_mid_job():
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(ROOT)], stdout=subprocess.PIPE, text=True)
     try:
         line = parent.stdout.readline()
-        pids = [int(p) for p in line.split()]
+        group, *pids = line.split()
+        pids = [int(p) for p in pids]
         assert len(pids) >= 6, line  # bootstrap, zygote, two keepers, two workers
         fds = [os.pidfd_open(pid) for pid in pids]  # held before the kill, so a reused pid cannot confuse us
     finally:
@@ -89,6 +91,8 @@ def test_nothing_of_the_cage_outlives_the_trainer_killed_mid_job():
             ready, _, _ = select.select(waiting, [], [], max(0.0, deadline - time.monotonic()))
             waiting = [fd for fd in waiting if fd not in ready]
         assert not waiting, "a process of the cage is still running after the trainer was killed"
+        # Nor its cgroups: the bootstrap's parent-death signal lets it remove them before it goes.
+        assert not [parent for parent, _, _ in layers._cgroup_places() if os.path.exists(os.path.join(parent, group))]
     finally:
         for fd in fds:
             os.close(fd)

@@ -159,21 +159,24 @@ import os, select, time
 with open('/proc/self/status') as f:
     warm = int([l for l in f if l.startswith('VmRSS')][0].split()[1]) // 1024
 r, w = os.pipe()
-children = []
-for _ in range(6):
+children = {}
+for k in range(6):
     pid = os.fork()
     if pid == 0:
         try:
             block = b'x' * (200 << 20)
-            os.write(w, b'1')
+            os.write(w, bytes([k]))
         finally:
             time.sleep(60)
-    children.append(pid)
-filled, until = 0, time.time() + 8
-while time.time() < until and filled < 6:
-    if select.select([r], [], [], 0.2)[0]:
-        filled += len(os.read(r, 16))
-held = sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in children) if filled else 0
+    children[pid] = k
+filled, alive, until = set(), dict(children), time.time() + 8
+while time.time() < until:  # until every child still alive holds its 200 MB (the kernel kills those past the bound)
+    if select.select([r], [], [], 0.05)[0]:
+        filled |= set(os.read(r, 16))
+    alive = {pid: k for pid, k in alive.items() if os.waitpid(pid, os.WNOHANG) == (0, 0)}
+    if set(alive.values()) <= filled:
+        break
+held = len(set(alive.values()) & filled)
 print(warm, held)
 """
     try:

@@ -10,8 +10,8 @@ limit; None: the job's own), and `WATCH = False` (every job is the model's code:
 
     bootstrap   makes the cage's cgroups (where this machine lets it), enters new namespaces (network, pid, mount,
                 ipc, uts; a user namespace too when not root), forks the zygote and waits for it, then removes the
-                cgroups. It dies with the pool's process (parent-death signal); when it exits, the zygote's pid
-                namespace and everything in it are gone.
+                cgroups. The pool's process dying ends it (parent-death signal: it kills the zygote, removes the
+                cgroups, exits); when it exits, the zygote's pid namespace and everything in it are gone.
     zygote      pid 1 of that namespace; never runs a job. Zeroes System V shared memory, pivots into a new root
                 (read-only binds of this python, its site-packages and the project's own `grpokit`; a private
                 size-capped /tmp), imports and warms MODULE, then forks a keeper per `spawn` on the control socket
@@ -40,38 +40,58 @@ REAP_EVERY_S = 0.5  # how often an idle zygote reaps the processes that have exi
 
 
 def bootstrap(root: str, module: str, control_fd: int, limits: dict) -> None:
-    """The process the pool starts: namespaces, then the zygote as their pid 1; exits when the zygote does."""
-    layers._libc.prctl(layers.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    """The process the pool starts: namespaces, then the zygote as their pid 1; exits when the zygote does, after
+    removing the cage's cgroups -- also when the pool's process dies (its parent-death signal is SIGTERM, handled)."""
+    zygote_pid: list[int] = []
+
+    def stop(*_):
+        if zygote_pid:
+            os.kill(zygote_pid[0], signal.SIGKILL)  # its pid namespace goes with it; the waitpid below returns
+        else:
+            raise SystemExit  # before the zygote: only the cgroups to remove (below)
+
+    signal.signal(signal.SIGTERM, stop)
+    layers._libc.prctl(layers.PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != limits["parent"]:  # the pool's process died before the request took effect
         os._exit(0)
-    groups = _cage_groups() if limits.get("cgroups", True) else []
-    entered = layers._unshare(limits["namespaces"])
-    pid = os.fork()
-    if pid == 0:
-        try:
-            zygote(root, module, control_fd, limits, entered, [(fd, v, c) for _, _, fd, v, c in groups])
-        except BaseException:  # noqa: BLE001 - any failure here ends the cage; the pool reports its start failing
-            import traceback
+    groups: list = []
+    try:
+        groups = _cage_groups(limits["cgroup"]) if limits.get("cgroups", True) else []
+        entered = layers._unshare(limits["namespaces"])
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until the zygote's pid is known
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            try:
+                zygote(root, module, control_fd, limits, entered, [(fd, v, c) for _, _, fd, v, c in groups])
+            except BaseException:  # noqa: BLE001 - any failure here ends the cage; the pool reports its start failing
+                import traceback
 
-            traceback.print_exc()
-        os._exit(70)
-    os.close(control_fd)
-    signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
-    os.waitpid(pid, 0)  # a pid namespace's pid 1 is reaped only once everything in it is gone
-    _remove_cage_groups(groups)
+                traceback.print_exc()
+            os._exit(70)
+        zygote_pid.append(pid)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.close(control_fd)
+        os.waitpid(pid, 0)  # a pid namespace's pid 1 is reaped only once everything in it is gone
+    except SystemExit:
+        pass
+    finally:
+        _remove_cage_groups(groups)
     os._exit(0)
 
 
-def _cage_groups() -> list:
+def _cage_groups(name: str) -> list:
     """The cage's own cgroup in each hierarchy that limits memory or processes and that this process may write
     (root, or a delegated v2 subtree), made under this process's groups so every limit on the trainer still applies;
-    each worker's group is made inside it by its keeper. `[(parent folder, name, folder, version, controllers)]`;
+    each worker's group is made inside it by its keeper; `name` is the pool's choice (it removes the group too, should
+    this process be killed before it can). `[(parent folder, name, folder, version, controllers)]`;
     [] where none can be made (then each process is bounded alone: pool.py)."""
     try:
         places = layers._cgroup_places()
     except (OSError, ValueError):
         return []
-    name, made = f"grpokit-pool-{os.getpid()}-{os.urandom(3).hex()}", []
+    made = []
     for parent, version, controllers in places:
         try:
             folder = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)

@@ -415,3 +415,33 @@ def sweep(cage_groups: list, keepers: set) -> bool:
             if re.fullmatch(r"w\d+", name) and name not in live:
                 done = _remove_group(folder, name) and done
     return done
+
+
+def remove_cage_group(name: str) -> None:
+    """Remove the cage's cgroup `name` and its workers' (from the trainer's side: for a cage killed before it could).
+    Only that name, and only empty groups (the kernel refuses the rest); a little wait for a dying worker's last
+    processes to leave."""
+    try:
+        places = layers._cgroup_places()
+    except (OSError, ValueError):
+        return
+    for parent, _, _ in places:
+        try:
+            folder = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            inside = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=folder)
+        except OSError:
+            os.close(folder)
+            continue
+        for _ in range(50):
+            if sweep([(inside, None, None)], set()):
+                break
+            time.sleep(0.01)
+        os.close(inside)
+        try:
+            os.rmdir(name, dir_fd=folder)
+        except OSError:
+            pass
+        os.close(folder)

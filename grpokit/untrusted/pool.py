@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from grpokit.untrusted.keeper import REPLY_BYTES
+from grpokit.untrusted.keeper import REPLY_BYTES, remove_cage_group
 from grpokit.untrusted.process import end, sandbox_ids, start
 from grpokit.untrusted.runner import MAX_JOB_BYTES
 
@@ -134,8 +134,9 @@ class _Cage:
         uid, gid = sandbox_ids() if os.geteuid() == 0 else (os.geteuid(), os.getegid())
         limits = {"parent": os.getpid(), "namespaces": kind.namespaces, "uid": uid, "gid": gid,
                   "memory_mb": kind.memory_mb, "processes": kind.processes, "file_mb": kind.file_mb,
-                  "scratch": kind.scratch,
+                  "scratch": kind.scratch, "cgroup": f"grpokit-pool-{os.getpid()}-{os.urandom(4).hex()}",
                   "visible": _visible()}
+        self.group = limits["cgroup"]  # the cage's cgroup (cage.py makes it where it may, and removes it)
         # What the cage prints (a library's import noise; why it failed to start) goes to a file of its own, shown
         # when the workers do not start; what a job prints goes nowhere (cage.py).
         self.log = tempfile.TemporaryFile()
@@ -177,6 +178,7 @@ class _Cage:
         self.forget()  # end of file: the zygote exits, and its pid namespace with it
         end(self.proc, stop=False, timeout=2)
         self.log.close()
+        remove_cage_group(self.group)  # gone already, unless the cage was killed before it could remove it
 
     def forget(self) -> None:
         """Close our end without touching the process (also used in a forked child)."""

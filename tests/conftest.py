@@ -67,3 +67,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def tool():
+    """make(**limits): a Python tool (grpokit.environments.PythonTool) started for a rollout, 3 s a call unless
+    given; every one made is closed after the test."""
+    from grpokit.environments import PythonTool
+
+    made = []
+
+    def make(**limits):
+        t = PythonTool(**{"timeout_seconds": 3.0, **limits})
+        t.reset()
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t._close()

@@ -19,21 +19,6 @@ from grpokit.errors import RecipeError
 from tests.helpers import cage_processes, recipe_dict, write_recipe
 
 
-@pytest.fixture
-def tool():
-    made = []
-
-    def make(**limits):
-        t = PythonTool(**{"timeout_seconds": 3.0, **limits})
-        t.reset()
-        made.append(t)
-        return t
-
-    yield make
-    for t in made:
-        t._close()
-
-
 def processes_of(t: PythonTool) -> list[int]:
     """The pids of the rollout's worker and whatever it runs (below its keeper in the cage)."""
     pool = t._session.pool

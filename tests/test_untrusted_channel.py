@@ -14,7 +14,6 @@ import pytest
 from test_sandbox_pool import countdown_item
 
 import rewards
-from grpokit.environments import PythonTool
 from grpokit.untrusted import pool as untrusted
 from rewards.tasks import SCORERS
 
@@ -36,21 +35,6 @@ def answer_running(code: str) -> str:
     """A countdown answer that sympy's parse_expr (countdown's scorer) evaluates: it runs `code` (in a namespace of
     its own: parse_expr's locals are not its functions' globals)."""
     return f"<answer>__import__('builtins').exec({code!r}, {{}}) or 1</answer>"
-
-
-@pytest.fixture
-def tool():
-    made = []
-
-    def make(**limits):
-        t = PythonTool(**{"timeout_seconds": 5.0, **limits})
-        t.reset()
-        made.append(t)
-        return t
-
-    yield make
-    for t in made:
-        t._close()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ import os
 import select
 import signal
 import socket
-import time
 
 from grpokit.untrusted import child as layers
 from grpokit.untrusted import keeper
@@ -118,16 +117,7 @@ def _cage_groups(name: str) -> list:
 def _remove_cage_groups(groups: list) -> None:
     """Once every process of the cage is gone: its workers' groups, then its own."""
     for folder, name, inside, _, _ in groups:
-        for _ in range(100):  # a worker's last processes may take a moment to leave after their pid 1 is gone
-            if keeper.sweep([(inside, None, None)], set()):
-                break
-            time.sleep(0.01)
-        os.close(inside)
-        try:
-            os.rmdir(name, dir_fd=folder)
-        except OSError:
-            pass
-        os.close(folder)
+        keeper.drop_cage_group(folder, name, inside)
 
 
 def zygote(root: str, module: str, control_fd: int, limits: dict, entered: list, groups: list) -> None:

@@ -435,13 +435,19 @@ def remove_cage_group(name: str) -> None:
         except OSError:
             os.close(folder)
             continue
-        for _ in range(50):
-            if sweep([(inside, None, None)], set()):
-                break
-            time.sleep(0.01)
-        os.close(inside)
-        try:
-            os.rmdir(name, dir_fd=folder)
-        except OSError:
-            pass
-        os.close(folder)
+        drop_cage_group(folder, name, inside, tries=50)
+
+
+def drop_cage_group(folder: int, name: str, inside: int, tries: int = 100) -> None:
+    """Remove a cage's cgroup (`name` in `folder`, open as `inside`) once its workers' groups are gone, waiting a
+    little for a dying worker's last processes to leave; closes both descriptors."""
+    for _ in range(tries):
+        if sweep([(inside, None, None)], set()):
+            break
+        time.sleep(0.01)
+    os.close(inside)
+    try:
+        os.rmdir(name, dir_fd=folder)
+    except OSError:
+        pass
+    os.close(folder)

@@ -243,8 +243,8 @@ class _Worker:
         return index
 
     def take(self, key: str, value, message: dict, counts: "Counts", what: str) -> "Reply | None":
-        """What a keeper's message during a job means: None while the job goes on (it says which part it times, or
-        what the answer's code ran), else how the job ended. `spent` is set when the worker is not to take another."""
+        """What a keeper's message during a job means: None while the job goes on (a slow trusted part began, or
+        ended), else how the job ended. `spent` is set when the worker is not to take another."""
         now = time.monotonic()
         if key == "build" and not self.marked and _seconds(value):  # a slow trusted part: the keeper's cap on it
             self.building, self.deadline = True, now + value + GRACE_S

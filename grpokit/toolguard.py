@@ -3,20 +3,24 @@
 TRL 1.16 calls a tool inline, in the training process's main thread, and writes whatever the tool raises as the
 call's result (`{'error': ...}`, counted in `tools/failure_frequency`). Around each call this module adds:
 
-* a time limit (`tools.timeout_seconds`): a SIGALRM timer raises `ToolCut` inside the tool -- a `BaseException`, so a
-  tool's own `except Exception` does not swallow it -- and the call fails with an error naming the limit;
+* a time limit (`tools.timeout_seconds`): at the deadline a watchdog thread sends CUT_SIGNAL (a signal of grpokit's
+  own, not the alarm clock a tool may use for itself) to the main thread, whose handler raises `ToolCut` inside the
+  tool -- a `BaseException`, so a tool's own `except Exception` does not swallow it -- and the call fails with an
+  error naming the limit; turning the result into text counts against it;
 * a size limit on the result's text (`tools.max_result_chars`): a 10 MB string is refused before TRL tokenizes it
-  (the tokenizer would abort the process allocating gigabytes);
+  (the tokenizer would abort the process allocating gigabytes); the text made valid (no lone surrogates);
 * a stop signal during a call (Ctrl-C, SIGTERM) goes first to the handler the run had (`lifecycle.StopOnSignal`
   records it; a second one stops at once), then cuts the call; later calls are refused without running, so the step
   ends and the run stops at its end, with a checkpoint, within seconds;
 * an environment's own faults -- `__init__` or `reset` raising, a tool raising what is not an answer to the call
-  (`SystemExit`), `get_reward` returning a string, NaN or inf -- end the run with `EnvironmentFailure`, one line
-  naming the environment, the method and the sample.
+  (`SystemExit`), `reset` returning what TRL cannot add to a prompt, `get_reward` returning what is not a finite
+  real number (a string, an array, an int too large for a float, NaN, inf) -- end the run with
+  `EnvironmentFailure`, one line naming the environment, the method, the value's type and the sample.
 
-Signals reach only the main thread: a tool called from another thread (an async tool, which TRL runs on its event
-loop, is bounded by `asyncio.wait_for` instead) has its result bounded but not its time. A tool stuck in C code that
-never returns to the interpreter cannot be cut from inside the process; SIGKILL ends it.
+Signals reach only the main thread: a tool called from another thread has its result bounded but not its time. An
+async tool, which TRL runs on its event loop, is cut by `asyncio.wait_for` where it awaits; one that blocks the loop
+past the limit has its result dropped when it returns. A tool stuck in C code that never returns to the interpreter
+cannot be cut from inside the process; SIGKILL ends it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import functools
 import inspect
 import itertools
 import math
+import numbers
+import re
 import signal
 import threading
 import time
@@ -109,8 +115,54 @@ class Limits:
 _inside = threading.local()  # a tool calling another tool (an environment method calling self.add) is one call
 
 
+# The signal that cuts a call: one of the real-time signals no library here uses (glibc keeps those below SIGRTMIN),
+# sent to the main thread by grpokit's own watchdog thread, so a tool's own `signal.alarm(n)` / `alarm(0)` or
+# `setitimer` -- which share the one ITIMER_REAL clock -- cannot disarm it. SIGALRM with that clock where there is none.
+CUT_SIGNAL = signal.SIGRTMIN + 5 if hasattr(signal, "SIGRTMIN") else signal.SIGALRM
+
+
+class _Watchdog:
+    """One thread for the process: at a call's deadline (and every RECUT_SECONDS after, should the tool swallow the
+    cut) it sends CUT_SIGNAL to the main thread, until the call disarms it."""
+
+    def __init__(self):
+        self.lock = threading.Condition()
+        self.due: float | None = None
+        self.thread: threading.Thread | None = None
+
+    def arm(self, seconds: float) -> None:
+        with self.lock:
+            self.due = time.monotonic() + seconds
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._watch, name="grpokit-tool-deadline", daemon=True)
+                self.thread.start()
+            self.lock.notify()
+
+    def disarm(self) -> None:
+        with self.lock:
+            self.due = None
+            self.lock.notify()
+
+    def _watch(self) -> None:
+        main = threading.main_thread().ident
+        with self.lock:
+            while True:
+                if self.due is None:
+                    self.lock.wait()
+                    continue
+                left = self.due - time.monotonic()
+                if left > 0:
+                    self.lock.wait(left)
+                    continue
+                self.due += RECUT_SECONDS
+                signal.pthread_kill(main, CUT_SIGNAL)
+
+
+_WATCHDOG = _Watchdog()
+
+
 class _Deadline:
-    """Arms the timer and chains the stop signals for one call; `why` says what cut it, if anything did.
+    """Arms the cut and chains the stop signals for one call; `why` says what cut it, if anything did.
 
     Closing twice is safe: a cut can land as the first close begins (see `_call`).
     """
@@ -120,16 +172,19 @@ class _Deadline:
         self.fired = 0
 
     def open(self) -> None:
+        global _current
         if threading.current_thread() is not threading.main_thread():
             return  # Python delivers signals to the main thread only: no time bound here
-        if self.seconds and signal.getitimer(signal.ITIMER_REAL)[0] == 0:  # someone else's timer is left alone
-            self.previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, self._alarm)
         for sig in (signal.SIGINT, signal.SIGTERM):
             if callable(signal.getsignal(sig)):  # SIG_DFL ends the process anyway; SIG_IGN is the user's choice
                 self.previous[sig] = signal.signal(sig, self._stop)
         self.live = True
-        if signal.SIGALRM in self.previous:
-            signal.setitimer(signal.ITIMER_REAL, self.seconds, RECUT_SECONDS)
+        if self.seconds:
+            # Installed for good, not restored at close: a cut sent as the call ends finds it there, and ignores it.
+            if signal.getsignal(CUT_SIGNAL) is not _on_cut:
+                signal.signal(CUT_SIGNAL, _on_cut)
+            _current = self
+            _WATCHDOG.arm(self.seconds)
 
     def _alarm(self, signum, frame) -> None:
         if self.live:
@@ -149,18 +204,54 @@ class _Deadline:
             raise ToolCut(self.why)
 
     def close(self) -> None:
+        global _current
         self.live = False
-        if signal.SIGALRM in self.previous:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+        if _current is self:
+            _WATCHDOG.disarm()
+            _current = None
+            if signal.getsignal(CUT_SIGNAL) is not _on_cut:  # the tool replaced it: the next call needs it back
+                signal.signal(CUT_SIGNAL, _on_cut)
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         self.previous = {}
 
 
+_current: _Deadline | None = None  # the call the watchdog is armed for
+
+
+def _on_cut(signum, frame) -> None:
+    """CUT_SIGNAL's handler for the process's life: cuts the call it was armed for, if that call is still running."""
+    deadline = _current
+    if deadline is not None and deadline.live:
+        deadline._alarm(signum, frame)
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _as_text(value) -> str:
+    """`str(value)` as the tokenizer can take it: lone surrogates (undecodable bytes Python escaped) become U+FFFD."""
+    return _SURROGATES.sub("\ufffd", str(value))
+
+
+def _as_result(result):
+    """A result as TRL writes it for the model, made inside the call's time: text, or for content blocks (a list)
+    each block's text (`{"type": "text", "text": ...}`; a part that is not a block becomes a text block)."""
+    if not isinstance(result, list):
+        return _as_text(result)
+    blocks = []
+    for part in result:
+        if isinstance(part, dict) and part.get("type", "text") != "text":
+            blocks.append(part)  # an image or another block TRL takes as it is
+        else:
+            blocks.append({"type": "text", "text": _as_text(part.get("text", "") if isinstance(part, dict) else part)})
+    return blocks
+
+
 def _text_size(result) -> int:
-    """Characters of a result as TRL writes it: its str(), or for content blocks (a list) the text of each."""
+    """Characters of a result as `_as_result` made it: its text, or the text of each block."""
     if isinstance(result, list):
-        return sum(len(str(part.get("text", ""))) if isinstance(part, dict) else len(str(part)) for part in result)
+        return sum(len(part.get("text", "")) for part in result)
     return len(result)
 
 
@@ -181,8 +272,9 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
         deadline.open()
         try:
             result = function(*args, **kwargs)
-            # str() inside the bound: a huge object takes time to write out too
-            result = result if isinstance(result, list) else str(result)
+            # Its text inside the bound: a huge object takes time to write out too, and its __str__ is the tool's code
+            result = _as_result(result)
+            size = _text_size(result)
         finally:
             deadline.close()
     except KeyboardInterrupt:
@@ -202,7 +294,7 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
     if deadline.why:  # the tool swallowed its cut and returned anyway
         limits.tally.record(timed_out=deadline.signum is None)
         raise ToolLimitError(f"{name}: {deadline.why}; the call was stopped")
-    return _sized(result, name, limits)
+    return _sized(result, size, name, limits)
 
 
 def _check_arguments(function: Callable, name: str, limits: Limits, args, kwargs) -> None:
@@ -232,9 +324,8 @@ def _check_arguments(function: Callable, name: str, limits: Limits, args, kwargs
         raise TypeError(f"{name}({takes}): {'; '.join(said) or err}") from None
 
 
-def _sized(result, name: str, limits: Limits):
-    """The result, counted; refused past tools.max_result_chars."""
-    size = _text_size(result)
+def _sized(result, size: int, name: str, limits: Limits):
+    """The result (`size` characters of text), counted; refused past tools.max_result_chars."""
     limits.tally.record(oversized=size > limits.max_result_chars)
     if size > limits.max_result_chars:
         raise ToolLimitError(f"{name}: its result is {size} characters, over tools.max_result_chars "
@@ -243,8 +334,11 @@ def _sized(result, name: str, limits: Limits):
 
 
 async def _call_async(function: Callable, name: str, limits: Limits, args, kwargs):
-    """An async tool, on TRL's event loop thread: `asyncio.wait_for` bounds its time, then the same size rule."""
+    """An async tool, on TRL's event loop thread: `asyncio.wait_for` cuts it where it awaits, then the same size rule.
+    One that blocks the loop (a `time.sleep`, a CPU loop) cannot be cut there, where no signal comes: past the limit
+    its result is dropped and the call fails, naming why."""
     _check_arguments(function, name, limits, args, kwargs)
+    started = time.monotonic()
     try:
         result = await asyncio.wait_for(function(*args, **kwargs), limits.timeout_seconds)
     except asyncio.TimeoutError:
@@ -254,7 +348,14 @@ async def _call_async(function: Callable, name: str, limits: Limits, args, kwarg
     except Exception:
         limits.tally.record()
         raise
-    return _sized(result if isinstance(result, list) else str(result), name, limits)
+    took = time.monotonic() - started
+    if took > limits.timeout_seconds:
+        limits.tally.record(timed_out=True)
+        raise ToolLimitError(f"{name}: it blocked its event loop past tools.timeout_seconds "
+                             f"({limits.timeout_seconds:g} s; {took:.1f} s without awaiting: time.sleep, not "
+                             "asyncio.sleep?); its result was dropped")
+    result = _as_result(result)
+    return _sized(result, _text_size(result), name, limits)
 
 
 def _error(err: BaseException) -> str:
@@ -381,10 +482,31 @@ def _reset(env: type, label: str):
     @functools.wraps(raw)
     def reset(self, **row):
         self.__dict__[_SAMPLE] = (self.__dict__.get(_SAMPLE, (None, None))[0], _prompt(row))
-        return _environment_call(raw.__get__(self, type(self)), (), row, f"{label}.reset",
-                                 lambda err: f"environment {label}.reset raised {_error(err)}{_sample(self)}")
+        value = _environment_call(raw.__get__(self, type(self)), (), row, f"{label}.reset",
+                                  lambda err: f"environment {label}.reset raised {_error(err)}{_sample(self)}")
+        return _observation(value, label, _sample(self))
 
     return reset
+
+
+def _observation(value, label: str, where: str):
+    """What reset returned, as TRL adds it to the prompt: None, text (made valid), or a list of content blocks."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return _as_text(value)
+    if isinstance(value, list) and all(isinstance(part, dict) and isinstance(part.get("type"), str) for part in value):
+        return value
+    raise EnvironmentFailure(f"environment {label}.reset returned {_shown(value)} (a {type(value).__name__}){where}; "
+                             "expected text, a list of content blocks or None")
+
+
+def _shown(value) -> str:
+    """A value as a message shows it: its own text cut short, or only its type where that text raises."""
+    try:
+        return show(value)
+    except Exception:  # noqa: BLE001 - its __repr__ is the user's code
+        return f"a {type(value).__name__}"
 
 
 def _get_reward(env: type, label: str):
@@ -409,13 +531,20 @@ def _get_reward(env: type, label: str):
 
 
 def _reward_value(value, label: str, where: str) -> float | None:
-    """get_reward's value as TRL may take it: a finite float, or None to abstain (as any reward may)."""
+    """get_reward's value as TRL may take it: a finite float, or None to abstain (as any reward may). A real number
+    (an int, a float, a numpy scalar) or a 0-dimensional array or tensor is taken; nothing else is guessed at."""
     if value is None:
         return None
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
-        raise EnvironmentFailure(f"environment {label}.get_reward returned {show(value)} (a {type(value).__name__})"
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # np.array(0.5), torch.tensor(0.5)
+        value = value.item()
+    if not isinstance(value, numbers.Real):
+        raise EnvironmentFailure(f"environment {label}.get_reward returned {_shown(value)} (a {type(value).__name__})"
                                  f"{where}; expected a float or None")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise EnvironmentFailure(f"environment {label}.get_reward returned an int too large for a float "
+                                 f"(~{int(value.bit_length() * 0.30103) + 1} digits){where}; expected a float or None") from None
     if not math.isfinite(number):  # NaN poisons the group's mean, inf zeroes the loss: refused as any reward's
         raise EnvironmentFailure(f"environment {label}.get_reward returned {'NaN' if number != number else number}"
                                  f"{where}; rewards must be finite, return None to abstain")

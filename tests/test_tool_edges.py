@@ -1,0 +1,156 @@
+"""Every value a user's tool or environment hands TRL is checked where it enters (grpokit/toolguard.py), and every
+bound on a call holds whatever the tool does: turning its result into text counts against its time, its own use of
+`signal.alarm` cannot disarm the cut, an async tool that blocks its event loop past the limit has its result
+dropped. A value no TRL step can take is a failed call the model reads (a tool) or one `run stopped:` line (an
+environment's `reset` or `get_reward`), never a traceback.
+
+Written from the classes of value (numbers too large for a float, arrays, tensors, objects whose text raises or never
+comes, generators), not from any one case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from grpokit.toolguard import EnvironmentFailure, Limits, ToolLimitError, bounded_function, environment_factory
+
+
+class Hangs:
+    def __str__(self):
+        threading.Event().wait(20)  # bounded only so that an unbounded grpokit fails this test, not hangs it
+        return "late"
+
+
+class Raises:
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+def returning(value):
+    def tool() -> str:
+        """Return the value."""
+        return value
+    return tool
+
+
+# --- a tool's result -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [Hangs(), [Hangs()], [{"type": "text", "text": Hangs()}]],
+                         ids=["object", "list of objects", "content block"])
+def test_turning_a_result_into_text_counts_against_the_calls_time(value):
+    with pytest.raises(ToolLimitError, match=r"no result within tools.timeout_seconds \(0.3 s\); the call was stopped"):
+        bounded_function(returning(value), Limits(0.3, 1000))()
+
+
+@pytest.mark.parametrize("value, text", [
+    (7, "7"),                                            # an int
+    (10 ** 400, "1" + "0" * 400),                        # an int too large for a float: still text
+    (float("nan"), "nan"),                               # a float
+    (np.arange(3), "[0 1 2]"),                           # an array
+    (torch.tensor([1.5]), "tensor([1.5000])"),           # a tensor
+    ("caf\udce9", "caf\ufffd"),                          # undecodable bytes as Python escapes them
+    (iter([1, 2]).__class__, "<class 'list_iterator'>"),  # a type
+])
+def test_a_result_reaches_trl_as_text_it_can_tokenize(value, text):
+    out = bounded_function(returning(value), Limits(1.0, 10_000))()
+    assert out == text and isinstance(out, str)
+    out.encode("utf-8")
+
+
+def test_a_result_whose_text_raises_is_a_failed_call():
+    with pytest.raises(RuntimeError, match="no text"):  # TRL writes it for the model and counts a failed call
+        bounded_function(returning(Raises()), Limits(1.0, 1000))()
+
+
+def test_a_generator_is_its_text_not_run():
+    out = bounded_function(returning(x for x in range(3)), Limits(1.0, 1000))()
+    assert out.startswith("<generator object")
+
+
+def test_a_tool_that_uses_the_alarm_for_its_own_step_is_still_cut():
+    # The common pattern: arm an alarm for a sub-step, disarm it when the step is done -- which cancels any timer the
+    # process had armed on the same clock.
+    def careful() -> str:
+        """Fetch with a 5 s bound of its own."""
+        previous = signal.signal(signal.SIGALRM, lambda *_: None)
+        signal.alarm(5)
+        signal.alarm(0)  # its step finished
+        signal.signal(signal.SIGALRM, previous)
+        threading.Event().wait(20)
+        return "late"
+
+    with pytest.raises(ToolLimitError, match=r"no result within tools.timeout_seconds \(0.3 s\)"):
+        bounded_function(careful, Limits(0.3, 1000))()
+
+
+def test_an_async_tool_that_blocks_its_event_loop_past_the_limit_has_its_result_dropped():
+    import time
+
+    async def blocking() -> str:
+        """Wait, the wrong way."""
+        time.sleep(0.6)  # no await: the event loop cannot cut it
+        return "late"
+
+    with pytest.raises(ToolLimitError, match=r"blocked its event loop past tools.timeout_seconds \(0.2 s; 0.6 s without awaiting"):
+        asyncio.run(bounded_function(blocking, Limits(0.2, 1000))())
+
+
+# --- an environment's reset and get_reward -------------------------------------------------------------------------
+
+def environment(reset_value=None, reward=0.5):
+    class Box:
+        def reset(self, **row):
+            return reset_value
+
+        def get_reward(self):
+            return reward
+
+        def look(self) -> str:
+            """Look."""
+            return "a box"
+
+    return environment_factory(Box, {}, Limits(1.0, 1000), ["look"])()
+
+
+@pytest.mark.parametrize("value, said", [
+    (10 ** 400, "an int too large for a float"),
+    (np.array([0.5, 0.5]), "a ndarray"),
+    (torch.tensor([1.0, 2.0]), "a Tensor"),
+    ("0.5", "a str"),
+    (Raises(), "a Raises"),
+    (iter([1.0]), "a list_iterator"),
+    (float("nan"), "NaN"),
+])
+def test_a_reward_no_trl_step_can_take_stops_the_run_in_one_line(value, said):
+    with pytest.raises(EnvironmentFailure, match=rf"environment Box.get_reward returned .*{said}"):
+        environment(reward=value).get_reward()
+
+
+@pytest.mark.parametrize("value, expected", [
+    (1, 1.0), (True, 1.0), (np.float32(0.25), 0.25), (torch.tensor(0.75), 0.75), (np.array(0.5), 0.5), (None, None),
+])
+def test_a_reward_of_any_real_number_is_taken_as_a_float(value, expected):
+    got = environment(reward=value).get_reward()
+    assert got == expected and (got is None or type(got) is float)
+
+
+@pytest.mark.parametrize("value", [3, 2.5, b"text", {"a": 1}, [1, 2], [{"no": "type"}]])
+def test_a_reset_that_returns_what_trl_cannot_add_to_the_prompt_stops_the_run_in_one_line(value):
+    box = environment(reset_value=value)
+    with pytest.raises(EnvironmentFailure, match=r"environment Box.reset returned .*; expected text, a list of content "
+                                                 r"blocks or None"):
+        box.reset(prompt=[{"role": "user", "content": "q"}])
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, None), ("more", "more"), ("caf\udce9", "caf\ufffd"),
+    ([{"type": "text", "text": "more"}], [{"type": "text", "text": "more"}]),
+])
+def test_a_reset_returns_text_content_blocks_or_nothing(value, expected):
+    assert environment(reset_value=value).reset(prompt=[{"role": "user", "content": "q"}]) == expected

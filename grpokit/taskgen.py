@@ -3,7 +3,8 @@
 A task's config can ask for problems that never finish (chain_sum with 10^8 terms, game_of_life with 10^6 steps) or
 that fill the machine's memory (a 10^5 x 10^5 grid), and the task accepts it: its `validate()` states ranges, not
 costs. So the problems are made in a fresh `python -c` process (nothing is forked from a process that may hold
-torch's threads) whose address space is capped at `MEMORY_BYTES` and which this process kills past either time
+torch's threads) whose address space is capped at `MEMORY_BYTES` (or a lower hard limit it inherits, `ulimit -v`:
+never raised) and which this process kills past either time
 bound: `PROBLEM_S` for any one problem, `TOTAL_S` for all of them (training and held-out together, refused early
 once the pace of the first `PACE_AFTER_S` seconds shows the whole set would take longer). Past a bound, `Expensive`
 says which bound, at which problem, and the config keys set furthest above their defaults: the ones that make it
@@ -20,6 +21,7 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 import weakref
@@ -93,10 +95,36 @@ class Failed(Exception):
         self.part, self.index, self.shown = part, index, shown
 
 
+class Died(Exception):
+    """The child making the problems died mid-part, without saying why: `part`, `index`, and what is known of it
+    (its exit status, the last line it printed), never a guess at the cause."""
+
+    def __init__(self, part: int, index: int, what: str):
+        super().__init__(what)
+        self.part, self.index, self.what = part, index, what
+
+
+def memory_bound() -> int:
+    """The child's address-space bound: MEMORY_BYTES, or this process's hard limit (`ulimit -v`, which the child
+    inherits and no process may raise) where that is lower."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    return MEMORY_BYTES if hard == resource.RLIM_INFINITY else min(MEMORY_BYTES, hard)
+
+
 def bounds() -> str:
     """The bounds in words, as messages and docs state them."""
+    memory = memory_bound()
+    held = "" if memory == MEMORY_BYTES else (f" (this process's hard address-space limit, `ulimit -v`; grpokit's own "
+                                              f"bound is {_gib(MEMORY_BYTES)})")
     return (f"each problem within {PROBLEM_S:.0f} s, all of them (size + eval_size) within {TOTAL_S / 60:.0f} min, "
-            f"in {MEMORY_BYTES / 2**30:.0f} GiB of memory")
+            f"in {_gib(memory)} of memory{held}")
+
+
+def _gib(n: int) -> str:
+    """Bytes in GiB as messages say them: '4 GiB', '5.6 GiB'."""
+    return f"{n / 2**30:.1f}".removesuffix(".0") + " GiB"
 
 
 class Producer:
@@ -109,10 +137,13 @@ class Producer:
         from_child_r, from_child_w = os.pipe()
         # one thread each for numpy's libraries: a pool of threads reserves address space the memory bound would count
         env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        try:  # its output is not shown: what it has to say comes over the pipe, never as a traceback
+        # What it prints is not shown: what it has to say comes over the pipe, never as a traceback. Its stderr is
+        # kept, for its last line should it die without a word.
+        self.log = tempfile.TemporaryFile()
+        try:
             self.proc = subprocess.Popen([sys.executable, "-c", _CODE, _ROOT, str(to_child_r), str(from_child_w)],
                                          pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                                         stdout=subprocess.DEVNULL, stderr=self.log, env=env)
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
@@ -125,12 +156,23 @@ class Producer:
         RuntimeError when the child cannot start."""
         try:
             try:
-                self.outbox.send((parts, MEMORY_BYTES, int(STARTUP_S + TOTAL_S) + 60))
+                self.outbox.send((parts, memory_bound(), int(STARTUP_S + TOTAL_S) + 60))
             except OSError:  # it died before it was asked: said as a start that failed, below
                 pass
-            return _collect(self.inbox, self.proc, parts)
+            return _collect(self.inbox, self.proc, parts, self.last_words)
         finally:
             self._finalizer()
+            self.log.close()
+
+    def last_words(self) -> str:
+        """The last line the child printed to stderr, or ""."""
+        try:
+            self.log.seek(0, os.SEEK_END)
+            self.log.seek(max(0, self.log.tell() - 2000))
+            lines = self.log.read().decode(errors="replace").strip().splitlines()
+        except (OSError, ValueError):
+            return ""
+        return lines[-1].strip()[:300] if lines else ""
 
 
 def _stop(proc, outbox: Connection, inbox: Connection) -> None:
@@ -156,7 +198,25 @@ def produce(parts: list[dict]) -> list[list[tuple]]:
     return (_WARM.pop() if _WARM else Producer()).collect(parts)
 
 
-def _collect(inbox: Connection, proc, parts: list[dict]) -> list[list[tuple]]:
+def ended(code: int | None, said: str) -> str:
+    """How a process ended, as facts: 'exit code 3' or 'killed by SIGKILL', then the last line it printed.
+
+    >>> ended(-9, ""), ended(1, "MemoryError")
+    ('killed by SIGKILL', "exit code 1; the last line it printed: 'MemoryError'")
+    """
+    import signal
+
+    if code is not None and code < 0:
+        try:
+            how = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"killed by signal {-code}"
+    else:
+        how = f"exit code {code}"
+    return how + (f"; the last line it printed: {said!r}" if said else "")
+
+
+def _collect(inbox: Connection, proc, parts: list[dict], said=lambda: "") -> list[list[tuple]]:
     rows: list[list[tuple]] = [[] for _ in parts]
     total = sum(p["size"] for p in parts)
     deadline = time.monotonic() + STARTUP_S
@@ -176,13 +236,12 @@ def _collect(inbox: Connection, proc, parts: list[dict]) -> list[list[tuple]]:
         try:
             message = inbox.recv()
         except (EOFError, OSError):
-            code = proc.wait()
+            how = ended(proc.wait(), said())
             part, index = _where(rows, parts)
             if start is None:
-                raise RuntimeError(f"the process making reasoning-gym's problems exited at start (exit code {code}); "
+                raise RuntimeError(f"the process making reasoning-gym's problems exited at start ({how}); "
                                    "check that `python -c 'import reasoning_gym'` works in this environment") from None
-            raise Expensive("memory", part, index, f"died (exit code {code}), most likely past the "
-                            f"{MEMORY_BYTES / 2**30:.0f} GiB memory bound") from None
+            raise Died(part, index, how) from None
         kind = message[0]
         if kind == "ready":
             start = last = time.monotonic()
@@ -196,8 +255,7 @@ def _collect(inbox: Connection, proc, parts: list[dict]) -> list[list[tuple]]:
                                 f"each): all {total:,} would take ~{elapsed * total / made / 60:.0f} min, past "
                                 f"{TOTAL_S / 60:.0f} min")
         elif kind == "memory":
-            raise Expensive("memory", message[1], message[2], f"needed more than {MEMORY_BYTES / 2**30:.0f} GiB of "
-                            "memory")
+            raise Expensive("memory", message[1], message[2], f"needed more than {_gib(message[3])} of memory")
         elif kind == "error":
             raise Failed(message[1], message[2], message[3])
         elif kind == "done":
@@ -226,10 +284,14 @@ def serve(read_fd: int, write_fd: int) -> None:
         parts, memory_bytes, cpu_s = inbox.recv()
     except (EOFError, OSError):  # warmed, never used
         return
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, resource.RLIM_INFINITY))
+    # Soft limits within the hard ones it inherited (a cluster's `ulimit -v`): a hard limit is never raised.
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    memory_bytes = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, hard))
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = int(usage.ru_utime + usage.ru_stime) + cpu_s
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, max(cpu, resource.getrlimit(resource.RLIMIT_CPU)[1])))
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu if hard == resource.RLIM_INFINITY else min(cpu, hard), hard))
     for p, part in enumerate(parts):
         i, batch, sent = 0, [], time.monotonic()
         try:
@@ -241,7 +303,7 @@ def serve(read_fd: int, write_fd: int) -> None:
                     batch, sent = [], time.monotonic()
         except MemoryError:
             batch = None
-            outbox.send(("memory", p, i))
+            outbox.send(("memory", p, i, memory_bytes))
             return
         except Exception as err:  # noqa: BLE001 - a config the task accepted but cannot generate from: said by the parent
             outbox.send(("error", p, i, f"{type(err).__name__}: {str(err)[:200]}"))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 from grpokit.errors import Problem, Problems, RecipeError, nearest
 from grpokit.fields import Field, validate_dataclass_keys, validate_fields
 # build and registry are made in taskgen (a leaf the scorer's cage imports too), reached through this module as well
-from grpokit.taskgen import Expensive, Failed, blame, bounds, build, produce, registry  # noqa: F401
+from grpokit.taskgen import Died, Expensive, Failed, blame, bounds, build, produce, registry  # noqa: F401
 
 # The column `task_score` reads: {"source": {tasks, size, seed}, "index": i, "entry": the problem, pickled (taskgen.row)}
 ITEM_COLUMN = "task_item"
@@ -229,6 +229,12 @@ def _made(key: str) -> tuple:
                                        "a smaller size" if named.path == f"{KEY}.size" else
                                        "a value nearer its default, or a smaller size" if ".config." in named.path else
                                        "another task: this one at its defaults is past the bound"))]) from None
+    except Died as err:  # facts only: how it ended, the last line it printed, the limits it ran under
+        which = ("training", "held-out")[err.part]
+        raise RecipeError([Problem(f"{KEY}.tasks", f"the process making reasoning-gym's "
+                                   f"{' + '.join(t['name'] for t in source['tasks'])} problems died at {which} problem "
+                                   f"{err.index} (seeds from {parts[err.part]['seed']}): {err.what}",
+                                   [t["name"] for t in source["tasks"]], f"the bound: {bounds()}")]) from None
     except Failed as err:  # a config the task accepted but cannot generate from: said, not a traceback
         which = ("training", "held-out")[err.part]
         raise RecipeError([Problem(f"{KEY}.tasks", f"reasoning-gym could not generate {which} problem {err.index} (seed "

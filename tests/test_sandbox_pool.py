@@ -191,3 +191,25 @@ def test_without_namespaces_the_uid_drop_and_the_limits_still_hold(tmp_path):
         assert "net" not in pool.layers and any(layer.startswith("uid=") and layer != "uid=0" for layer in pool.layers)
     finally:
         pool.close()
+
+
+UNDER_LIMIT = """
+import resource, sys
+sys.path.insert(0, sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # hard, as a cluster's scheduler sets it
+from rewards.math import Accuracy
+from grpokit.environments import PythonTool
+from grpokit.untrusted import run
+tool = PythonTool()
+tool.reset()
+print(Accuracy()(completions=[r"\\boxed{\\sqrt{4}}"], answer=["2"]), repr(tool.python("print(1 + 1)")),
+      run("def add(a, b): return a + b", ["assert add(1, 2) == 3"]).passed)
+"""
+
+
+def test_every_cage_works_under_a_hard_address_space_limit():
+    # A limit may only be lowered: each sandbox sets its own within the one it inherits (1 GiB here, below the
+    # scorers' start plus their 1 GiB allowance), never above it.
+    done = subprocess.run([sys.executable, "-c", UNDER_LIMIT, str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[1.0]", "'2\\n'", "[True]"], done.stdout

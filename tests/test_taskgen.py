@@ -96,3 +96,54 @@ def test_a_normal_source_is_made_whole_and_the_same_as_in_process():
     assert [len(m) for m in made] == [30, 10]
     direct = tasks.build(tasks._part(src, False))
     assert made[0] == [taskgen.row(direct[i], "leg_counting") for i in range(30)]
+
+
+# --- under a hard memory limit (a cluster's `ulimit -v`) ------------------------------------------------------------
+
+UNDER_LIMIT = """
+import resource, sys
+sys.path.insert(0, sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[2]), int(sys.argv[2])))  # hard: as a scheduler sets it
+from grpokit import taskgen
+rows = taskgen.produce([{"tasks": [{"name": "chain_sum", "weight": 1.0, "config": {}}], "size": 3, "seed": 1}])
+print(len(rows[0]), "|", taskgen.bounds())
+"""
+
+
+@pytest.mark.parametrize("gib", [16, 6, 3])
+def test_problems_are_made_under_a_hard_address_space_limit(gib):
+    # The child may not raise the hard limit it inherits: it sets its own bound within it, and says the lower one.
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    done = subprocess.run([sys.executable, "-c", UNDER_LIMIT, str(ROOT), str(gib << 30)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    made, said = done.stdout.strip().split(" | ")
+    assert made == "3"
+    if gib < 4:
+        assert f"in {gib} GiB of memory (this process's hard address-space limit, `ulimit -v`" in said
+    else:
+        assert said.endswith("in 4 GiB of memory")
+
+
+def test_a_child_that_dies_is_said_as_it_died_not_guessed_at():
+    import os
+    from multiprocessing.connection import Connection
+
+    r, w = os.pipe()
+    child = Connection(w, readable=False)
+    child.send(("ready",))
+    child.close()  # then nothing: it died mid-part
+
+    class Killed:
+        def wait(self):
+            return -9
+
+    part = {"tasks": [{"name": "chain_sum", "weight": 1.0, "config": {}}], "size": 3, "seed": 1}
+    with pytest.raises(taskgen.Died) as died:
+        taskgen._collect(Connection(r, writable=False), Killed(), [part], lambda: "Fatal Python error: Aborted")
+    assert died.value.what == "killed by SIGKILL; the last line it printed: 'Fatal Python error: Aborted'"
+    assert "most likely" not in died.value.what and (died.value.part, died.value.index) == (0, 0)

@@ -220,7 +220,8 @@ def _open_to_others(path: str) -> bool:
 
 
 def _limit(job: dict) -> None:
-    """Hard limits; only lowering is allowed afterwards, and the runner no longer has the right to raise them."""
+    """Hard limits; only lowering is allowed afterwards, and the runner no longer has the right to raise them. Each
+    within the hard limit this process inherited."""
     cpu = int(job["wall_s"]) + 1
     for which, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU at the soft limit, SIGKILL at the hard
                          (resource.RLIMIT_AS, (job["memory_mb"] << 20,) * 2),
@@ -229,7 +230,8 @@ def _limit(job: dict) -> None:
                          (resource.RLIMIT_NOFILE, (64, 64)),
                          (resource.RLIMIT_MSGQUEUE, (0, 0)),  # POSIX message queues: kernel memory
                          (resource.RLIMIT_CORE, (0, 0))):
-        resource.setrlimit(which, value)
+        hard = resource.getrlimit(which)[1]  # within the limit it inherited (a cluster's `ulimit -v`): never raised
+        resource.setrlimit(which, value if hard == resource.RLIM_INFINITY else tuple(min(v, hard) for v in value))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # too big a file is an OSError in the code, not a kill
 
 

@@ -153,13 +153,15 @@ def _shown(err: BaseException) -> str:
 
 def _limit(limits: dict, usage: int) -> None:
     """Hard limits for the runner's whole life (only lowering is allowed afterwards); CPU is set per job. `usage`: its
-    address space when it started."""
+    address space when it started. Each within the hard limit it inherited (a cluster's `ulimit -v`), never above."""
     for which, value in ((resource.RLIMIT_AS, usage + (limits["memory_mb"] << 20)),
                          (resource.RLIMIT_NPROC, limits["processes"]),
                          (resource.RLIMIT_FSIZE, limits["file_mb"] << 20),
                          (resource.RLIMIT_NOFILE, 64),
                          (resource.RLIMIT_MSGQUEUE, 0),
                          (resource.RLIMIT_CORE, 0)):
+        hard = resource.getrlimit(which)[1]
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (value, value))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # too big a file is an OSError in the job, not a kill
 

@@ -204,3 +204,17 @@ def test_check_warns_of_a_task_that_pays_any_text(tmp_path, capsys):
     assert "warning [task-pays-any-text] dataset.reasoning_gym.tasks: the task's own scorer pays the answer " \
            "'I do not know': game_of_life_halting (1)" in out
     assert "task-gold-cannot-score" not in out  # both tasks' golds score 1.0 from the tag
+
+
+def test_a_kept_problem_whose_dataset_was_dropped_for_newer_ones_still_scores(monkeypatch):
+    # A worker keeps the last KEPT_DATASETS datasets and 4096 problems: a problem kept from an early source is scored
+    # by that source's dataset, built again when newer sources pushed it out (a recipe mixing many tasks).
+    from grpokit.untrusted import task_job
+
+    monkeypatch.setattr(task_job, "KEPT_DATASETS", 1)
+    items = [tasks.generate(tasks.check_source({"tasks": [{"name": "chain_sum", "config": {}}], "size": 1,
+                                                "seed": seed})[0]).rows[0]["task_item"] for seed in (1, 2)]
+    for item in items:
+        task_job.problem(item)
+    dataset, entry = task_job.problem(items[0])  # its entry kept, its dataset dropped
+    assert dataset.score_answer(entry["answer"], entry) == 1.0

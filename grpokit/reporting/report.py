@@ -52,8 +52,26 @@ def _clip(text: str, limit: int = TEXT_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters]"
 
 
+# Characters a terminal or a viewer acts on rather than shows: C0 controls but tab and newline, DEL, C1 controls
+# (8-bit CSI among them), and the bidirectional overrides and isolates that reorder what is shown.
+_ACTING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """Text as report.md shows it: every character that acts instead of showing, as its escape (tab and newline
+    stay).
+
+    >>> visible("then " + chr(27) + "[2J" + chr(0x202E)) == "then " + chr(92) + "x1b[2J" + chr(92) + "u202e"
+    True
+    """
+    return _ACTING.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                       text)
+
+
 def _fence(text: str) -> str:
-    """A code block that survives any backticks inside the text."""
+    """A code block that survives any backticks inside the text, showing what the text holds without acting on it
+    (`visible`): the model's or a tool's output is read, never run by the reader's terminal."""
+    text = visible(text)
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}text\n{text}\n{fence}"

@@ -76,6 +76,7 @@ def warm() -> None:
     parse_expr("1 + 2*x")
 
 
+KEPT_DATASETS = 16  # datasets a worker keeps (the problems it keeps need theirs to be scored)
 _DATASETS: dict = {}  # source key -> dataset, the last few built
 _ENTRIES: dict = {}  # (source key, index) -> problem: a problem is scored once per completion of its group
 
@@ -87,12 +88,14 @@ def problem(task_item: str):
     try:
         item = json.loads(task_item)
         key, index = json.dumps(item["source"], sort_keys=True), int(item["index"])
-        if (key, index) not in _ENTRIES:
-            if key not in _DATASETS:
-                from grpokit.taskgen import build
+        # The dataset is kept apart from its entries (it scores them): a kept entry's dataset may have been dropped
+        # for newer ones, and is built again.
+        if key not in _DATASETS:
+            from grpokit.taskgen import build
 
-                _forget_oldest(_DATASETS, 16)
-                _DATASETS[key] = build(json.loads(key))
+            _forget_oldest(_DATASETS, KEPT_DATASETS)
+            _DATASETS[key] = build(json.loads(key))
+        if (key, index) not in _ENTRIES:
             _forget_oldest(_ENTRIES, 4096)
             entry = item.get("entry")
             # The row's own data, made by the task generator from the recipe; unpickled here, in the cage, never in

@@ -66,6 +66,8 @@ CASES = {
     # --- the model
     "missing_model_dir": ["model.name_or_path: model directory does not exist", "no_such_model"],
     "model_dir_not_a_model": ["model.name_or_path: directory has no config.json: not a saved model"],
+    "model_dir_without_weights": ["model.name_or_path: directory holds config.json but no weights: none of "
+                                  "model.safetensors, pytorch_model.bin", "allowed: a saved model"],
     "unknown_builtin_model": ["unknown built-in model 'huge-llama'; built-ins: tiny-llama"],
     # --- the data
     "missing_dataset_file": ["dataset.path: dataset file does not exist", "no_such_data.jsonl"],

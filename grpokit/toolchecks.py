@@ -1,5 +1,5 @@
 """Checks of a `tools` section past loading its code (grpokit/tooluse.py loads it): tool names that clash, worked calls
-in `dataset.few_shot` naming no tool, `environment_args` whose values the constructor's annotations do not take, the
+in `dataset.few_shot` naming no tool or passing what it does not take, `environment_args` whose values the constructor's annotations do not take, the
 shipped Python tool's limits out of their bounds or not fitting the section's own, tool-calling rounds that cannot fit
 the completion. Each is one `Problem`, found at `--check` before any weights load; nothing here calls the user's code.
 """
@@ -52,6 +52,50 @@ def few_shot_problems(few_shot, tool_names: list[str], where: str | None) -> lis
                 found.append(Problem(f"dataset.few_shot[{i}]", f"its tool call names {name!r}, which is not a tool of this "
                                      f"recipe (tools: {', '.join(tool_names)})", suggestion=nearest(name, tool_names),
                                      file=where))
+    return found
+
+
+def call_argument_problems(few_shot, tools: dict, where: str | None) -> list[Problem]:
+    """Each worked call in `dataset.few_shot` whose arguments its tool does not take, as TRL would call it (keyword
+    arguments bound to the tool's signature): a name it has no parameter for (the nearest one said), a required one
+    left out, a value its annotation does not take (`code: 5` for a `str`). The model would learn a call that always
+    fails. `tools`: name -> the function TRL calls (an environment's method as its class holds it).
+
+    >>> def python(code: str) -> str: ...
+    >>> shot = {"role": "assistant", "tool_calls": [{"name": "python", "arguments": {"cod": "1"}}]}
+    >>> [(p.message[:28], p.suggestion) for p in call_argument_problems([shot], {"python": python}, None)]
+    [("its call of python passes 'c", 'code'), ('its call of python leaves ou', None)]
+    """
+    found = []
+    for i, shot in enumerate(few_shot if isinstance(few_shot, list) else []):
+        calls = shot.get("tool_calls") if isinstance(shot, dict) else None
+        for call in calls if isinstance(calls, list) else []:
+            if not isinstance(call, dict) or call.get("name") not in tools or not isinstance(call.get("arguments"), dict):
+                continue
+            name, args, function = call["name"], call["arguments"], tools[call["name"]]
+            try:
+                params = {k: p for k, p in inspect.signature(function).parameters.items() if k != "self"}
+                hints = typing.get_type_hints(function)
+            except Exception:  # noqa: BLE001 - a signature or annotations Python cannot read: nothing to check
+                continue
+            takes = [k for k, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+            any_key = any(p.kind is p.VAR_KEYWORD for p in params.values())
+            path = f"dataset.few_shot[{i}]"
+            for key, value in args.items():
+                if key not in params and not any_key:
+                    found.append(Problem(path, f"its call of {name} passes {key!r}, which {name} takes no argument "
+                                         f"named ({name} takes: {', '.join(takes) or 'nothing'})",
+                                         suggestion=nearest(key, takes), file=where))
+                elif key in hints:
+                    ok, converted = coerce(value, hints[key])
+                    if not ok or (isinstance(value, str) and not isinstance(converted, str)):
+                        found.append(Problem(path, f"its call of {name} passes {key}={value!r}, which {name}'s "
+                                             f"annotation for {key} does not take", value, describe(hints[key]),
+                                             file=where))
+            missing = [k for k in takes if k not in args and params[k].default is inspect.Parameter.empty]
+            if missing:
+                found.append(Problem(path, f"its call of {name} leaves out {', '.join(map(repr, missing))}, which "
+                                     f"{name} needs", file=where))
     return found
 
 

@@ -146,6 +146,9 @@ def check(section: dict, problems: Problems, where_set, few_shot=None) -> Toolse
         problems.extend(toolchecks.duplicate_problems(toolset.functions, toolset.environment, toolset.methods(),
                                                       where_set("tools.functions")))
         problems.extend(toolchecks.few_shot_problems(few_shot, toolset.tool_names(), where_set("dataset.few_shot")))
+        callables = {f.__name__: f for f in toolset.functions}
+        callables.update({m: getattr(toolset.environment, m) for m in toolset.methods()})
+        problems.extend(toolchecks.call_argument_problems(few_shot, callables, where_set("dataset.few_shot")))
     if len(problems.items) == before and not toolset.tool_names():
         problems.add("tools", "names no tool: give tools.functions, or an environment with a public method (TRL exposes "
                      "each public method as a tool)", file=where_set("tools"))

@@ -58,6 +58,23 @@ def test_a_worked_call_to_a_tool_that_does_not_exist_gets_the_nearest_name(tmp_p
                          "multiply, add); did you mean 'multiply'?"), line
 
 
+@pytest.mark.parametrize("arguments, expected", [
+    # a name the tool has no parameter for: the nearest, and the one it then lacks
+    ({"a": 2, "bb": 3}, ["dataset.few_shot[1]: its call of multiply passes 'bb', which multiply takes no argument named "
+                         "(multiply takes: a, b); did you mean 'b'?",
+                         "dataset.few_shot[1]: its call of multiply leaves out 'b', which multiply needs"]),
+    # a value its annotation does not take
+    ({"a": 2, "b": "three"}, ["dataset.few_shot[1]: its call of multiply passes b='three', which multiply's annotation "
+                              "for b does not take (got 'three'); allowed: integer"]),
+])
+def test_a_worked_call_passing_what_its_tool_does_not_take_is_refused(tmp_path, no_weights, arguments, expected):
+    data = tool_recipe(tmp_path, {"environment": "env.py:Calculator", "functions": ["env.py:multiply"]})
+    data["dataset"]["few_shot"] = [{"role": "user", "content": "2 * 3?"},
+                                   {"role": "assistant", "tool_calls": [{"name": "multiply", "arguments": arguments}]}]
+    lines = formatted_problems(tmp_path, data)
+    assert [line.split(": ", 1)[1] for line in lines] == expected, lines
+
+
 @pytest.mark.parametrize("value", ["twelve", True, 12.5, "12"])
 def test_environment_args_must_fit_the_constructors_annotations(tmp_path, no_weights, value):
     data = tool_recipe(tmp_path, {"environment": "grpokit.environments:Calculator",

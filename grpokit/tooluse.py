@@ -170,21 +170,31 @@ def _environment_problems(toolset: Toolset, where_set) -> list[Problem]:
                              f"{', '.join(_required_arguments(get_reward))}: TRL calls get_reward() with none, once per "
                              "finished rollout", file=where))
     try:
-        inspect.signature(env).bind(**toolset.environment_args)
-    except TypeError as err:
-        params = [n for n in inspect.signature(env).parameters]
-        bad = next((k for k in toolset.environment_args if k not in params), None)
-        hint = nearest(bad, params) if bad else None
-        found.append(Problem("tools.environment_args", f"do not fit {env.__name__}'s constructor: {err}",
-                             toolset.environment_args, allowed=", ".join(params) or "none", suggestion=hint,
-                             file=where_set("tools.environment_args")))
+        signature = inspect.signature(env)
     except ValueError:  # a signature Python cannot read (a C type): TRL would still call it; nothing to check
-        pass
-    else:  # the arguments bind: their values must fit the annotations too, and the shipped Python tool's bounds
-        typed = toolchecks.argument_problems(env, toolset.environment_args, where_set("tools.environment_args"))
-        found.extend(typed or toolchecks.python_tool_problems(
-            env, toolset.environment_args, {"timeout_seconds": toolset.timeout_seconds,
-                                            "max_result_chars": toolset.max_result_chars},
+        signature = None
+    if signature is not None:
+        # Every key at once: each one the constructor does not take, then the values of those it does (their
+        # annotations, and the shipped Python tool's bounds), never one problem hiding another.
+        params = list(signature.parameters)
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+        known = {k: v for k, v in toolset.environment_args.items() if k in params or takes_any}
+        for key in toolset.environment_args:
+            if key not in known:
+                found.append(Problem(f"tools.environment_args.{key}", f"is not an argument of {env.__name__}'s "
+                                     "constructor", toolset.environment_args[key], allowed=", ".join(params) or "none",
+                                     suggestion=nearest(key, params), file=where_set("tools.environment_args")))
+        try:
+            signature.bind(**known)
+        except TypeError as err:  # one it needs left out
+            found.append(Problem("tools.environment_args", f"do not fit {env.__name__}'s constructor: {err}",
+                                 toolset.environment_args, allowed=", ".join(params) or "none",
+                                 file=where_set("tools.environment_args")))
+        typed = toolchecks.argument_problems(env, known, where_set("tools.environment_args"))
+        mistyped = {p.path.rpartition(".")[2] for p in typed}
+        found.extend(typed + toolchecks.python_tool_problems(
+            env, {k: v for k, v in known.items() if k not in mistyped},
+            {"timeout_seconds": toolset.timeout_seconds, "max_result_chars": toolset.max_result_chars},
             where_set("tools.environment_args")))
     for name in toolset.methods():
         method = tool_view(env, name)

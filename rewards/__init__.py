@@ -257,10 +257,20 @@ class Bound:
 
 
 def bind(name: str, args: dict) -> Entry:
-    """Resolve `name` and check `args` against its signature, without building it."""
+    """Resolve `name` and check `args` against its signature, without building it: the first fault raised."""
+    e, faults = bind_all(name, args)
+    if faults:
+        raise faults[0]
+    return e
+
+
+def bind_all(name: str, args: dict) -> tuple[Entry, list[RewardError]]:
+    """Resolve `name` (RewardNameError when it cannot be) and check every key of `args` against its signature:
+    (the entry, one RewardError per fault -- each argument it has no parameter for, then the ones it needs)."""
     e = resolve(name)
     _check_call_signature(name, e.target)
     params = arg_parameters(e.target)
+    faults = []
     for key in args:
         if key not in params:
             hint = nearest(key, params)
@@ -271,15 +281,33 @@ def bind(name: str, args: dict) -> Entry:
                            "none (`args` sets a function's keyword arguments that have a default, e.g. "
                            f"`def {e.target.__name__}(completions, max_chars: int = 8, **kwargs)`; the others come from "
                            "TRL's call and the dataset's columns)")
-            raise RewardError(
+            faults.append(RewardError(
                 f"reward {name!r} has no argument {key!r}; arguments: {allowed}"
                 + (f"; did you mean {hint!r}?" if hint else ""),
                 arg=key,
-            )
+            ))
     missing = [k for k, p in params.items() if p.default is p.empty and k not in args]
     if missing:
-        raise RewardError(f"reward {name!r} needs argument(s) {', '.join(missing)}")
-    return e
+        faults.append(RewardError(f"reward {name!r} needs argument(s) {', '.join(missing)}"))
+    return e, faults
+
+
+def value_faults(name: str, args: dict, fixed: tuple = ()) -> list[RewardError]:
+    """Each argument of `args` a reward class refuses on its own (its constructor built with that one, and the
+    `fixed` ones): every bad value at once, where building with all of them says only the first. Empty when none is
+    refused alone (then the fault, if any, is between them: `build` says it)."""
+    target = resolve(name).target
+    if not inspect.isclass(target):
+        return []
+    faults = []
+    for key, value in args.items():
+        if key in fixed:
+            continue
+        try:
+            target(**{k: args[k] for k in fixed if k in args}, **{key: value})
+        except (TypeError, ValueError) as err:
+            faults.append(RewardError(f"reward {name!r}: argument {key}={value!r}: {err}", arg=key))
+    return faults
 
 
 def build(name: str, **args: Any) -> Callable:

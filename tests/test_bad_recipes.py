@@ -81,7 +81,7 @@ CASES = {
     "reward_gold_column_missing": ["rewards[0].args.gold_column: names no column of the prepared dataset", "got 'answer'"],
     # --- rewards
     "unknown_reward": ["unknown reward 'char_fractoin'", "did you mean 'char_fraction'?"],
-    "reward_bad_arg_value": ["reward 'char_fraction': bad arguments", "char must be a single character"],
+    "reward_bad_arg_value": ["reward 'char_fraction': argument char='ab'", "char must be a single character"],
     "reward_listed_twice": ["reward 'char_fraction' is listed twice"],
     "refused_trainer_key": ["trainer.reward_weights: is set by grpokit from the rewards list"],
     "sampling_metric_unknown": ["sampling.metric: names no reward of this recipe", "got 'acuracy'"],

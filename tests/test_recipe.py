@@ -88,7 +88,7 @@ SECTION_CASES = [
     (dict(sampling={"dynamic": True, "metric": "acuracy"}), "sampling.metric"),
     (dict(sampling={"max_rounds": 0}), "sampling.max_rounds"),
     # the overlong buffer must fit inside max_length (= trainer.max_completion_length, 16)
-    (dict(rewards=[{"name": "overlong_penalty", "args": {"buffer": 32}}]), "rewards[0].args: reward 'overlong_penalty': bad arguments"),
+    (dict(rewards=[{"name": "overlong_penalty", "args": {"buffer": 32}}]), "rewards[0].args: reward 'overlong_penalty': argument buffer=32"),
     # what the dynamic-sampling trainer would refuse at init, caught before weights load
     (dict(sampling={"dynamic": True}, trainer={**recipe_dict()["trainer"], "scale_rewards": "batch"}), "trainer.scale_rewards: cannot be used with sampling.dynamic"),
 ]
@@ -287,3 +287,14 @@ def test_section_names_say_every_unknown_and_missing_section_at_once():
         "r.yaml: model: section is required",
         "r.yaml: dataset: section is required",  # null is not a section
     ]
+
+
+def test_every_key_of_a_rewards_args_is_checked_even_when_another_is_wrong(tmp_path):
+    # An unknown key hid the others' bad values, and a first bad value hid the next (README: every problem at once).
+    lines = problems_of(write_recipe(tmp_path, recipe_dict(rewards=[
+        {"name": "task_score", "args": {"answer_fromm": "tag", "timeout": "x", "workers": 999}}])))
+    said = [line.split("rewards[0].args: ", 1)[1] for line in lines if "rewards[0].args: " in line]
+    assert said == ["reward 'task_score' has no argument 'answer_fromm'; arguments: answer_from, tag, timeout, workers; "
+                    "did you mean 'answer_from'?",
+                    "reward 'task_score': argument timeout='x': timeout must be a number of seconds in (0, 60], got 'x'",
+                    "reward 'task_score': argument workers=999: workers must be an integer in [1, 64], got 999"], lines

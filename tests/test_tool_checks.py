@@ -209,3 +209,15 @@ def test_check_says_what_the_model_reads_for_each_kind_of_return(tmp_path, capsy
     assert ("Env.note(text: str) -> None (environment method); returns None: the model reads the text 'None' after "
             "every call; return what the call did") in out
     assert "Env.count(text: str) -> int (environment method); returns an int: the model reads str(value), e.g. 42" in out
+
+
+def test_every_key_of_environment_args_is_checked_even_when_another_is_wrong(tmp_path, no_weights):
+    # An unknown key hid a wrong type, and a wrong type hid another key's value out of range.
+    data = tool_recipe(tmp_path, {"environment": "grpokit.environments:PythonTool",
+                                  "environment_args": {"max_output_charz": 5, "timeout_seconds": "soon",
+                                                       "memory_mb": 99999}})
+    lines = [line.split(": ", 1)[1] for line in formatted_problems(tmp_path, data)]
+    assert [line.split(":")[0] for line in lines] == ["tools.environment_args.max_output_charz",
+                                                      "tools.environment_args.timeout_seconds",
+                                                      "tools.environment_args.memory_mb"], lines
+    assert lines[0].endswith("did you mean 'max_output_chars'?") and "got 'soon'" in lines[1] and "got 99999" in lines[2]

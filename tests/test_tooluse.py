@@ -129,7 +129,7 @@ def half_documented(a: int, b: int) -> int:
                                      "tools.environment: Env.get_reward takes argument(s) completion"]),
     # a constructor argument the class does not take: the nearest name
     ({"environment": "env.py:Env", "environment_args": {"digts": 4}, "functions": []},
-     ["tools.environment_args: do not fit Env's constructor"]),
+     ["tools.environment_args.digts: is not an argument of Env's constructor"]),
     # functions: no docstring, an argument the docstring leaves out, the standard library
     ({"functions": ["env.py:undocumented", "env.py:half_documented", "os:getcwd"]},
      ["tools.functions[0]: tool undocumented: Cannot generate JSON schema for undocumented because it has no docstring",
@@ -154,7 +154,7 @@ def test_a_typo_in_an_environment_argument_gets_the_nearest_name(tmp_path, no_we
         validate(config.load(write_recipe(tmp_path, tool_recipe(tmp_path, {"environment": "env.py:Calculator",
                                                                         "environment_args": {"digts": 4}}))))
     [problem] = err.value.problems
-    assert (problem.path, problem.suggestion) == ("tools.environment_args", "digits")
+    assert (problem.path, problem.suggestion) == ("tools.environment_args.digts", "digits")
 
 
 def test_tool_knobs_without_tools_and_template_typos_are_refused(tmp_path, no_weights):

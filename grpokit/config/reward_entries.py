@@ -37,17 +37,31 @@ def validate_rewards(raw, trainer: dict, problems: Problems, where_set) -> list[
         if bad:
             continue
         try:
-            e = rewards.bind(entry["name"], args)
+            e, faults = rewards.bind_all(entry["name"], args)
+        except rewards.RewardNameError as err:
+            problems.add(f"{path}.name", str(err), file=where_set(f"rewards.{i}.name"))
+            continue
+        except rewards.RewardError as err:  # its call signature does not fit TRL's
+            faults = [err]
+            e = None
+        if e is not None:
             for arg, key_path in e.from_recipe.items():
                 if args.get(arg) is None:
                     section, _, key = key_path.partition(".")
                     args[arg] = trainer_value(trainer, key) if section == "trainer" else None
-            rewards.build(entry["name"], **args)
-        except rewards.RewardNameError as err:
-            problems.add(f"{path}.name", str(err), file=where_set(f"rewards.{i}.name"))
-            continue
-        except rewards.RewardError as err:  # blamed on where the argument at fault was set (a command-line override, say)
-            problems.add(f"{path}.args", str(err), file=where_set(f"rewards.{i}.args.{err.arg}" if err.arg in args else f"rewards.{i}.args"))
+            # Every key at once: with an unknown key, the values of the keys it does take are still checked.
+            known = {k: v for k, v in args.items() if k in rewards.arg_parameters(e.target)}
+            if faults:
+                faults += rewards.value_faults(entry["name"], known, tuple(e.from_recipe))
+            else:
+                try:
+                    rewards.build(entry["name"], **args)
+                except rewards.RewardError as err:
+                    faults = rewards.value_faults(entry["name"], args, tuple(e.from_recipe)) or [err]
+        for err in faults:  # blamed on where each argument was set (a command-line override, say)
+            problems.add(f"{path}.args", str(err), file=where_set(f"rewards.{i}.args.{err.arg}" if err.arg in args
+                                                                  else f"rewards.{i}.args"))
+        if faults:
             continue
         if e.name in seen:
             problems.add(f"{path}.name", f"reward {e.name!r} is listed twice (also rewards[{seen[e.name]}]); TRL logs them under one name",

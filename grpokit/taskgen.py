@@ -33,6 +33,9 @@ PROBLEM_S = 60.0  # knight_swap, the slowest task at its defaults, took up to 12
 TOTAL_S = 600.0  # --check and every run generate the whole set first: ten minutes is as long as a user should wait
 PACE_AFTER_S = 10.0  # the pace is judged once this much of the set's time has passed (past the first slow builds)
 MEMORY_BYTES = 4 * 2**30  # address space of the child; the tasks at their defaults peak under 200 MB
+# One problem as a row keeps it (question and pickled entry): it travels with every completion to the scorer's cage,
+# whose job bound is 8 MiB (grpokit/untrusted/runner.py); the tasks at their defaults make a few KB.
+ROW_BYTES = 1 << 20
 STARTUP_S = 120.0  # importing reasoning-gym on a loaded 2-core box takes seconds, not minutes
 BATCH_S = 0.25  # the child sends what it made at least this often, so the parent's clock stays per problem
 _ROOT = str(Path(__file__).resolve().parent.parent)
@@ -79,7 +82,7 @@ def row(entry: dict, default_task: str) -> tuple:
 
 
 class Expensive(Exception):
-    """A part could not be made within a bound. `bound`: "problem", "total" or "memory"; `part` and `index`: where;
+    """A part could not be made within a bound. `bound`: "problem", "total", "memory" or "row"; `part` and `index`: where;
     `what`: the sentence that says it."""
 
     def __init__(self, bound: str, part: int, index: int, what: str):
@@ -118,8 +121,13 @@ def bounds() -> str:
     memory = memory_bound()
     held = "" if memory == MEMORY_BYTES else (f" (this process's hard address-space limit, `ulimit -v`; grpokit's own "
                                               f"bound is {_gib(MEMORY_BYTES)})")
-    return (f"each problem within {PROBLEM_S:.0f} s, all of them (size + eval_size) within {TOTAL_S / 60:.0f} min, "
-            f"in {_gib(memory)} of memory{held}")
+    return (f"each problem within {PROBLEM_S:.0f} s and {_kib(ROW_BYTES)}, all of them (size + eval_size) "
+            f"within {TOTAL_S / 60:.0f} min, in {_gib(memory)} of memory{held}")
+
+
+def _kib(n: int) -> str:
+    """Bytes as messages say a problem's size: '1 MiB', '100 KiB'."""
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n / 2**10:g} KiB"
 
 
 def _gib(n: int) -> str:
@@ -156,7 +164,7 @@ class Producer:
         RuntimeError when the child cannot start."""
         try:
             try:
-                self.outbox.send((parts, memory_bound(), int(STARTUP_S + TOTAL_S) + 60))
+                self.outbox.send((parts, memory_bound(), int(STARTUP_S + TOTAL_S) + 60, ROW_BYTES))
             except OSError:  # it died before it was asked: said as a start that failed, below
                 pass
             return _collect(self.inbox, self.proc, parts, self.last_words)
@@ -254,6 +262,9 @@ def _collect(inbox: Connection, proc, parts: list[dict], said=lambda: "") -> lis
                 raise Expensive("total", part, index, f"made {made:,} problems in {elapsed:.0f} s ({elapsed / made:.2f} s "
                                 f"each): all {total:,} would take ~{elapsed * total / made / 60:.0f} min, past "
                                 f"{TOTAL_S / 60:.0f} min")
+        elif kind == "big":
+            raise Expensive("row", message[1], message[2], f"made a problem of {message[3]:,} bytes, over the "
+                            f"{_kib(ROW_BYTES)} one problem may hold (it travels with every completion to the scorer)")
         elif kind == "memory":
             raise Expensive("memory", message[1], message[2], f"needed more than {_gib(message[3])} of memory")
         elif kind == "error":
@@ -281,7 +292,7 @@ def serve(read_fd: int, write_fd: int) -> None:
     registry()
     outbox.send(("ready",))
     try:
-        parts, memory_bytes, cpu_s = inbox.recv()
+        parts, memory_bytes, cpu_s, row_bytes = inbox.recv()
     except (EOFError, OSError):  # warmed, never used
         return
     # Soft limits within the hard ones it inherited (a cluster's `ulimit -v`): a hard limit is never raised.
@@ -297,7 +308,12 @@ def serve(read_fd: int, write_fd: int) -> None:
         try:
             ds = build(part)
             for i in range(part["size"]):
-                batch.append(row(ds[i], part["tasks"][0]["name"]))
+                made = row(ds[i], part["tasks"][0]["name"])
+                size = len(made[0]) + len(made[3])
+                if size > row_bytes:
+                    outbox.send(("big", p, i, size))
+                    return
+                batch.append(made)
                 if time.monotonic() - sent >= BATCH_S or len(batch) >= 1000:
                     outbox.send(("rows", p, batch))
                     batch, sent = [], time.monotonic()

@@ -24,6 +24,7 @@ def small_bounds(monkeypatch):
     monkeypatch.setattr(taskgen, "PROBLEM_S", 3.0)
     monkeypatch.setattr(taskgen, "TOTAL_S", 20.0)
     monkeypatch.setattr(taskgen, "MEMORY_BYTES", 2 * 2**30)
+    monkeypatch.setattr(taskgen, "ROW_BYTES", 100 << 10)
     tasks._made.cache_clear()
     tasks._generate.cache_clear()
 
@@ -147,3 +148,13 @@ def test_a_child_that_dies_is_said_as_it_died_not_guessed_at():
         taskgen._collect(Connection(r, writable=False), Killed(), [part], lambda: "Fatal Python error: Aborted")
     assert died.value.what == "killed by SIGKILL; the last line it printed: 'Fatal Python error: Aborted'"
     assert "most likely" not in died.value.what and (died.value.part, died.value.index) == (0, 0)
+
+
+def test_a_problem_too_big_to_travel_is_refused_at_check_naming_its_key(tmp_path, capsys, no_weights, small_bounds):
+    # count_primes keeps its sieve's primes in the entry: max_n 10^6 makes a problem of ~300 KB (10^7: megabytes),
+    # which would travel with every completion to the scorer.
+    assert main(["--recipe", task_recipe(tmp_path, {"name": "count_primes", "config": {"max_n": 1_000_000}}),
+                 "--check"]) == 2
+    line = refusal(capsys)
+    assert "dataset.reasoning_gym.tasks[0].config.max_n: reasoning-gym's count_primes made a problem of " in line, line
+    assert "bytes, over the 100 KiB one problem may hold" in line and "max_n is 100x its default" in line, line

@@ -8,7 +8,8 @@ import os
 import time
 from multiprocessing.connection import wait
 
-from grpokit.untrusted.pool import STARTUP_TIMEOUT_S, Pool, Reply, WorkerStartError, _read, _Worker, encode, refusal
+from grpokit.untrusted.pool import Pool, WorkerStartError
+from grpokit.untrusted.worker import STARTUP_TIMEOUT_S, Reply, _read, _Worker, encode, refusal
 
 
 _SLOTS = itertools.count()  # the CPU each new session's worker takes, in turn

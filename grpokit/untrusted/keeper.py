@@ -46,7 +46,7 @@ from grpokit.untrusted import runner
 
 STARTUP_TIMEOUT_S = 120.0  # importing nothing (the runner is forked warm), but a loaded 2-core box can be slow
 SLOW_PREPARE_S = 0.05  # a job's trusted part past this is said to the pool, whose backstop deadline then allows for it
-IDLE_WAIT_S = 1.0  # a runner that replied is back reading its pipe within microseconds; a loaded box may take longer
+IDLE_WAIT_S = 3.0  # a runner that replied is back reading its pipe within microseconds; a loaded CI box, far longer
 REPLY_BYTES = 2 << 20  # one message from a runner at most: room for the largest output a cell may return (python_job)
 _SURROGATES = re.compile("[\ud800-\udfff]")
 

@@ -17,7 +17,9 @@ from grpokit.untrusted.keeper import REPLY_BYTES
 from grpokit.untrusted.runner import MAX_JOB_BYTES
 
 STARTUP_TIMEOUT_S = 120.0  # importing sympy or reasoning-gym on a loaded 2-core box takes seconds, not minutes
-GRACE_S = 5.0  # past the keeper's deadline, the keeper's own answer ("timeout") is overdue: the worker is killed
+# Past the keeper's deadline, the keeper's own answer ("timeout") is overdue: the worker is killed. Above the keeper's
+# IDLE_WAIT_S: a queued job starts only once the runner is found quiet after the one before.
+GRACE_S = 5.0
 FINAL = ("result", "error", "fail", "timeout", "crash", "invalid")  # how a keeper's message on a job ends it
 MAX_REPLY_BYTES = REPLY_BYTES + 4096  # one message from a keeper at most: a runner's, checked, and what it adds
 _LOG = logging.getLogger("grpokit.untrusted")

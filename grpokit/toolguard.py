@@ -31,7 +31,6 @@ import inspect
 import itertools
 import math
 import numbers
-import re
 import signal
 import threading
 import time
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from grpokit.errors import show
+from grpokit.untrusted.keeper import valid_text
 
 # Should a tool swallow the first cut (a bare `except:` in a retry loop), the timer fires again this often; after
 # RECUTS_BEFORE_NOTICE of them the console is told why the call does not end.
@@ -226,12 +226,9 @@ def _on_cut(signum, frame) -> None:
         deadline._alarm(signum, frame)
 
 
-_SURROGATES = re.compile("[\ud800-\udfff]")
-
-
 def _as_text(value) -> str:
-    """`str(value)` as the tokenizer can take it: lone surrogates (undecodable bytes Python escaped) become U+FFFD."""
-    return _SURROGATES.sub("\ufffd", str(value))
+    """`str(value)` as the tokenizer can take it (the cage's rule, grpokit.untrusted.keeper.valid_text)."""
+    return valid_text(str(value))
 
 
 def _as_result(result):

@@ -55,7 +55,7 @@ def bootstrap(root: str, module: str, control_fd: int, limits: dict) -> None:
         os._exit(0)
     groups: list = []
     try:
-        groups = _cage_groups(limits["cgroup"]) if limits.get("cgroups", True) else []
+        groups = _cage_groups(limits["cgroup"])
         entered = layers._unshare(limits["namespaces"])
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # until the zygote's pid is known
         pid = os.fork()

@@ -294,15 +294,20 @@ def _cgroups(job: dict, proc: str = "/proc/self") -> list:
                 os.close(folder)
                 raise
             made.append((folder, name))
-            for controller in controllers:
-                for file, value in _CGROUP_FILES[version, controller]:
-                    path = f"{name}/{file}"
-                    if file in _CGROUP_REQUIRED or os.access(path, os.F_OK, dir_fd=folder):  # no swap accounting: no memsw
-                        _cgroup_write(folder, path, value if value is not None else values[controller])
+            _cgroup_limit(folder, name, version, controllers, values)
     except BaseException:
         _cgroups_remove(made)
         raise
     return made
+
+
+def _cgroup_limit(folder: int, name: str, version: str, controllers: tuple, values: dict) -> None:
+    """Set group `name`'s limits, `values[controller]` for each of `controllers` (the files _CGROUP_FILES names)."""
+    for controller in controllers:
+        for file, value in _CGROUP_FILES[version, controller]:
+            path = f"{name}/{file}"
+            if file in _CGROUP_REQUIRED or os.access(path, os.F_OK, dir_fd=folder):  # no swap accounting: no memsw
+                _cgroup_write(folder, path, value if value is not None else values[controller])
 
 
 def _cgroup_write(folder: int, path: str, value) -> None:

@@ -156,9 +156,9 @@ class _Keeper:
                 pass
         # Whether this machine shows the runner's wait channel: it is on its way to read its first job.
         deadline = time.monotonic() + IDLE_WAIT_S
-        while _wchan(self.pid) and not _waiting(_wchan(self.pid)) and time.monotonic() < deadline:
+        while self.wait_channel() and not _waiting(self.wait_channel()) and time.monotonic() < deadline:
             time.sleep(50e-6)
-        self.wchan = _waiting(_wchan(self.pid))
+        self.wchan = _waiting(self.wait_channel())
         if self.wchan:
             held.add("quiet-checked")
         self.tell({"ready": self.ident, "layers": sorted(held)})
@@ -170,7 +170,7 @@ class _Keeper:
             message = json.loads(raw)
             final = self.one(raw, message["job"], float(message["timeout"]))
             self.tell(final)
-            if not ({"result", "error", "fail"} & set(final)) or "ended" in final or "taint" in final:
+            if not (ANSWERED & set(final)) or "ended" in final or "taint" in final:
                 return  # the runner is gone or not to be trusted with another job: the pool replaces this worker
             if not self.eager:  # a scorer: quiet before its next job, not before its reply (it may free a large heap)
                 busy = self.left_running()
@@ -188,7 +188,7 @@ class _Keeper:
         else:
             phase, deadline = "run", now + timeout
         final, phase, taint = self.exchange(raw, job, timeout, phase, deadline, now)
-        if self.eager and set(final) & {"result", "error", "fail"}:
+        if self.eager and ANSWERED & set(final):
             busy = self.left_running()
             if busy:
                 final["ended"] = busy
@@ -255,13 +255,20 @@ class _Keeper:
             why = self.busy()
         return why
 
+    def wait_channel(self) -> str:
+        """Where in the kernel the runner waits ("" where this machine does not show it, or it is gone)."""
+        try:
+            return os.pread(self.proc["wchan"], 256, 0).decode(errors="replace")
+        except (OSError, KeyError):
+            return ""
+
     def busy(self) -> str:
         try:
             fields = os.pread(self.proc["stat"], 4096, 0).rpartition(b")")[2].split()
             state, threads = fields[0], int(fields[17])
             if threads > 1:
                 return f"it left {threads - 1} thread(s) running"
-            if state != b"S" or (self.wchan and not _waiting(os.pread(self.proc["wchan"], 256, 0).decode())):
+            if state != b"S" or (self.wchan and not _waiting(self.wait_channel())):
                 return "its code was still running after its reply"
             children = os.pread(self.proc["children"], 4096, 0).split()
         except (OSError, ValueError, IndexError, KeyError):
@@ -272,6 +279,7 @@ class _Keeper:
 
 
 _PHASES = {"prepare": "its trusted part runs", "run": "it runs"}
+ANSWERED = {"result", "error", "fail"}  # a job's replies after which its runner may take another
 
 
 def _one_key(data: bytes):
@@ -283,14 +291,6 @@ def _one_key(data: bytes):
     if not isinstance(message, dict) or len(message) != 1:
         return None
     return next(iter(message.items()))
-
-
-def _wchan(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/wchan") as f:
-            return f.read()
-    except OSError:
-        return ""
 
 
 def _waiting(wchan: str) -> bool:
@@ -379,11 +379,7 @@ def _make_groups(cage_groups: list, limits: dict, me: int) -> list:
             _remove_group(folder, name)  # a leftover of an earlier keeper with this pid
             os.mkdir(name, dir_fd=folder)
             made.append((folder, name))
-            for controller in controllers:
-                for file, value in layers._CGROUP_FILES[version, controller]:
-                    path = f"{name}/{file}"
-                    if file in layers._CGROUP_REQUIRED or os.access(path, os.F_OK, dir_fd=folder):
-                        layers._cgroup_write(folder, path, value if value is not None else values[controller])
+            layers._cgroup_limit(folder, name, version, controllers, values)
     except OSError:  # no half a layer: the worker runs without cgroups, and its layers say so
         for folder, made_name in made:
             _remove_group(folder, made_name)

@@ -57,7 +57,7 @@ def serve(kind, pipes: tuple, lifeline: int, groups: list, limits: dict, entered
     os.setsid()
     warm = _vm_size()  # before its own /proc, which may be an empty one
     held = list(entered)
-    held += _join(groups)  # first: every process the job starts is counted in them
+    held += layers._cgroups_join(groups)  # first: every process the job starts is counted in them
     if "pid-apart" in entered:
         held += _own_proc()
     layers._close_fds((*pipes, lifeline))
@@ -114,17 +114,6 @@ def serve(kind, pipes: tuple, lifeline: int, groups: list, limits: dict, entered
             send(reply)
         except (TypeError, ValueError):  # a result JSON cannot carry
             send({"error": f"TypeError: the job returned {type(reply.get('result')).__name__}"})
-
-
-def _join(groups: list) -> list:
-    """Join the worker's cgroups (made by its keeper: `[(folder descriptor, name)]`); the layers that hold."""
-    joined = set()
-    for folder, name in groups:
-        layers._cgroup_write(folder, f"{name}/cgroup.procs", 0)  # 0: the writer itself, whatever its pid namespace
-        for controller, file in (("memory", "memory.limit_in_bytes"), ("memory", "memory.max"), ("pids", "pids.max")):
-            if os.access(f"{name}/{file}", os.F_OK, dir_fd=folder):
-                joined.add(f"cgroup-{controller}")
-    return sorted(joined)
 
 
 def _own_proc() -> list:

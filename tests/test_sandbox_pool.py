@@ -213,3 +213,24 @@ def test_every_cage_works_under_a_hard_address_space_limit():
     done = subprocess.run([sys.executable, "-c", UNDER_LIMIT, str(ROOT)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["[1.0]", "'2\\n'", "[True]"], done.stdout
+
+
+def test_the_cage_removes_its_own_cgroups_and_no_other():
+    # Groups beside the cage's in the same hierarchy -- one named as another pool's would be -- are not its own.
+    places = [parent for parent, _, _ in layers._cgroup_places()]
+    if not places:
+        pytest.skip("no cgroup hierarchy this process may write")
+    foreign = [os.path.join(places[0], name) for name in (f"not-grpokit-{os.getpid()}", f"grpokit-pool-0-{os.getpid()}")]
+    for path in foreign:
+        os.mkdir(path)
+    try:
+        pool = untrusted.Pool(MATH_VERIFY, 1)
+        assert pool.run([[["\\boxed{2}"], ["\\boxed{\\sqrt{4}}"]]], 30)[0].value is True
+        ours = pool._cages[0].group
+        assert os.path.isdir(os.path.join(places[0], ours))  # made, with the workers' groups inside
+        pool.close()
+        assert not os.path.exists(os.path.join(places[0], ours))
+        assert all(os.path.isdir(path) for path in foreign)
+    finally:
+        for path in foreign:
+            os.rmdir(path)

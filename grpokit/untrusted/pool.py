@@ -254,22 +254,7 @@ class Pool:
         todo, retried, copied = deque(indices), set(), set()
         stuck_after = STUCK_FRACTION * timeout
         while any(replies[i] is None for i in indices):
-            # Each ready worker gets a job, then (once all have started) a second to hold in its pipe: its keeper
-            # starts that one the moment the first is answered, without waiting for this loop.
-            for depth in range(1, QUEUED + 1):
-                if depth > 1 and not all(w.ready for w in self._workers):
-                    break
-                for w in list(self._workers):
-                    if not (w.ready and len(w.queue) < depth and not w.spent):
-                        continue
-                    i = _next(todo, replies)
-                    if i is None:
-                        break
-                    try:
-                        w.send(i, payloads[i], timeout)
-                    except OSError:  # it died while idle: the job gets one more try, never a third
-                        self._retry_or_crash(i, replies, todo, retried, marked=False)
-                        self._replace(w, todo)
+            self._dispatch(payloads, timeout, replies, todo, retried)
             now = time.monotonic()
             for w in self._workers:
                 if len(w.queue) > 1 and now - w.clock >= stuck_after:  # a job waits behind one likely to time out
@@ -310,6 +295,24 @@ class Pool:
                     self._replace(w, todo)
         for w in [w for w in self._workers if w.queue]:  # copies of jobs answered elsewhere: no late answer stays
             self._replace(w)
+
+    def _dispatch(self, payloads: list, timeout: float, replies: list, todo: deque, retried: set) -> None:
+        """Each ready worker gets a job, then (once all have started) a second to hold in its pipe: its keeper starts
+        that one the moment the first is answered, without waiting for the pool's loop."""
+        for depth in range(1, QUEUED + 1):
+            if depth > 1 and not all(w.ready for w in self._workers):
+                return
+            for w in list(self._workers):
+                if not (w.ready and len(w.queue) < depth and not w.spent):
+                    continue
+                i = _next(todo, replies)
+                if i is None:
+                    return
+                try:
+                    w.send(i, payloads[i], timeout)
+                except OSError:  # it died while idle: the job gets one more try, never a third
+                    self._retry_or_crash(i, replies, todo, retried, marked=False)
+                    self._replace(w, todo)
 
     def _receive(self, w: _Worker, replies: list, todo: deque, retried: set, timeout: float) -> None:
         key, value, message = _read(w)

@@ -52,6 +52,31 @@ TAINTING_EVENTS = ("pickle.find_class", "code.__new__", "function.__new__")
 
 def serve(kind, pipes: tuple, lifeline: int, groups: list, limits: dict, entered: list, uid: int, gid: int) -> None:
     """Set up as the module docstring says, then serve jobs until the keeper closes the pipe."""
+    held = _set_up(pipes, lifeline, groups, limits, entered, uid, gid)
+    inbox, outbox = Connection(pipes[0], writable=False), Connection(pipes[1], readable=False)
+    watch = _Watch(outbox)
+    if getattr(kind, "WATCH", True):  # a kind whose every job is the model's code has nothing to report
+        sys.addaudithook(watch)
+    send = lambda message: outbox.send_bytes(json.dumps(message).encode())  # noqa: E731
+    send({"ready": sorted(set(held + ["nomemfd"]))})
+    pid_one = "pid-apart" in entered
+    while True:
+        try:
+            message = json.loads(inbox.recv_bytes(MAX_JOB_BYTES))
+        except (EOFError, OSError, ValueError):
+            return
+        _limit_cpu(int(message["cpu_s"]))
+        reply = _one(kind, message["job"], watch, send)
+        if pid_one:  # before the reply: once the keeper reads it, nothing the job started may run (it checks)
+            _end_leftovers()
+        try:
+            send(reply)
+        except (TypeError, ValueError):  # a result JSON cannot carry
+            send({"error": f"TypeError: the job returned {type(reply.get('result')).__name__}"})
+
+
+def _set_up(pipes: tuple, lifeline: int, groups: list, limits: dict, entered: list, uid: int, gid: int) -> list:
+    """Everything before the first job, as root of the cage (or of its user namespace); the layers that hold."""
     # A session (and process group) of its own: kill(0) reaches the sender's whole group, whatever pid namespace its
     # members are in, and every worker runs as the same user.
     os.setsid()
@@ -74,46 +99,28 @@ def serve(kind, pipes: tuple, lifeline: int, groups: list, limits: dict, entered
     _limit(limits, warm)
     layers._seccomp()
     layers._libc.prctl(layers.PR_SET_DUMPABLE, 0, 0, 0, 0)
-    inbox, outbox = Connection(pipes[0], writable=False), Connection(pipes[1], readable=False)
-    watch = _Watch(outbox)
-    if getattr(kind, "WATCH", True):  # a kind whose every job is the model's code has nothing to report
-        sys.addaudithook(watch)
-    send = lambda message: outbox.send_bytes(json.dumps(message).encode())  # noqa: E731
-    send({"ready": sorted(set(held + ["nomemfd"]))})
-    pid_one = "pid-apart" in entered
+    return held
+
+
+def _one(kind, job, watch: "_Watch", send) -> dict:
+    """One job's reply: its trusted part first where the kind has one (said done with {"prepared"}), then its own."""
     prepare = getattr(kind, "prepare", None)
-    refused = getattr(kind, "Refused", ())
-    while True:
+    if prepare is not None:  # the job's trusted part (its problem, its gold): not watched, timed apart by the keeper
         try:
-            message = json.loads(inbox.recv_bytes(MAX_JOB_BYTES))
-        except (EOFError, OSError, ValueError):
-            return
-        _limit_cpu(int(message["cpu_s"]))
-        job = message["job"]
-        reply = None
-        if prepare is not None:  # the job's trusted part (its problem, its gold): not watched, timed apart
-            try:
-                if not prepare(job):
-                    reply = {"result": None}
-            except refused as err:
-                reply = {"fail": str(err)[:2000]}
-            except BaseException as err:  # noqa: BLE001 - whatever it raised is the job's reply
-                reply = {"error": _shown(err)}
-            if reply is None:
-                send({"prepared": 1})
-        if reply is None:
-            watch.on = True
-            try:
-                reply = {"result": kind.run(job)}
-            except BaseException as err:  # noqa: BLE001 - whatever the job raised (SystemExit included) is its reply
-                reply = {"error": _shown(err)}
-            watch.on = False
-        if pid_one:  # before the reply: once the keeper reads it, nothing the job started may run (it checks)
-            _end_leftovers()
-        try:
-            send(reply)
-        except (TypeError, ValueError):  # a result JSON cannot carry
-            send({"error": f"TypeError: the job returned {type(reply.get('result')).__name__}"})
+            if not prepare(job):
+                return {"result": None}
+        except getattr(kind, "Refused", ()) as err:
+            return {"fail": str(err)[:2000]}
+        except BaseException as err:  # noqa: BLE001 - whatever it raised is the job's reply
+            return {"error": _shown(err)}
+        send({"prepared": 1})
+    watch.on = True
+    try:
+        return {"result": kind.run(job)}
+    except BaseException as err:  # noqa: BLE001 - whatever the job raised (SystemExit included) is its reply
+        return {"error": _shown(err)}
+    finally:
+        watch.on = False
 
 
 def _own_proc() -> list:

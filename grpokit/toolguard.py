@@ -271,7 +271,6 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
             result = function(*args, **kwargs)
             # Its text inside the bound: a huge object takes time to write out too, and its __str__ is the tool's code
             result = _as_result(result)
-            size = _text_size(result)
         finally:
             deadline.close()
     except KeyboardInterrupt:
@@ -291,7 +290,7 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
     if deadline.why:  # the tool swallowed its cut and returned anyway
         limits.tally.record(timed_out=deadline.signum is None)
         raise ToolLimitError(f"{name}: {deadline.why}; the call was stopped")
-    return _sized(result, size, name, limits)
+    return _sized(result, name, limits)
 
 
 def _check_arguments(function: Callable, name: str, limits: Limits, args, kwargs) -> None:
@@ -321,8 +320,10 @@ def _check_arguments(function: Callable, name: str, limits: Limits, args, kwargs
         raise TypeError(f"{name}({takes}): {'; '.join(said) or err}") from None
 
 
-def _sized(result, size: int, name: str, limits: Limits):
-    """The result (`size` characters of text), counted; refused past tools.max_result_chars."""
+def _sized(result, name: str, limits: Limits):
+    """The result as `_as_result` made it (plain text: its size takes no time of the tool's), counted; refused past
+    tools.max_result_chars."""
+    size = _text_size(result)
     limits.tally.record(oversized=size > limits.max_result_chars)
     if size > limits.max_result_chars:
         raise ToolLimitError(f"{name}: its result is {size} characters, over tools.max_result_chars "
@@ -351,8 +352,7 @@ async def _call_async(function: Callable, name: str, limits: Limits, args, kwarg
         raise ToolLimitError(f"{name}: it blocked its event loop past tools.timeout_seconds "
                              f"({limits.timeout_seconds:g} s; {took:.1f} s without awaiting: time.sleep, not "
                              "asyncio.sleep?); its result was dropped")
-    result = _as_result(result)
-    return _sized(result, _text_size(result), name, limits)
+    return _sized(_as_result(result), name, limits)
 
 
 def _error(err: BaseException) -> str:

@@ -86,3 +86,50 @@ def tool():
     yield make
     for t in made:
         t._close()
+
+
+# The whole suite's time, said where a newcomer meets it: what it takes on an idle machine (measured by
+# bench/suite_time.py, never a figure typed in) and how busy this machine is now, so a slow run can be told from a
+# busy machine. Said only when the whole suite runs (no file or test named), and by the controlling process alone.
+def _whole_suite(config) -> bool:
+    return config.args_source == pytest.Config.ArgsSource.TESTPATHS and not hasattr(config, "workerinput")
+
+
+def _measured() -> str:
+    from pathlib import Path
+
+    from grpokit.files import try_json
+
+    result, why = try_json(Path(__file__).resolve().parents[1] / "bench" / "results" / "suite_time.json")
+    if result is None:
+        return f"not measured here yet ({why})"
+    minutes, seconds = divmod(round(result["wall_s"]), 60)
+    idle = "idle" if result["idle"] else f"at load average {result['load_before'][0]:.1f}"
+    return (f"{minutes} min {seconds} s on {result['cores']} {idle} cores ({result['date']}, "
+            "bench/results/suite_time.json)")
+
+
+def pytest_sessionstart(session):
+    if not _whole_suite(session.config):
+        return
+    import time
+
+    session.config.stash[_STARTED] = time.monotonic()
+    load, cores = os.getloadavg()[0], os.cpu_count()
+    free = (cores or 1) - load  # the suite keeps two workers busy (-n 2): fewer free cores than that slows it
+    busy = "fewer than 2 cores free: expect it slower" if free < 2 else "2 cores free or more"
+    session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+        f"The whole suite takes {_measured()}; this machine now: {cores} cores, load average {load:.1f} ({busy}).")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not _whole_suite(config) or _STARTED not in config.stash:
+        return
+    import time
+
+    minutes, seconds = divmod(round(time.monotonic() - config.stash[_STARTED]), 60)
+    terminalreporter.write_line(f"This run took {minutes} min {seconds} s, the load average now "
+                                f"{os.getloadavg()[0]:.1f}; idle it takes {_measured()}.")
+
+
+_STARTED = pytest.StashKey[float]()

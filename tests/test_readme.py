@@ -39,6 +39,18 @@ def test_first_screen_gives_exactly_two_commands():
     assert "make test" in (ROOT / ".ci" / "run").read_text()  # CI runs what a newcomer runs
 
 
+def test_first_screen_quotes_the_suites_measured_time():
+    """`make test`'s line gives the time bench/suite_time.py measured on an idle machine, as the suite prints it at its
+    start: never a figure typed in, and within the 10 minutes the suite is held to."""
+    from grpokit.files import read_json
+
+    result = read_json(ROOT / "bench" / "results" / "suite_time.json")
+    minutes = round(result["wall_s"] / 60)
+    assert result["idle"] and result["exit_code"] == 0 and result["wall_s"] <= 600, result
+    first_block = re.search(r"```bash\n(.*?)```", README, re.S).group(1)
+    assert f"~{minutes} min on {result['cores']} idle cores" in first_block, first_block
+
+
 @pytest.mark.slow
 def test_first_screen_names_the_next_command_and_it_works():
     """After the two commands, one line says how every further command runs (.venv's Python) and gives the

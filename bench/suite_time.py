@@ -1,0 +1,89 @@
+"""What the test suite takes: `make test`'s own command, timed whole, with the slowest tests named.
+
+    .venv/bin/python bench/suite_time.py            # run the suite once, write results/suite_time.json
+    .venv/bin/python bench/suite_time.py --report   # print the last measurement
+
+Runs `python -m pytest -q -n 2` (the command `make test` runs after its set-up) with `--durations=30`, and keeps the
+wall time, the pass line, the machine (cores, CPU), and the load average before and after: a figure is called idle
+only where the load average before the run was under 1 (nothing else running). tests/conftest.py prints this
+figure when a suite starts, beside the machine's load at that moment, so a newcomer can tell a slow run from a busy
+machine; README.md quotes it (tests/test_readme.py holds the two together).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+from offline import ROOT  # noqa: E402  (before grpokit: sets the environment)
+
+from grpokit import files  # noqa: E402
+
+OUT = ROOT / "bench" / "results" / "suite_time.json"
+COMMAND = [sys.executable, "-m", "pytest", "-q", "-n", "2"]
+
+
+def minutes(seconds: float) -> str:
+    """'6 min 26 s'."""
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s} s" if m else f"{s} s"
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def measure() -> dict:
+    load_before = os.getloadavg()
+    start = time.monotonic()
+    done = subprocess.run([*COMMAND, "--durations=30"], cwd=ROOT, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    out = done.stdout.splitlines()
+    summary = next((line.strip("= ") for line in reversed(out) if re.search(r"\d+ (passed|failed)", line)), "")
+    slowest = [line.strip() for line in out if re.match(r"\s*\d+\.\d+s (call|setup|teardown)\s", line)]
+    return {
+        "command": "python -m pytest -q -n 2", "exit_code": done.returncode, "wall_s": round(wall, 1),
+        "summary": summary, "slowest": slowest,
+        "cores": os.cpu_count(), "cpu": cpu_name(), "machine": platform.machine(),
+        "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
+        "idle": load_before[0] < 1.0, "date": datetime.date.today().isoformat(),
+    }
+
+
+def describe(result: dict) -> str:
+    state = "idle" if result["idle"] else f"load average {result['load_before'][0]:.1f} at its start"
+    return (f"{minutes(result['wall_s'])} ({result['summary']}) on {result['cores']} cores, {state}, "
+            f"{result['date']}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--report", action="store_true", help="print the last measurement and stop")
+    opts = parser.parse_args(argv)
+    if opts.report:
+        print(describe(files.read_json(OUT)))
+        return 0
+    print(f"running {' '.join(COMMAND[1:])} (load average {os.getloadavg()[0]:.1f} now) ...", flush=True)
+    result = measure()
+    files.write_text(OUT, json.dumps(result, indent=1) + "\n")
+    print(describe(result))
+    print("slowest:", *result["slowest"][:15], sep="\n  ")
+    return result["exit_code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -102,7 +102,7 @@ def _measured() -> str:
 
     result, why = try_json(Path(__file__).resolve().parents[1] / "bench" / "results" / "suite_time.json")
     if result is None:
-        return f"not measured here yet ({why})"
+        return f"not timed on an idle machine yet (bench/results/suite_time.json: {why})"
     minutes, seconds = divmod(round(result["wall_s"]), 60)
     idle = "idle" if result["idle"] else f"at load average {result['load_before'][0]:.1f}"
     return (f"{minutes} min {seconds} s on {result['cores']} {idle} cores ({result['date']}, "
@@ -119,7 +119,7 @@ def pytest_sessionstart(session):
     free = (cores or 1) - load  # the suite keeps two workers busy (-n 2): fewer free cores than that slows it
     busy = "fewer than 2 cores free: expect it slower" if free < 2 else "2 cores free or more"
     session.config.pluginmanager.get_plugin("terminalreporter").write_line(
-        f"The whole suite takes {_measured()}; this machine now: {cores} cores, load average {load:.1f} ({busy}).")
+        f"The whole suite: {_measured()}; this machine now: {cores} cores, load average {load:.1f} ({busy}).")
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -129,7 +129,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
     minutes, seconds = divmod(round(time.monotonic() - config.stash[_STARTED]), 60)
     terminalreporter.write_line(f"This run took {minutes} min {seconds} s, the load average now "
-                                f"{os.getloadavg()[0]:.1f}; idle it takes {_measured()}.")
+                                f"{os.getloadavg()[0]:.1f}; the whole suite: {_measured()}.")
 
 
 _STARTED = pytest.StashKey[float]()

@@ -146,6 +146,9 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
                 raise SaveFailed(safe.saving, output_dir / safe.saving, err) from err
             raise
         if safe.stopped_at is not None and trainer.state.global_step < trainer.state.max_steps:
+            if is_main_process():  # the run so far, read where it was left: its curves and report, marked as stopped
+                finish_run(output_dir, recipe, prep.args, trainer, resumed_at=resumed_at,
+                           stopped=Stopped(stop.signum, step=safe.stopped_at), continue_with=request.continue_with)
             raise Stopped(stop.signum, step=safe.stopped_at)  # not finished: no final save, the checkpoint is the run
         # Finished: a signal now waits until the final save and the report are written (seconds).
         stop.finishing = True

@@ -368,6 +368,7 @@ def write_report(
     plots: list[Path] | None = None,
     args=None,
     compare: list | None = None,
+    stopped: str | None = None,
 ) -> Path:
     """Write `<run_dir>/report.md` and return its path.
 
@@ -377,7 +378,7 @@ def write_report(
     images to link, as `plot_run` returned them; when None, `plot_run` draws them now, so the report never links
     stale or missing curves. `args`: the run's GRPOConfig, when known, so a flat curve is explained by construction.
     `compare`: other runs (`compare.load_runs`, this one first) drawn with this one into `plots/compare.png` and
-    tabled.
+    tabled. `stopped`: a sentence saying the run stopped before its end, shown first.
 
     >>> write_report("runs/smoke", recipe_name="smoke", explain_lines=["model: builtin:tiny-llama"])  # doctest: +SKIP
     PosixPath('runs/smoke/report.md')
@@ -390,6 +391,7 @@ def write_report(
         completions = record["completions"] or completions_from_disk(run_dir, reward_names(state["log_history"]) or None)
 
     lines = [f"# GRPO run report: {recipe_name}", "", f"Run directory: `{run_dir}`", ""]
+    lines += [stopped, ""] if stopped else []
     lines += ["## Recipe", ""]
     lines += [_fence("\n".join(explain_lines))] if explain_lines else ["(no explain summary given)"]
     lines += ["", "## Final figures", ""] + _summary(state, record["resumed_at"]) + [""] + _figures(state)

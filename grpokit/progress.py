@@ -49,9 +49,9 @@ def every_call_failed(logs: dict, step: int) -> str | None:
     if not isinstance(calls, (int, float)) or calls <= 0 or failed != 1.0:
         return None
     return (f"every tool call at step {step} failed ({calls:.2f} per completion): the model read only error messages, "
-            "so no reward came from the tool. report.md's sampled completions show each call and its error "
-            "(`tool NAME: {'error': ...}`); a 'Tool X not found.' names a tool the model was shown (in the prompt or "
-            "dataset.few_shot) that the recipe does not give.")
+            "so no reward came from the tool. report.md's \"Failed tool calls\" shows the failed calls of each step and "
+            "the error the model read (and where your tool raised); a 'Tool X not found.' names a tool the model was "
+            "shown (in the prompt or dataset.few_shot) that the recipe does not give.")
 
 
 def summary(logs: dict, step: int, started_at: int = 0) -> str | None:

@@ -56,12 +56,13 @@ def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=Non
     that stopped the run at a step's end (`lifecycle.Stopped`): the report is of the run so far, says so, and names
     the command that continues it (`continue_with`)."""
     from grpokit.reporting.explain import explain_table
+    from grpokit.reporting.failed_calls import run_failed_calls
     from grpokit.reporting.plots import plot_run
     from grpokit.reporting.report import read_record, run_completions, store_record, write_report
 
     plots = plot_run(output_dir, args=args)
-    completions = (store_record(output_dir, run_completions(trainer), resumed_at, recipe.name) or None
-                   if trainer is not None else None)
+    completions = (store_record(output_dir, run_completions(trainer), resumed_at, recipe.name,
+                                run_failed_calls(trainer)) or None if trainer is not None else None)
     # drawn again (`--plot`, `--eval`), `recipe` is the run's saved recipe.yaml: the name is the one the run kept
     name = recipe.name if trainer is not None else read_record(output_dir)["recipe_name"] or recipe.name
     from grpokit.data import source_name

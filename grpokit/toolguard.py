@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from grpokit.toolfaults import Faults, fault_of
 from grpokit.untrusted.keeper import valid_text
 
 # Should a tool swallow the first cut (a bare `except:` in a retry loop), the timer fires again this often; after
@@ -77,6 +78,7 @@ class Tally:
         self.sink: Callable[[str, float], None] | None = None
         self.say, self.clock = say, clock
         self.since: float | None = None  # when the calls counted below began
+        self.faults = Faults(say)  # what each tool's own exceptions tell its author, for the console and report.md
         self.calls, self.seconds = 0, 0.0
 
     def spent(self, seconds: float) -> None:
@@ -91,6 +93,16 @@ class Tally:
             self.since, self.calls, self.seconds = now, 0, 0.0
         elif now - self.since >= NOTICE_EVERY_S:  # mostly generation between the calls: the step line will do
             self.since, self.calls, self.seconds = now, 0, 0.0
+
+    def raised(self, tool: str, err: Exception, function: Callable) -> None:
+        """A tool's own exception, which TRL makes the call's result: kept with the text the model reads of it."""
+        from rewards.tools import failure_text
+
+        try:
+            read = failure_text(str(err))
+        except Exception:  # noqa: BLE001 - a message that cannot be written: TRL fails on it too, nothing to match
+            return
+        self.faults.add(tool, read, fault_of(err, function))
 
     def record(self, timed_out: bool = False, oversized: bool = False, bad_arguments: bool = False) -> None:
         if self.sink is not None:
@@ -278,6 +290,7 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
             raise ToolLimitError(f"{name}: {deadline.why or err}; the call was stopped") from None
         if isinstance(err, Exception):
             limits.tally.record()
+            limits.tally.raised(name, err, function)
             raise  # the tool's answer to a bad call: TRL writes it for the model and counts a failed call
         raise EnvironmentFailure(f"tool {shown} raised {_error(err)}{sample()}") from None
     finally:
@@ -340,8 +353,9 @@ async def _call_async(function: Callable, name: str, limits: Limits, args, kwarg
         limits.tally.record(timed_out=True)
         raise ToolLimitError(f"{name}: no result within tools.timeout_seconds ({limits.timeout_seconds:g} s); the call "
                              "was stopped") from None
-    except Exception:
+    except Exception as err:
         limits.tally.record()
+        limits.tally.raised(name, err, function)
         raise
     took = time.monotonic() - started
     if took > limits.timeout_seconds:

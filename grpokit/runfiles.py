@@ -73,12 +73,14 @@ def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=Non
                           stopped=_stopped_note(stopped, continue_with) if stopped is not None else None)
     for path in plots + [report]:
         say(f"wrote {path}")
-    if trainer is not None and stopped is None:  # the end of a live run: its closing steps that taught nothing are said where it is watched
-        from grpokit.reporting.verdict import no_gradient_end
+    if trainer is not None and stopped is None:  # the end of a live run: report.md's verdict, where it is watched
+        from grpokit.reporting.last_word import last_word
+        from grpokit.reporting.tool_calls import failed_at_end
 
-        stalled = no_gradient_end(trainer.state.log_history)
-        if stalled:
-            say(stalled)
+        history = trainer.state.log_history
+        verdict = last_word(history, tools_failed=failed_at_end(history))
+        if verdict:
+            say(verdict)
     return plots + [report]
 
 

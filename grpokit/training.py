@@ -16,6 +16,8 @@ from grpokit.config.trainer_args import grpo_args, resolved_dtype
 from grpokit.dist import end_distributed, is_main_process, say
 from grpokit.errors import RecipeError
 from grpokit.models import load_model
+from grpokit.data import source_name
+from grpokit.reporting.explain import what_it_learns
 from grpokit.reporting.model_card import write_model_card
 from grpokit.request import Request
 from grpokit.runfiles import finish_run, write_recipe_file
@@ -135,6 +137,9 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
 
     say(f"training: {planned(prep.args.max_steps, prep.args.num_train_epochs, resumed_at)} -> {output_dir}"
         + (f" (resuming {checkpoint})" if checkpoint else ""))
+    tools = prep.tools
+    say(what_it_learns(recipe.rewards, source_name(recipe.dataset), prep.args,
+                       tools.environment.__name__ if tools is not None and tools.owns_reward else None))
     with StopOnSignal() as stop:
         safe = add_run_callbacks(trainer, stop)
         safe.on_saving = lock.claim_writing  # a checkpoint is grpokit's from before its first byte ...

@@ -56,7 +56,8 @@ def test_a_tool_that_fails_every_call_is_said_on_the_console_and_in_the_report(t
     steps = [line for line in out if line.startswith("step ")]
     assert len(steps) == 2 and all("tool calls 0.50/completion, 100% failed" in line for line in steps), steps
     said = [line for line in out if line.startswith("every tool call")]
-    assert len(said) == 1 and out.index(said[0]) == out.index(steps[0]) + 1  # once, under the first such step
+    assert len(said) == 1 and out.index(said[0]) == out.index(steps[0]) + 2  # once, under the first such step ...
+    assert out[out.index(steps[0]) + 1].startswith("(reward: ")  # ... after the legend the first step line comes with
     assert not [w for w in recwarn if "experimental feature" in str(w.message)]
     report = (tmp_path / "run" / "report.md").read_text()
     assert 'assistant: → calls div({"a": 9})' in report

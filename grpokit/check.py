@@ -9,7 +9,7 @@ from __future__ import annotations
 from grpokit import cpu, tasks, tooluse
 from grpokit.build import prepare
 from grpokit.config import Recipe, dump, lint
-from grpokit.data import preparation_of, prompt_lengths
+from grpokit.data import preparation_of, prompt_lengths, source_name
 from grpokit.planning import memory, vllm_share
 from grpokit.planning.architecture import ConfigNotFound
 from grpokit.planning.cpu_time import SHAPE, estimate
@@ -71,11 +71,12 @@ def decision_rows(recipe: Recipe, args) -> list[tuple[str, str]]:
 
     >>> from types import SimpleNamespace as S
     >>> r = S(model={"name_or_path": "builtin:tiny-llama", "quantization": "none", "chat_template": None}, lora=None,
-    ...       rewards=[{"name": "accuracy", "weight": 1.0}], tools=None, trainer={"output_dir": "runs/x"})
+    ...       dataset={"path": "data.jsonl"}, rewards=[{"name": "accuracy", "weight": 1.0}], tools=None,
+    ...       trainer={"output_dir": "runs/x"})
     >>> a = S(max_steps=30, per_device_train_batch_size=8, gradient_accumulation_steps=1, num_generations=4,
     ...       learning_rate=1e-4, max_completion_length=64)
     >>> [label for label, _ in decision_rows(r, a)]
-    ['model', 'rewards', 'training']
+    ['model', 'data', 'rewards', 'training']
     """
     model = recipe.model
     said = [model["name_or_path"]]
@@ -85,7 +86,7 @@ def decision_rows(recipe: Recipe, args) -> list[tuple[str, str]]:
         said.append(f"quantized {model['quantization']}")
     lora = recipe.lora
     said.append(f"LoRA r={lora.get('r')} on {lora.get('target_modules')}" if lora else "full fine-tuning")
-    rows = [("model", ", ".join(said)), *reward_rows(recipe.rewards)[:1]]
+    rows = [("model", ", ".join(said)), ("data", source_name(recipe.dataset)), *reward_rows(recipe.rewards)[:1]]
     if recipe.tools:
         rows.append(("tools", _tools_row(recipe.tools)))
     batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
@@ -205,6 +206,9 @@ def longest_prompt(prep, limit: int = MEASURED_ROWS) -> tuple[int, str] | None:
     return longest, f"the longest formatted prompt (chat template included; {how})"
 
 
+PROMPT_LINES = 12  # of the first prompt, by default: the start of a long prompt shows its shape
+
+
 def readable(row: dict, limit: int = 60) -> list[str]:
     """A formatted row as --check shows it by default: its prompt's messages as the model reads them, one line each,
     then its other columns cut to `limit` characters.
@@ -213,8 +217,10 @@ def readable(row: dict, limit: int = 60) -> list[str]:
     ...           "answer": "4", "task_item": "x" * 500})
     ['  system: Be brief.', '  user: 2+2?', "  columns: answer '4', task_item [500 characters]"]
     """
-    prompt = text(row.get("prompt"))
-    lines = [f"  {line}" for line in (prompt.splitlines() or [""])]
+    said = text(row.get("prompt")).splitlines() or [""]
+    lines = [f"  {shorten(line)}" for line in said[:PROMPT_LINES]]
+    if len(said) > PROMPT_LINES:
+        lines.append(f"  ... [{len(said) - PROMPT_LINES} more lines]")
     columns = []
     for key, value in row.items():
         if key == "prompt":

@@ -9,6 +9,9 @@ call's result (`{'error': ...}`, counted in `tools/failure_frequency`). Around e
   error naming the limit; turning the result into text counts against it;
 * a size limit on the result's text (`tools.max_result_chars`): a 10 MB string is refused before TRL tokenizes it
   (the tokenizer would abort the process allocating gigabytes); the text made valid (no lone surrogates);
+* an exception of the tool's own, which TRL makes the call's result (the model reads `{'error': message}`), is kept
+  for the tool's author too: its type, message and the tool file's line (grpokit.toolfaults), said once on the
+  console and shown with the step's failed calls in report.md;
 * a stop signal during a call (Ctrl-C, SIGTERM) goes first to the handler the run had (`lifecycle.StopOnSignal`
   records it; a second one stops at once), then cuts the call; later calls are refused without running, so the step
   ends and the run stops at its end, with a checkpoint, within seconds;

@@ -187,9 +187,10 @@ def quiet_known_noise() -> None:
     Each is exact to its message: TRL 1.16 calls transformers 5's deprecated `gradient_checkpointing_*`
     names (a FutureWarning per call site, repeated through the run); torch's DataLoader warns that
     `pin_memory` does nothing without an accelerator (every CPU run); bitsandbytes warns on every CPU
-    start that an optional hub kernel is missing, and where its CPU kernel is fetched through the `kernels` package
-    (a CPU with AVX512-BF16) in offline mode (every --check, and every run without a hub), `kernels` says it skips the
-    kernel's publisher trust check: bitsandbytes asks for it at import, whatever `model.quantization` says. TRL 1.16 warns that `environment_factory` is experimental at every
+    start that an optional hub kernel is missing, and where it fetches its CPU kernel through the `kernels` package
+    (a CPU with AVX512-BF16) offline (every --check, every run without a hub), `kernels` says it skips the kernel's
+    publisher trust check: bitsandbytes asks at import, whatever `model.quantization` says, so the line speaks of
+    nothing the recipe does. TRL 1.16 warns that `environment_factory` is experimental at every
     tool run, naming the file and line of grpokit's GRPOTrainer call as its source: it speaks to that call's author,
     who pins TRL and checks what grpokit relies on in `grpokit.trl_compat`, not to a recipe's user, who can do nothing
     about it (docs/tools.md says the API is TRL's experimental one).

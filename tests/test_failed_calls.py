@@ -66,9 +66,9 @@ def test_each_way_calls_failed_is_one_line_with_its_steps(tmp_path):
     assert "- step 2: `half({})` → the model read `` {'error': '`x`'} ``; your tool raised " \
            "`ZeroDivisionError: x (env.py:3 in half)`" in lines
     assert failed_calls_section([]) == []
-    # kept with the run; a resumed session's calls replace the earlier session's from its first step on
+    # kept with the run; a session resumed at step 2 keeps the earlier calls up to it, and trained step 3 again
     store_record(tmp_path, [], failed_calls=rows[:3])
-    store_record(tmp_path, [], failed_calls=[{**rows[0], "step": 3}])
-    assert [r["step"] for r in read_record(tmp_path)["failed_calls"]] == [1, 2, 3]
+    store_record(tmp_path, [], resumed_at=2, failed_calls=[{**rows[0], "step": 4}])
+    assert [r["step"] for r in read_record(tmp_path)["failed_calls"]] == [1, 2, 4]
     (tmp_path / "report_record.json").write_text(json.dumps({"failed_calls": [{"step": "x"}, 3]}))
     assert read_record(tmp_path)["failed_calls"] == []  # what is not a failed call is not read as one

@@ -22,10 +22,10 @@ import weakref
 from pathlib import Path
 
 from grpokit import files
+from grpokit.reporting.failed_calls import failed_calls_section
 from grpokit.reporting.messages import plain, text, visible
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.scoring import scoring_section
-from grpokit.reporting.failed_calls import failed_calls_section
 from grpokit.reporting.tool_calls import failed_at_end, tool_use_section
 from grpokit.reporting.verdict import cut_short, diagnosis, heldout
 from grpokit.rundir import STATE_FILE, read_state
@@ -145,15 +145,15 @@ def store_record(run_dir: str | Path, rows: list[dict], resumed_at: int | None =
     (`--plot`, `--eval`) shows them too. Returns the completions kept.
 
     A resumed run adds its own completions: the earlier sessions' rows from before its first step stay, so "early"
-    is still the run's first logged step.
+    is still the run's first logged step. Its failed calls follow the earlier sessions' up to the step it resumed at
+    (what they logged past it, this session trained again).
     """
-    before = read_record(run_dir)["completions"]
+    earlier = read_record(run_dir)
+    before = earlier["completions"]
     kept = [r for r in before if isinstance(r.get("step"), int)
             and all(isinstance(n.get("step"), int) and r["step"] < n["step"] for n in rows)] if rows else before
     merged = kept + [plain(dict(r)) for r in rows]
-    earlier = read_record(run_dir)
-    first = min((c["step"] for c in failed_calls if isinstance(c.get("step"), int)), default=None)
-    calls = [c for c in earlier["failed_calls"] if first is None or c["step"] < first] + [plain(dict(c)) for c in failed_calls]
+    calls = [c for c in earlier["failed_calls"] if c["step"] <= (resumed_at or 0)] + [plain(dict(c)) for c in failed_calls]
     record = {"completions": merged, "resumed_at": resumed_at, "recipe_name": recipe_name or earlier["recipe_name"],
               "failed_calls": calls}
     files.write_text(Path(run_dir) / RECORD_FILE, json.dumps(record, indent=1) + "\n", key="--plot", root=Path(run_dir))

@@ -217,4 +217,8 @@ def make_trainer(prep: Prepared, model):
     else:
         trainer = PrefixReuseGRPOTrainer(**kwargs)
     tally.sink = trl_compat.metric_sink(trainer)
+    if prep.tools:  # each logged step's failed calls, for report.md, with what a tool's own exception tells its author
+        from grpokit.reporting.failed_calls import keep_failed_calls
+
+        keep_failed_calls(trainer, tally.faults)
     return trainer

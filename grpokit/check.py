@@ -1,5 +1,7 @@
-"""`--check`: validate, build everything that needs no weights, and explain it -- the resolved recipe, the first
-formatted rows, what the recipe computes in GRPO's terms, and its memory plan. Loads no weights, trains nothing.
+"""`--check`: validate, build everything that needs no weights, and explain it -- the decisions first (model, data,
+rewards, tools and their limits), then what the recipe computes in GRPO's terms, its memory plan and the lint; with
+`--full`, the resolved recipe (every value, defaults included) and the first formatted rows as they are. Loads no
+weights, trains nothing.
 """
 
 from __future__ import annotations
@@ -7,22 +9,26 @@ from __future__ import annotations
 from grpokit import cpu, tasks, tooluse
 from grpokit.build import prepare
 from grpokit.config import Recipe, dump, lint
-from grpokit.data import preparation_of, prompt_lengths
+from grpokit.data import preparation_of, prompt_lengths, source_name
 from grpokit.planning import memory, vllm_share
 from grpokit.planning.architecture import ConfigNotFound
 from grpokit.planning.cpu_time import SHAPE, estimate
-from grpokit.reporting.explain import explain_table
+from grpokit.reporting.explain import explain_table, reward_rows
+from grpokit.reporting.messages import text
 from rewards.tasks import audit
 
 # torch is imported inside the functions that ask it about the GPU: --check's other work needs none.
 
 
-def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
-    """Print --check's report for a validated recipe; returns the exit code (0). Problems raise `RecipeError`."""
+def check(recipe: Recipe, gpu_memory_gb: float = 16.0, full: bool = False) -> int:
+    """Print --check's report for a validated recipe; returns the exit code (0). Problems raise `RecipeError`.
+
+    The one place that orders the report's sections: a section of its own goes in here, where a reader looks for it
+    (the decisions, the data, the tools, the objective, the plan, the lint). `full`: the resolved recipe and the
+    first rows whole (`--check --full`)."""
     prep = prepare(recipe, log=lambda _line: None)  # quiet: what it dropped and why is printed below, from the dataset
-    print(f"# {recipe.name}: resolved recipe ({recipe.path})")
-    print(dump(recipe.as_dict()).rstrip())
-    prompt_length, prompt_how = _formatted_rows(prep, recipe)
+    _decisions(recipe, prep, full)
+    prompt_length, prompt_how = _formatted_rows(prep, recipe, full)
     if recipe.dataset.get("reasoning_gym"):
         print()
         print("\n".join(tasks.explain(recipe.dataset["reasoning_gym"], recipe.rewards)))
@@ -48,6 +54,57 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0) -> int:
     return 0
 
 
+def _decisions(recipe: Recipe, prep, full: bool) -> None:
+    """What the recipe decided, one line each (model, rewards, tools, the run's length and batch); with `full`, the
+    resolved recipe after them, every value and default, as a run saves it."""
+    print(f"# {recipe.name} ({recipe.path})")
+    print("\n".join(f"  {label:<10} {value}" for label, value in decision_rows(recipe, prep.args)))
+    if full:
+        print("\n# resolved recipe: every value, defaults included (what a run saves as recipe.yaml)")
+        print(dump(recipe.as_dict()).rstrip())
+    else:
+        print("  (every resolved value, defaults included, and the first rows whole: --check --full)")
+
+
+def decision_rows(recipe: Recipe, args) -> list[tuple[str, str]]:
+    """(label, value) rows of what a recipe decided, as --check opens with them.
+
+    >>> from types import SimpleNamespace as S
+    >>> r = S(model={"name_or_path": "builtin:tiny-llama", "quantization": "none", "chat_template": None}, lora=None,
+    ...       dataset={"path": "data.jsonl"}, rewards=[{"name": "accuracy", "weight": 1.0}], tools=None,
+    ...       trainer={"output_dir": "runs/x"})
+    >>> a = S(max_steps=30, per_device_train_batch_size=8, gradient_accumulation_steps=1, num_generations=4,
+    ...       learning_rate=1e-4, max_completion_length=64)
+    >>> [label for label, _ in decision_rows(r, a)]
+    ['model', 'data', 'rewards', 'training']
+    """
+    model = recipe.model
+    said = [model["name_or_path"]]
+    if model.get("chat_template"):
+        said.append(f"chat template {model['chat_template']}")
+    if model.get("quantization", "none") != "none":
+        said.append(f"quantized {model['quantization']}")
+    lora = recipe.lora
+    said.append(f"LoRA r={lora.get('r')} on {lora.get('target_modules')}" if lora else "full fine-tuning")
+    rows = [("model", ", ".join(said)), ("data", source_name(recipe.dataset)), *reward_rows(recipe.rewards)[:1]]
+    if recipe.tools:
+        rows.append(("tools", _tools_row(recipe.tools)))
+    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    rows.append(("training", f"{args.max_steps} steps of {batch} completions ({batch // args.num_generations} prompts x "
+                 f"{args.num_generations}), learning rate {args.learning_rate:g}, completions up to "
+                 f"{args.max_completion_length} tokens; into {recipe.trainer.get('output_dir')}"))
+    return rows
+
+
+def _tools_row(section: dict) -> str:
+    """The tools a recipe gives and the limits on each call."""
+    named = ([f"environment {section['environment']}"] if section.get("environment") else []) + list(section.get("functions") or [])
+    args = ", ".join(f"{k}={v}" for k, v in (section.get("environment_args") or {}).items())
+    limits = {k: section.get(k, tooluse.TOOLS[k].default) for k in ("timeout_seconds", "max_result_chars")}
+    return (", ".join(named) + (f" ({args})" if args else "") + f"; each call within {limits['timeout_seconds']:g} s "
+            f"and {limits['max_result_chars']} characters of result")
+
+
 def _task_audit(prep, recipe: Recipe) -> dict | None:
     """How each task's scorer treats its own gold answers, as the recipe's first `task_score` reads answers
     (rewards.tasks.audit; for the lint), or None for a recipe without both a task source and that reward."""
@@ -58,15 +115,17 @@ def _task_audit(prep, recipe: Recipe) -> dict | None:
     return audit(getattr(scorers[0], "fn", scorers[0]), list(prep.dataset.select_columns(columns)))
 
 
-def _formatted_rows(prep, recipe: Recipe) -> tuple[int | None, str]:
-    """Print the first formatted rows and what preparation dropped; (the prompt length the plan assumes, how it was
-    found): measured on the rows when they could be read, else dataset.max_prompt_tokens."""
+def _formatted_rows(prep, recipe: Recipe, full: bool = False) -> tuple[int | None, str]:
+    """Print the first formatted row as the model reads it (`full`: the first two as they are) and what preparation
+    dropped; (the prompt length the plan assumes, how it was found): measured on the rows when they could be read,
+    else dataset.max_prompt_tokens."""
     prompt_length, prompt_how = recipe.dataset.get("max_prompt_tokens"), "dataset.max_prompt_tokens, the longest a prompt may be"
     if prep.dataset is not None:
-        print(f"\n# first formatted rows ({len(prep.dataset)} prompts)")
+        print(f"\n# first formatted rows ({len(prep.dataset)} prompts)" if full else
+              "\n# data: the first prompt, as the model reads it")
         print("\n".join(preparation_of(prep.dataset).lines))  # a user must see what was dropped before training
-        for row in prep.dataset.select(range(min(2, len(prep.dataset)))):
-            print(f"- {shorten(row)}")
+        for row in prep.dataset.select(range(min(2 if full else 1, len(prep.dataset)))):
+            print(f"- {shorten(row)}" if full else "\n".join(readable(row)))
         measured = longest_prompt(prep)
         if measured is not None:
             prompt_length, prompt_how = measured
@@ -145,6 +204,30 @@ def longest_prompt(prep, limit: int = MEASURED_ROWS) -> tuple[int, str] | None:
     longest = max(prompt_lengths(prep.tokenizer, prep.dataset, rows=rows))
     how = f"all {n:,} rows measured" if rows is None else f"an evenly spaced sample of {limit:,} of {n:,} rows measured"
     return longest, f"the longest formatted prompt (chat template included; {how})"
+
+
+PROMPT_LINES = 12  # of the first prompt, by default: the start of a long prompt shows its shape
+
+
+def readable(row: dict, limit: int = 60) -> list[str]:
+    """A formatted row as --check shows it by default: its prompt's messages as the model reads them, one line each,
+    then its other columns cut to `limit` characters.
+
+    >>> readable({"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
+    ...           "answer": "4", "task_item": "x" * 500})
+    ['  system: Be brief.', '  user: 2+2?', "  columns: answer '4', task_item [500 characters]"]
+    """
+    said = text(row.get("prompt")).splitlines() or [""]
+    lines = [f"  {shorten(line)}" for line in said[:PROMPT_LINES]]
+    if len(said) > PROMPT_LINES:
+        lines.append(f"  ... [{len(said) - PROMPT_LINES} more lines]")
+    columns = []
+    for key, value in row.items():
+        if key == "prompt":
+            continue
+        shown = repr(value)
+        columns.append(f"{key} {shown}" if len(shown) <= limit else f"{key} [{len(str(value)):,} characters]")
+    return lines + ([f"  columns: {', '.join(columns)}"] if columns else [])
 
 
 def shorten(value, limit: int = 200):

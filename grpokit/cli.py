@@ -94,6 +94,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--recipe", type=Path, default=DEFAULT_RECIPE, help="recipe YAML (default: recipes/smoke.yaml)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="recipe overrides")
     p.add_argument("--check", action="store_true", help="validate and explain the recipe, plan its memory; load no weights")
+    p.add_argument("--full", action="store_true", help="with --check: also the resolved recipe (every value, defaults "
+                   "included) and the first formatted rows as they are")
     p.add_argument("--num-processes", type=_processes, default=None, metavar="N",
                    help="processes for the run: N > 1 checks the recipe here, then starts N through accelerate "
                         "(DDP, recipes/accelerate/multi_gpu.yaml); with --check, the batch rule for N "
@@ -185,7 +187,10 @@ def quiet_known_noise() -> None:
     Each is exact to its message: TRL 1.16 calls transformers 5's deprecated `gradient_checkpointing_*`
     names (a FutureWarning per call site, repeated through the run); torch's DataLoader warns that
     `pin_memory` does nothing without an accelerator (every CPU run); bitsandbytes warns on every CPU
-    start that an optional hub kernel is missing. TRL 1.16 warns that `environment_factory` is experimental at every
+    start that an optional hub kernel is missing, and where it fetches its CPU kernel through the `kernels` package
+    (a CPU with AVX512-BF16) offline (every --check, every run without a hub), `kernels` says it skips the kernel's
+    publisher trust check: bitsandbytes asks at import, whatever `model.quantization` says, so the line speaks of
+    nothing the recipe does. TRL 1.16 warns that `environment_factory` is experimental at every
     tool run, naming the file and line of grpokit's GRPOTrainer call as its source: it speaks to that call's author,
     who pins TRL and checks what grpokit relies on in `grpokit.trl_compat`, not to a recipe's user, who can do nothing
     about it (docs/tools.md says the API is TRL's experimental one).
@@ -196,6 +201,12 @@ def quiet_known_noise() -> None:
     warnings.filterwarnings("ignore", message=r"You are using 'environment_factory', which is an experimental feature",
                             category=UserWarning)
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+    logging.getLogger("kernels._internals.hf_hub").addFilter(_not_trust_check_skipped)
+
+
+def _not_trust_check_skipped(record: logging.LogRecord) -> bool:
+    """False for `kernels`' one line that it skips a publisher trust check offline (its other warnings pass)."""
+    return not str(record.msg).startswith("Skipping publisher trust check for ")
 
 
 def list_rewards() -> int:
@@ -265,6 +276,9 @@ def request(args: argparse.Namespace, argv: list[str]) -> Request:
     if args.compare and not args.plot:
         raise RecipeError([Problem("--compare", "compares other runs with the one --plot reports on: "
                                    "python launch.py --plot RUN_DIR --compare RUN2 [RUN3 ...]")])
+    if args.full and not args.check:
+        raise RecipeError([Problem("--full", "adds the resolved recipe to --check's report: python launch.py --recipe "
+                                   "RECIPE --check --full")])
     if args.plot:
         return Request(mode="plot", run_dir=args.plot, compare=tuple(args.compare or ()))
     if args.merge:
@@ -288,7 +302,7 @@ def request(args: argparse.Namespace, argv: list[str]) -> Request:
         resume = "latest" if args.resume else (str(args.resume_from) if args.resume_from else None)
     return Request(mode=mode, recipe=args.recipe, overrides=tuple(overrides), argv=tuple(argv), resume=resume,
                    overwrite=args.overwrite, continue_with=resume_command(argv), num_processes=args.num_processes,
-                   accelerate_config=args.accelerate_config, gpu_memory=args.gpu_memory,
+                   accelerate_config=args.accelerate_config, gpu_memory=args.gpu_memory, full=args.full,
                    eval_run=evaluated or None, eval_samples=args.eval_samples, eval_out=args.eval_out)
 
 
@@ -317,7 +331,7 @@ def run(req: Request) -> int:
     if req.mode == "check":
         from grpokit.check import check
 
-        return check(recipe, gpu_memory_gb=req.gpu_memory)
+        return check(recipe, gpu_memory_gb=req.gpu_memory, full=req.full)
     if req.mode == "eval":
         from grpokit import evaluate
         from grpokit.toolguard import EnvironmentFailure

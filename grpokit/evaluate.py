@@ -173,6 +173,7 @@ def summary(result: dict) -> str:
     if tools:
         line += (f"; tool calls per completion {tools['calls_per_completion']:.2f}, "
                  f"{tools['completions_calling']:.0%} of completions called a tool")
+        line += "; " + outcomes_text(tools.get("call_outcomes") or {})
     s = result.get("sampled")
     if s:
         k = s["k"]
@@ -184,6 +185,18 @@ def summary(result: dict) -> str:
 
     short = cut_short(result.get("steps"))
     return line + (f"; {short}" if short else "")
+
+
+def outcomes_text(counts: dict) -> str:
+    """Calls by how they ended (`rollouts.outcomes`), as `--eval` prints them.
+
+    >>> outcomes_text({"ok": 5, "error": 2, "unparseable": 1}), outcomes_text({})
+    ('calls by outcome: 5 ok, 2 code error, 1 unparseable', 'calls by outcome: none made')
+    """
+    from grpokit.rollouts import OUTCOMES
+
+    said = [f"{n} {OUTCOMES.get(kind, kind)}" for kind, n in counts.items() if n]
+    return "calls by outcome: " + (", ".join(said) or "none made")
 
 
 def run_steps(recipe: Recipe, run_dir: str) -> dict | None:

@@ -21,6 +21,19 @@ SHOWN = (
     ("sampling/rounds", "rounds", "{:.1f}"),
     ("loss", "loss", "{:.4f}"),
 )
+# What each label of a step line means, said once under the first one (a reader new to GRPO meets them there).
+LEGEND = {
+    "reward": "reward: the mean score of the step's completions ± its spread",
+    "frac_reward_zero_std": "zero-std groups: the share of prompts whose completions all scored alike (those teach "
+                            "nothing: GRPO learns from differences within a group)",
+    "completions/mean_length": "len: tokens per completion",
+    "completions/clipped_ratio": "truncated: the share cut off at max_completion_length",
+    "kl": "kl: how far the policy moved from the reference model",
+    "entropy": "entropy: how spread the model's next-token choices are (falling: surer)",
+    "clip_ratio/region_mean": "clipped: the share of tokens whose update the PPO clip capped",
+    "sampling/rounds": "rounds: generation rounds to fill the batch (dynamic sampling)",
+    "loss": "loss: GRPO's loss, near 0 by construction (the reward shows progress)",
+}
 # TRL's tool metrics (a run given tools logs both at every step): calls per completion, and failed calls over calls,
 # shown only where calls were made (TRL logs 0 failures at a step without calls, which is no call that worked).
 CALLS, FAILURES = "tools/call_frequency", "tools/failure_frequency"
@@ -49,9 +62,21 @@ def every_call_failed(logs: dict, step: int) -> str | None:
     if not isinstance(calls, (int, float)) or calls <= 0 or failed != 1.0:
         return None
     return (f"every tool call at step {step} failed ({calls:.2f} per completion): the model read only error messages, "
-            "so no reward came from the tool. report.md's sampled completions show each call and its error "
-            "(`tool NAME: {'error': ...}`); a 'Tool X not found.' names a tool the model was shown (in the prompt or "
-            "dataset.few_shot) that the recipe does not give.")
+            "so no reward came from the tool. report.md's \"Failed tool calls\" shows the failed calls of each step and "
+            "the error the model read (and where your tool raised); a 'Tool X not found.' names a tool the model was "
+            "shown (in the prompt or dataset.few_shot) that the recipe does not give.")
+
+
+def legend(logs: dict) -> str:
+    """What the labels of a step line mean, for those the line shows.
+
+    >>> print(legend({"reward": 0.5, "kl": 0.0}))
+    (reward: the mean score of the step's completions ± its spread; kl: how far the policy moved from the reference model)
+    """
+    said = [text for key, text in LEGEND.items() if isinstance(logs.get(key), (int, float))]
+    if isinstance(logs.get(CALLS), (int, float)):
+        said.append("tool calls: calls per completion, and the share that failed")
+    return f"({'; '.join(said)})"
 
 
 def summary(logs: dict, step: int, started_at: int = 0) -> str | None:
@@ -126,15 +151,19 @@ class Pace:
 
 class _Resumed:
     """Remembers the step training began at (the checkpoint's, when resuming: the trainer has loaded its state by
-    `on_train_begin`), so the summary counts what this session trained; and says once when every tool call of a step
-    failed, under its step line."""
+    `on_train_begin`), so the summary counts what this session trained; says once what the labels mean, under the
+    first step line, and once when every tool call of a step failed, under its step line."""
 
     started_at = 0
     failed_said = False
+    legend_said = False
 
     def lines(self, logs: dict, state) -> list[str]:
         self.pace = getattr(self, "pace", None) or Pace()
         out = [line(logs, state.global_step, state.max_steps, self.pace)]
+        if not self.legend_said:
+            self.legend_said = True
+            out.append(legend(logs))
         alarm = None if self.failed_said else every_call_failed(logs, state.global_step)
         if alarm:
             self.failed_said = True

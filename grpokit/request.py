@@ -30,6 +30,7 @@ class Request:
     num_processes: int | None = None
     accelerate_config: Path | None = None
     gpu_memory: float = 16.0  # GB, for --check's plan
+    full: bool = False  # --check --full: the resolved recipe and the first rows whole
     run_dir: Path | None = None  # --plot's and --merge's run
     compare: tuple[Path, ...] = ()  # --plot's other runs
     merge_out: Path | None = None

@@ -62,7 +62,7 @@ def score(recipe, model, tokenizer, rows: list[dict], funcs: list, names: list[s
     tools = {"calls_per_completion": sum(calls) / n, "completions_calling": sum(1 for c in calls if c) / n,
              "failures_per_call": failed / sum(calls) if sum(calls) else None,
              "calls_distribution": {k: sum(1 for c in calls if _bucket(c) == k) / n for k in ("0", "1", "2", "3+")},
-             "call_outcomes": kinds}
+             "call_outcomes": outcomes(kinds, sum(calls), failed)}
     return {"pass@k": passed_prompts / prompts, "passed_prompts": passed_prompts, "mean": sum(passed) / n, "rewards": rewards,
             "examples": examples, "tools": tools, "pass_reward": pass_name}
 
@@ -93,6 +93,24 @@ def _trainer(recipe, model, tokenizer, rows: list[dict], funcs: list, out_dir: s
 
 def _bucket(calls: int) -> str:
     return str(calls) if calls < 3 else "3+"
+
+
+# How a call ended, in the order `--eval` prints them: an environment's own record (the Python tool's), or, for one
+# that keeps none, TRL's count of failed calls; then the calls the model wrote that TRL could not parse.
+OUTCOMES = {"ok": "ok", "error": "code error", "timeout": "timeout", "crash": "crash", "failed": "failed",
+            "unparseable": "unparseable"}
+
+
+def outcomes(kinds: dict, calls: int, failed: float) -> dict:
+    """Calls by how they ended: `kinds` as the environments recorded them (`call_kinds`), or, where they recorded no
+    call of the `calls` TRL ran, "ok" and "failed" from TRL's failed calls (`failed`, summed over the batches).
+
+    >>> outcomes({"unparseable": 1}, 4, 1.0), outcomes({"ok": 2, "timeout": 1}, 3, 1.0)
+    ({'ok': 3, 'failed': 1, 'unparseable': 1}, {'ok': 2, 'timeout': 1})
+    """
+    if calls and not any(k != "unparseable" for k in kinds):
+        kinds = {"ok": calls - round(failed), "failed": round(failed), **kinds}
+    return {k: kinds[k] for k in [*OUTCOMES, *kinds] if kinds.get(k)}
 
 
 def call_kinds(sample: dict) -> list[str]:

@@ -48,30 +48,44 @@ def write_recipe_file(recipe: Recipe, output_dir: Path) -> Path:
     return path
 
 
-def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=None, resumed_at: int | None = None) -> list[Path]:
+def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=None, resumed_at: int | None = None,
+               stopped: BaseException | None = None, continue_with: str | None = None) -> list[Path]:
     """Curves (PNG) and report.md for a finished run; with a live trainer, its early and last completions and the
     step its session resumed at (`resumed_at`), kept with the run first (`report_record.json`) so any later report
-    shows them too; with `compare` (`reporting.compare.load_runs`), the runs side by side."""
+    shows them too; with `compare` (`reporting.compare.load_runs`), the runs side by side. `stopped`: the signal
+    that stopped the run at a step's end (`lifecycle.Stopped`): the report is of the run so far, says so, and names
+    the command that continues it (`continue_with`)."""
     from grpokit.reporting.explain import explain_table
+    from grpokit.reporting.failed_calls import run_failed_calls
     from grpokit.reporting.plots import plot_run
     from grpokit.reporting.report import read_record, run_completions, store_record, write_report
 
     plots = plot_run(output_dir, args=args)
-    completions = (store_record(output_dir, run_completions(trainer), resumed_at, recipe.name) or None
-                   if trainer is not None else None)
+    completions = (store_record(output_dir, run_completions(trainer), resumed_at, recipe.name,
+                                run_failed_calls(trainer)) or None if trainer is not None else None)
     # drawn again (`--plot`, `--eval`), `recipe` is the run's saved recipe.yaml: the name is the one the run kept
     name = recipe.name if trainer is not None else read_record(output_dir)["recipe_name"] or recipe.name
     from grpokit.data import source_name
 
     head = [f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}", f"data: {source_name(recipe.dataset)}"]
     report = write_report(output_dir, recipe_name=name, explain_lines=head + explain_table(recipe, args),
-                          completions=completions, plots=plots, args=args, compare=compare)
+                          completions=completions, plots=plots, args=args, compare=compare,
+                          stopped=_stopped_note(stopped, continue_with) if stopped is not None else None)
     for path in plots + [report]:
         say(f"wrote {path}")
-    if trainer is not None:  # the end of a live run: its closing steps that taught nothing are said where it is watched
-        from grpokit.reporting.verdict import no_gradient_end
+    if trainer is not None and stopped is None:  # the end of a live run: report.md's verdict, where it is watched
+        from grpokit.reporting.last_word import last_word
+        from grpokit.reporting.tool_calls import failed_at_end
 
-        stalled = no_gradient_end(trainer.state.log_history)
-        if stalled:
-            say(stalled)
+        history = trainer.state.log_history
+        verdict = last_word(history, tools_failed=failed_at_end(history))
+        if verdict:
+            say(verdict)
     return plots + [report]
+
+
+def _stopped_note(stopped: BaseException, continue_with: str | None) -> str:
+    """report.md's first words about a run stopped at a step's end: what stopped it, and how it goes on."""
+    go_on = f"`{continue_with}`" if continue_with else "`--resume`"
+    return (f"**This run stopped** ({stopped}): the report is of the run so far, not of a finished run. Continue it "
+            f"with {go_on}; its report is written again when it stops or finishes.")

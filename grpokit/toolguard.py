@@ -9,13 +9,17 @@ call's result (`{'error': ...}`, counted in `tools/failure_frequency`). Around e
   error naming the limit; turning the result into text counts against it;
 * a size limit on the result's text (`tools.max_result_chars`): a 10 MB string is refused before TRL tokenizes it
   (the tokenizer would abort the process allocating gigabytes); the text made valid (no lone surrogates);
+* an exception of the tool's own, which TRL makes the call's result (the model reads `{'error': message}`), is kept
+  for the tool's author too: its type, message and the tool file's line (grpokit.toolfaults), said once on the
+  console and shown with the step's failed calls in report.md;
 * a stop signal during a call (Ctrl-C, SIGTERM) goes first to the handler the run had (`lifecycle.StopOnSignal`
   records it; a second one stops at once), then cuts the call; later calls are refused without running, so the step
   ends and the run stops at its end, with a checkpoint, within seconds;
 * an environment's own faults -- `__init__` or `reset` raising, a tool raising what is not an answer to the call
   (`SystemExit`), `reset` returning what TRL cannot add to a prompt, `get_reward` returning what is not a finite
   real number (a string, an array, an int too large for a float, NaN, inf) -- end the run with
-  `EnvironmentFailure`, one line naming the environment, the method, the value's type and the sample.
+  `EnvironmentFailure`, one line naming the environment, the method, the value's type and the sample
+  (the environment's side: grpokit.envguard).
 
 Signals reach only the main thread: a tool called from another thread has its result bounded but not its time. An
 async tool, which TRL runs on its event loop, is cut by `asyncio.wait_for` where it awaits; one that blocks the loop
@@ -28,16 +32,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import itertools
-import math
-import numbers
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from grpokit.errors import show
+from grpokit.toolfaults import Faults, fault_of
 from grpokit.untrusted.keeper import valid_text
 
 # Should a tool swallow the first cut (a bare `except:` in a retry loop), the timer fires again this often; after
@@ -80,6 +81,7 @@ class Tally:
         self.sink: Callable[[str, float], None] | None = None
         self.say, self.clock = say, clock
         self.since: float | None = None  # when the calls counted below began
+        self.faults = Faults(say)  # what each tool's own exceptions tell its author, for the console and report.md
         self.calls, self.seconds = 0, 0.0
 
     def spent(self, seconds: float) -> None:
@@ -94,6 +96,16 @@ class Tally:
             self.since, self.calls, self.seconds = now, 0, 0.0
         elif now - self.since >= NOTICE_EVERY_S:  # mostly generation between the calls: the step line will do
             self.since, self.calls, self.seconds = now, 0, 0.0
+
+    def raised(self, tool: str, err: Exception, function: Callable) -> None:
+        """A tool's own exception, which TRL makes the call's result: kept with the text the model reads of it."""
+        from rewards.tools import failure_text
+
+        try:
+            read = failure_text(str(err))
+        except Exception:  # noqa: BLE001 - a message that cannot be written: TRL fails on it too, nothing to match
+            return
+        self.faults.add(tool, read, fault_of(err, function))
 
     def record(self, timed_out: bool = False, oversized: bool = False, bad_arguments: bool = False) -> None:
         if self.sink is not None:
@@ -281,6 +293,7 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
             raise ToolLimitError(f"{name}: {deadline.why or err}; the call was stopped") from None
         if isinstance(err, Exception):
             limits.tally.record()
+            limits.tally.raised(name, err, function)
             raise  # the tool's answer to a bad call: TRL writes it for the model and counts a failed call
         raise EnvironmentFailure(f"tool {shown} raised {_error(err)}{sample()}") from None
     finally:
@@ -343,8 +356,9 @@ async def _call_async(function: Callable, name: str, limits: Limits, args, kwarg
         limits.tally.record(timed_out=True)
         raise ToolLimitError(f"{name}: no result within tools.timeout_seconds ({limits.timeout_seconds:g} s); the call "
                              "was stopped") from None
-    except Exception:
+    except Exception as err:
         limits.tally.record()
+        limits.tally.raised(name, err, function)
         raise
     took = time.monotonic() - started
     if took > limits.timeout_seconds:
@@ -379,170 +393,3 @@ def _wrap(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
 def bounded_function(function: Callable, limits: Limits) -> Callable:
     """A tool function (`tools.functions`) as TRL gets it: same name, signature and docstring, each call bounded."""
     return _wrap(function, function.__name__, f"{function.__name__} (tools.functions)", limits, lambda: "")
-
-
-# ----------------------------------------------------------------------------------------------------
-# Environments: one subclass per recipe, its tools bounded and its reset / get_reward blamed on the sample
-
-
-def environment_factory(env: type, args: dict, limits: Limits, tool_names: list[str]) -> Callable[[], object]:
-    """TRL's `environment_factory`: builds instances of a subclass of `env` (same name, so the reward is logged under
-    it) whose tools are bounded and whose `reset` and `get_reward` faults stop the run naming the sample.
-
-    TRL builds one instance first (to read its tools) and keeps a pool, drawing instance i for sample i of every
-    batch; the factory counts the instances it builds, so each knows its sample."""
-    label = env.__name__
-    namespace = {"__module__": env.__module__, "__qualname__": env.__qualname__, "__doc__": env.__doc__}
-    for name in tool_names:
-        namespace[name] = _tool_method(env, name, limits)
-    namespace["reset"] = _reset(env, label)
-    if inspect.isfunction(inspect.getattr_static(env, "get_reward", None)):
-        namespace["get_reward"] = _get_reward(env, label)
-    guarded = type(env.__name__, (env,), namespace)
-    built = itertools.count()
-
-    def factory():
-        sample = next(built)
-        instance = _environment_call(guarded, (), args, f"{label}.__init__", lambda err: f"environment {label}.__init__ "
-                                     f"raised {_error(err)}, building the instance for sample {sample}")
-        instance.__dict__[_SAMPLE] = (sample, None)  # reset adds the row's prompt
-        return instance
-
-    return factory
-
-
-_SAMPLE = "_grpokit_sample"  # (the sample this instance serves, the prompt of the row it was last reset with)
-
-
-def _environment_call(function: Callable, args, kwargs, shown: str, fault: Callable[[BaseException], str]):
-    """A call into the environment's own code (`shown`: its constructor, reset, get_reward): a fault in it stops the
-    run with `fault(err)`'s line; a stop signal while it runs stops the run at once, since no step can end around it."""
-    import sys
-
-    from grpokit.lifecycle import Stopped
-
-    deadline = _Deadline(None)  # no time limit: a reset may rightly take long (a repository checked out, a VM booted)
-    depth, _inside.depth = getattr(_inside, "depth", 0), 1  # a tool it calls is part of this call
-    try:
-        deadline.open()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            deadline.close()
-    except ToolCut:
-        print(f"[grpokit] {signal.Signals(deadline.signum).name} came while {shown} ran, which no step end can come "
-              "around: stopping at once", file=sys.stderr, flush=True)
-        raise Stopped(deadline.signum) from None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as err:  # noqa: BLE001 - the user's code: one line, not a traceback
-        raise EnvironmentFailure(fault(err)) from None
-    finally:
-        deadline.close()
-        _inside.depth = depth
-
-
-def _sample(instance, word: str = "on") -> str:
-    """' on sample 3 (prompt: ...)': where an instance's fault happened, as a message says it."""
-    sample, prompt = instance.__dict__.get(_SAMPLE, (None, None))
-    if sample is None:
-        return ""
-    return f" {word} sample {sample}" + (f" (prompt: {show(prompt, 80)})" if prompt is not None else "")
-
-
-def _prompt(row: dict) -> str | None:
-    """The text of a row's prompt (its last message), or None for a row without one."""
-    from rewards import text
-
-    return text(row["prompt"]) if row.get("prompt") is not None else None
-
-
-def _tool_method(env: type, name: str, limits: Limits):
-    raw = inspect.getattr_static(env, name)
-    shown = f"{env.__name__}.{name}"
-    if isinstance(raw, staticmethod):  # no instance: the sample is not known
-        return staticmethod(_wrap(raw.__func__, name, shown, limits, lambda: ""))
-
-    def method(self, *args, **kwargs):
-        return _call(raw.__get__(self, type(self)), name, shown, limits, lambda: _sample(self), args, kwargs)
-
-    if inspect.iscoroutinefunction(raw):
-        async def method(self, *args, **kwargs):  # noqa: F811 - the async form of the same wrapper
-            return await _call_async(raw.__get__(self, type(self)), name, limits, args, kwargs)
-
-    return functools.wraps(raw)(method)
-
-
-def _reset(env: type, label: str):
-    raw = inspect.getattr_static(env, "reset")
-
-    @functools.wraps(raw)
-    def reset(self, **row):
-        self.__dict__[_SAMPLE] = (self.__dict__.get(_SAMPLE, (None, None))[0], _prompt(row))
-        value = _environment_call(raw.__get__(self, type(self)), (), row, f"{label}.reset",
-                                  lambda err: f"environment {label}.reset raised {_error(err)}{_sample(self)}")
-        return _observation(value, label, _sample(self))
-
-    return reset
-
-
-def _observation(value, label: str, where: str):
-    """What reset returned, as TRL adds it to the prompt: None, text (made valid), or a list of content blocks."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return _as_text(value)
-    if isinstance(value, list) and all(isinstance(part, dict) and isinstance(part.get("type"), str) for part in value):
-        return value
-    raise EnvironmentFailure(f"environment {label}.reset returned {_shown(value)} (a {type(value).__name__}){where}; "
-                             "expected text, a list of content blocks or None")
-
-
-def _shown(value) -> str:
-    """A value as a message shows it: its own text cut short, or only its type where that text raises."""
-    try:
-        return show(value)
-    except Exception:  # noqa: BLE001 - its __repr__ is the user's code
-        return f"a {type(value).__name__}"
-
-
-def _get_reward(env: type, label: str):
-    raw = inspect.getattr_static(env, "get_reward")
-
-    def fault(self):
-        return lambda err: f"environment {label}.get_reward raised {_error(err)}{_sample(self, 'for')}"
-
-    if inspect.iscoroutinefunction(raw):  # TRL awaits it on its event loop thread, where no signal comes
-        async def get_reward(self):
-            try:
-                value = await raw.__get__(self, type(self))()
-            except Exception as err:  # noqa: BLE001 - the user's code: one line, not a traceback
-                raise EnvironmentFailure(fault(self)(err)) from None
-            return _reward_value(value, label, _sample(self, "for"))
-    else:
-        def get_reward(self):
-            value = _environment_call(raw.__get__(self, type(self)), (), {}, f"{label}.get_reward", fault(self))
-            return _reward_value(value, label, _sample(self, "for"))
-
-    return functools.wraps(raw)(get_reward)
-
-
-def _reward_value(value, label: str, where: str) -> float | None:
-    """get_reward's value as TRL may take it: a finite float, or None to abstain (as any reward may). A real number
-    (an int, a float, a numpy scalar) or a 0-dimensional array or tensor is taken; nothing else is guessed at."""
-    if value is None:
-        return None
-    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # np.array(0.5), torch.tensor(0.5)
-        value = value.item()
-    if not isinstance(value, numbers.Real):
-        raise EnvironmentFailure(f"environment {label}.get_reward returned {_shown(value)} (a {type(value).__name__})"
-                                 f"{where}; expected a float or None")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise EnvironmentFailure(f"environment {label}.get_reward returned an int too large for a float "
-                                 f"(~{int(value.bit_length() * 0.30103) + 1} digits){where}; expected a float or None") from None
-    if not math.isfinite(number):  # NaN poisons the group's mean, inf zeroes the loss: refused as any reward's
-        raise EnvironmentFailure(f"environment {label}.get_reward returned {'NaN' if number != number else number}"
-                                 f"{where}; rewards must be finite, return None to abstain")
-    return number

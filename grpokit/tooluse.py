@@ -85,14 +85,14 @@ class Toolset:
         """`tools=` and `environment_factory=` for `GRPOTrainer`: one environment instance per rollout, built with the
         recipe's `environment_args`; every call bounded and every fault of the environment blamed (grpokit.toolguard).
         The calls each limit cut are counted in `tally` (a `toolguard.Tally`), when given."""
-        from grpokit import toolguard
+        from grpokit import envguard, toolguard
 
         limits = toolguard.Limits(self.timeout_seconds, self.max_result_chars, tally or toolguard.Tally())
         kwargs: dict = {}
         if self.functions:
             kwargs["tools"] = [toolguard.bounded_function(f, limits) for f in self.functions]
         if self.environment is not None:
-            kwargs["environment_factory"] = toolguard.environment_factory(self.environment, dict(self.environment_args),
+            kwargs["environment_factory"] = envguard.environment_factory(self.environment, dict(self.environment_args),
                                                                           limits, self.methods())
         return kwargs
 

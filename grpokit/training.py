@@ -13,9 +13,11 @@ from grpokit import rundir
 from grpokit.build import make_trainer, prepare
 from grpokit.config import Recipe
 from grpokit.config.trainer_args import grpo_args, resolved_dtype
+from grpokit.data import source_name
 from grpokit.dist import end_distributed, is_main_process, say
 from grpokit.errors import RecipeError
 from grpokit.models import load_model
+from grpokit.reporting.explain import what_it_learns
 from grpokit.reporting.model_card import write_model_card
 from grpokit.request import Request
 from grpokit.runfiles import finish_run, write_recipe_file
@@ -135,6 +137,9 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
 
     say(f"training: {planned(prep.args.max_steps, prep.args.num_train_epochs, resumed_at)} -> {output_dir}"
         + (f" (resuming {checkpoint})" if checkpoint else ""))
+    tools = prep.tools
+    say(what_it_learns(recipe.rewards, source_name(recipe.dataset), prep.args,
+                       tools.environment.__name__ if tools is not None and tools.owns_reward else None))
     with StopOnSignal() as stop:
         safe = add_run_callbacks(trainer, stop)
         safe.on_saving = lock.claim_writing  # a checkpoint is grpokit's from before its first byte ...
@@ -146,7 +151,15 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
                 raise SaveFailed(safe.saving, output_dir / safe.saving, err) from err
             raise
         if safe.stopped_at is not None and trainer.state.global_step < trainer.state.max_steps:
-            raise Stopped(stop.signum, step=safe.stopped_at)  # not finished: no final save, the checkpoint is the run
+            stopped = Stopped(stop.signum, step=safe.stopped_at)  # not finished: no final save, the checkpoint is the run
+            if is_main_process():  # the run so far, read where it was left: its curves and report, marked as stopped
+                try:
+                    finish_run(output_dir, recipe, prep.args, trainer, resumed_at=resumed_at, stopped=stopped,
+                               continue_with=request.continue_with)
+                except Exception as err:  # noqa: BLE001 - the checkpoint is what counts: the stop is said whatever this did
+                    say(f"the report of the run so far was not written: {type(err).__name__}: {err} "
+                        "(`--plot RUN_DIR` draws it)")
+            raise stopped
         # Finished: a signal now waits until the final save and the report are written (seconds).
         stop.finishing = True
         lock.pending()  # the final save's files have names the trainer chooses: what appears now is the run's

@@ -12,6 +12,24 @@ from rewards import is_integer, register
 _FAILED = "{'error':"  # how TRL 1.16 writes a failed call's result: str({"error": message})
 
 
+def failed_result(content) -> bool:
+    """Whether a `tool` message's content is a failed call's, as TRL 1.16 writes one (`str({"error": message})`).
+
+    >>> failed_result("{'error': 'Tool calc not found.'}"), failed_result("42"), failed_result(None)
+    (True, False, False)
+    """
+    return isinstance(content, str) and content.startswith(_FAILED)
+
+
+def failure_text(message: str) -> str:
+    """What the model reads for a call whose tool raised with `message`, as TRL 1.16 writes it.
+
+    >>> failure_text("division by zero")
+    "{'error': 'division by zero'}"
+    """
+    return str({"error": message})
+
+
 def tool_results(completion) -> tuple[int, int]:
     """(tool results, of which failed) in one completion; (0, 0) for plain text.
 
@@ -22,7 +40,7 @@ def tool_results(completion) -> tuple[int, int]:
     if not isinstance(completion, list):
         return 0, 0
     results = [m for m in completion if isinstance(m, dict) and m.get("role") == "tool"]
-    failed = sum(1 for m in results if isinstance(m.get("content"), str) and m["content"].startswith(_FAILED))
+    failed = sum(1 for m in results if failed_result(m.get("content")))
     return len(results), failed
 
 

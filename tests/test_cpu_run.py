@@ -147,4 +147,5 @@ def test_in_a_log_file_the_bar_gives_way_to_one_line_per_step():
                                          None, logs={"reward": 0.5, "step_time": 3.0})
     finally:
         sys.stdout = sys_stdout
-    assert out.getvalue() == "step 1/2  reward 0.500  first step 3 s (warm-up)\n"
+    assert out.getvalue() == ("step 1/2  reward 0.500  first step 3 s (warm-up)\n"
+                              "(reward: the mean score of the step's completions ± its spread)\n")  # its legend, once

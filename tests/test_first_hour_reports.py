@@ -122,7 +122,7 @@ def test_the_record_keeps_what_earlier_sessions_showed(tmp_path):
     store_record(run, [], resumed_at=2)  # a session that kept no batch takes nothing away
     assert [r["step"] for r in read_record(run)["completions"]] == [1, 4]
     (run / "report_record.json").write_text("[1, 2]")  # not a record: the report falls back, nothing raises
-    assert read_record(run) == {"completions": [], "resumed_at": None, "recipe_name": None}
+    assert read_record(run) == {"completions": [], "resumed_at": None, "recipe_name": None, "failed_calls": []}
 
 
 def completions_of(report: str) -> str:

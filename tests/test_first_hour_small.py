@@ -110,3 +110,19 @@ def test_a_log_that_is_not_a_terminal_gets_no_progress_bars(tmp_path, terminal_r
     bars = [b for b in ("Converting and de-quantizing GGUF tensors", "Writing model shards") if b in done.stderr]
     # without the rule the same conversion draws both bars into the pipe: what the rule is for
     assert bars == ([] if terminal_rule else ["Converting and de-quantizing GGUF tensors", "Writing model shards"])
+
+
+def test_check_of_the_python_tool_recipe_is_short_and_has_no_library_noise():
+    """--check as a user runs it (its own process, so a library's logging reaches the console as it would): the
+    decisions first, within 90 lines, and no line of a library's that the user can do nothing about."""
+    from helpers import ROOT, launch
+
+    done = launch("--recipe", str(ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml"), "--check")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = (done.stdout + done.stderr).splitlines()
+    assert len(lines) <= 90, len(lines)
+    assert not [line for line in lines if "publisher trust check" in line or "Hugging Face Hub is in offline" in line]
+    order = [next(i for i, line in enumerate(lines) if line.startswith(head)) for head in
+             ("  model ", "  rewards ", "  tools ", "# data:", "# tool use", "# what this recipe computes", "Memory plan")]
+    assert order == sorted(order)  # the decisions, the data, the tools, the objective, then the plan
+    assert "gguf_file: null" not in done.stdout and "task_item': '{\"entry\"" not in done.stdout

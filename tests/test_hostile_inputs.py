@@ -220,7 +220,8 @@ def test_a_copied_smoke_recipe_still_finds_its_data(tmp_path, capsys, tiny_model
     copy = tmp_path / "elsewhere" / "my.yaml"
     copy.parent.mkdir()
     copy.write_text((ROOT / "recipes" / "smoke.yaml").read_text())
-    assert main(["--recipe", str(copy), "--check", f"trainer.output_dir={tmp_path / 'run'}"]) == 0, capsys.readouterr().err
+    assert main(["--recipe", str(copy), "--check", "--full", f"trainer.output_dir={tmp_path / 'run'}"]) == 0, \
+        capsys.readouterr().err
     assert "path: builtin:smoke.jsonl" in capsys.readouterr().out
 
 

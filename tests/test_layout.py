@@ -27,6 +27,8 @@ LEAVES = {
     "grpokit.progress": set(),
     "grpokit.lifecycle": set(),
     "grpokit.request": set(),
+    "grpokit.toolfaults": set(),
+    "grpokit.reporting.messages": set(),
 }
 
 

@@ -272,11 +272,43 @@ def test_sigterm_stops_at_the_step_end_with_a_checkpoint_and_resumes(tmp_path):
     assert "Traceback" not in stopped.stderr
     assert rundir.read_state(run / "checkpoint-2" / rundir.STATE_FILE)[0]["global_step"] == 2  # complete, though save_strategy is "no"
     assert not (run / rundir.STATE_FILE).exists()  # not finished: no final save
+    # the run so far has its report and curves, marked as stopped, before the process exits
+    report = (run / "report.md").read_text()
+    assert "**This run stopped** (SIGTERM at step 2, after saving a checkpoint)" in report
+    assert f"`{rundir.interpreter()} launch.py --recipe {path} trainer.seed=1 --resume`" in report
+    assert "- Steps: 2 of 3" in report and (run / "plots" / "training.png").is_file()
+    # docs/troubleshooting.md shows what a stop prints, as printed (its paths are an example's)
+    shown = {f"{run}": "/home/me/project/runs/my", f"{path}": "my.yaml", f"{rundir.interpreter()} ": ".venv/bin/python "}
+    assert docs_block("stop") == [normal(line, shown) for line in stopped.stderr.splitlines() if line.startswith(
+        ("run stopped:", "last checkpoint:", "continue with:"))]
 
     resumed = launch("--recipe", str(path), "trainer.seed=1", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"(resuming {run / 'checkpoint-2'})" in resumed.stdout
     assert json.loads((run / rundir.STATE_FILE).read_text())["global_step"] == 3
+    assert "This run stopped" not in (run / "report.md").read_text()  # finished: the report is the whole run's
+    printed = [normal(line, shown) for line in resumed.stdout.splitlines() if "resumed at step" in line]
+    assert [numberless(line) for line in docs_block("resume")] == [numberless(line) for line in printed]
+
+
+def docs_block(name: str) -> list[str]:
+    """The lines of the code block docs/troubleshooting.md marks `<!-- printed: NAME ... -->`."""
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    block = text.split(f"<!-- printed: {name} ", 1)[1].split("```", 2)[1]
+    return [line.strip() for line in block.strip().splitlines()]
+
+
+def normal(line: str, shown: dict) -> str:
+    for real, example in shown.items():
+        line = line.replace(real, example)
+    return line.strip()
+
+
+def numberless(line: str) -> str:
+    """A line with its measured numbers (steps, seconds, rates, losses) as N: the docs' example is of a longer run."""
+    import re
+
+    return re.sub(r"\d+(\.\d+)?", "N", line)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -26,7 +26,10 @@ def test_a_step_where_every_call_failed_is_said_once(capsys):
         printer.on_log(None, state, None, logs={**STEP, "tools/call_frequency": 1.0, "tools/failure_frequency": failed})
     out = capsys.readouterr().out.splitlines()
     said = [line for line in out if line.startswith("every tool call")]
-    assert said == [out[2]] and said[0].startswith("every tool call at step 2 failed (1.00 per completion)")
+    assert said == [out[3]] and said[0].startswith("every tool call at step 2 failed (1.00 per completion)")
+    # the first step line comes with what its labels mean, once
+    legends = [line for line in out if line.startswith("(reward: ")]
+    assert legends == [out[1]] and "zero-std groups: " in legends[0] and "tool calls: " in legends[0]
 
 
 def test_docstring_examples_run():

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from grpokit.toolguard import EnvironmentFailure, Limits, ToolLimitError, bounded_function, environment_factory
+from grpokit.envguard import environment_factory
+from grpokit.toolguard import EnvironmentFailure, Limits, ToolLimitError, bounded_function
 
 
 class Hangs:

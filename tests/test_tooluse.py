@@ -476,6 +476,9 @@ def test_eval_samples_rollouts_with_tools(tmp_path, scripted_calls):
     assert sampled["tools"]["calls_distribution"] == {"0": 0.5, "1": 0.5, "2": 0.0, "3+": 0.0}
     assert sampled["temperature"] == recipe.trainer.get("temperature", 1.0)
     assert "sampled rollouts with 0/1/2/3+ calls 0.50/0.50/0.00/0.00" in evaluate.summary(result)
+    # how the greedy rollouts' calls ended: the Calculator keeps no record of its own, so TRL's failed calls tell
+    made = round(result["tools"]["calls_per_completion"] * result["prompts"])
+    assert f"calls by outcome: {made} ok" in evaluate.summary(result) and made > 0
 
 
 def test_eval_refuses_what_it_cannot_do_with_tools(tmp_path, no_weights):

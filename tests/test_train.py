@@ -84,13 +84,20 @@ def test_output_dir_is_never_silently_replaced(tmp_path, capsys):
     assert main(["--recipe", str(path), "--overwrite", "trainer.disable_tqdm=true"]) == 0
 
 
-def test_check_prints_the_resolved_recipe(tmp_path, capsys):
+def test_check_prints_the_resolved_recipe_with_full(tmp_path, capsys):
     path = write_recipe(tmp_path, with_trainer(tmp_path))
-    assert main(["--recipe", str(path), "--check", "trainer.beta=0.02"]) == 0
+    assert main(["--recipe", str(path), "--check", "--full", "trainer.beta=0.02"]) == 0
     out = capsys.readouterr().out
-    resolved = yaml.safe_load(out.split("\n# first formatted rows")[0].split("\n", 1)[1])
+    resolved = yaml.safe_load(out.split("\n# first formatted rows")[0].split("# resolved recipe", 1)[1].split("\n", 1)[1])
     assert resolved["trainer"]["beta"] == 0.02
     assert "check passed" in out and not (tmp_path / "run").exists()  # nothing trained
+    # without --full: the decisions, one line each, and no dump of every default
+    assert main(["--recipe", str(path), "--check", "trainer.beta=0.02"]) == 0
+    short = capsys.readouterr().out
+    assert "# resolved recipe" not in short and "gguf_file: null" not in short and "--check --full" in short
+    assert "\n  model " in short and "\n  rewards " in short and "\n  training " in short
+    assert main(["--recipe", str(path), "--full"]) == 2  # --full belongs to --check
+    assert "--full" in capsys.readouterr().err
 
 
 def test_check_reports_data_problems(tmp_path, capsys):

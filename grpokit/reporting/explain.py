@@ -261,3 +261,34 @@ def explain_table(recipe, args) -> list[str]:
         rows = [(term, f"{text}; plus the environment's get_reward() where it defines one (weight 1: see tool use)")
                 if term == "rewards" else (term, text) for term, text in rows]
     return render(rows)
+
+
+def what_it_learns(rewards: list[dict], source: str, args, environment: str | None = None) -> str:
+    """One sentence for the console as training starts: what the model is trained to do, in the rewards' own words
+    (each registered reward's summary), and what one step does with them.
+
+    >>> from types import SimpleNamespace as S
+    >>> print(what_it_learns([{"name": "char_fraction", "args": {"char": "a"}}], "smoke.jsonl",
+    ...                      S(per_device_train_batch_size=8, gradient_accumulation_steps=1, num_generations=4)))
+    what it learns: to write completions for the prompts of smoke.jsonl that score high on char_fraction (char=a: fraction of the completion's characters equal to `char` (0.0 for an empty completion)). Each step samples 4 completions for each of 2 prompts, scores them, and moves the model towards the better ones of each group (GRPO)
+    """
+    import rewards as registry
+
+    def said(r: dict) -> str:
+        name = r["name"].rpartition(":")[2]  # a user reward's function, not its file's path
+        args = ", ".join(f"{k}={v}" for k, v in sorted((r.get("args") or {}).items()))
+        try:
+            summary = registry.entry(r["name"]).summary.rstrip(".")
+            if summary[1:2].islower():  # "Fraction of ..." reads on in a sentence; "DAPO's ..." keeps its capitals
+                summary = summary[0].lower() + summary[1:]
+        except registry.RewardNameError:  # a user's reward: its name is what the recipe says of it
+            summary = ""
+        detail = f"{args}: {summary}" if args and summary else args or summary
+        return f"{name} ({detail})" if detail else name
+
+    scored = [said(r) for r in rewards] + ([f"{environment}'s get_reward()"] if environment else [])
+    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    return (f"what it learns: to write completions for the prompts of {source} that score high on "
+            f"{' + '.join(scored) or 'its rewards'}. Each step samples {args.num_generations} completions for each of "
+            f"{batch // args.num_generations} prompts, scores them, and moves the model towards the better ones of "
+            "each group (GRPO)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 
 def plain(value):
@@ -29,7 +30,7 @@ def plain(value):
     return str(value)
 
 
-def _call(call) -> str:
+def call_text(call) -> str:
     """One tool call as the model made it: `add({"a": 20, "b": 22})`; TRL's `{type, function: {name, arguments}}` or a
     bare `{name, arguments}` (arguments as a dict or the JSON text a parser left)."""
     if not isinstance(call, dict):
@@ -55,7 +56,7 @@ def _message(message: dict, alone: bool = False) -> str:
     if role == "tool" and message.get("name"):
         role = f"tool {message['name']}"
     text = _content(message.get("content"))
-    calls = [f"→ calls {_call(c)}" for c in message.get("tool_calls") or []]
+    calls = [f"→ calls {call_text(c)}" for c in message.get("tool_calls") or []]
     body = "\n".join(([text] if text else []) + calls)
     return body if alone else f"{role}: {body}"
 
@@ -75,3 +76,31 @@ def text(value) -> str:
     if isinstance(value, list) and value and all(isinstance(m, dict) and ("content" in m or "tool_calls" in m) for m in value):
         return "\n".join(_message(m, alone=len(value) == 1 and not m.get("tool_calls")) for m in value)
     return str(value)
+
+
+# Characters a terminal or a viewer acts on rather than shows: C0 controls but tab and newline, DEL, C1 controls
+# (8-bit CSI among them), and the bidirectional overrides and isolates that reorder what is shown.
+_ACTING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """Text as report.md shows it: every character that acts instead of showing, as its escape (tab and newline
+    stay).
+
+    >>> visible("then " + chr(27) + "[2J" + chr(0x202E)) == "then " + chr(92) + "x1b[2J" + chr(92) + "u202e"
+    True
+    """
+    return _ACTING.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                       text)
+
+
+def inline_code(value: str, limit: int = 300) -> str:
+    """Text in a line of report.md as inline code, cut to `limit` characters, whatever backticks or acting characters
+    it holds (`visible`).
+
+    >>> inline_code("a`b"), inline_code("x" * 5, limit=3)
+    ('`` a`b ``', '`xxx…`')
+    """
+    shown = visible(value if len(value) <= limit else value[:limit] + "…")
+    ticks = "`" * (max((len(m) for m in re.findall(r"`+", shown)), default=0) + 1)
+    return f"{ticks} {shown} {ticks}" if "`" in shown else f"{ticks}{shown}{ticks}"

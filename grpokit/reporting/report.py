@@ -22,7 +22,8 @@ import weakref
 from pathlib import Path
 
 from grpokit import files
-from grpokit.reporting.messages import plain, text
+from grpokit.reporting.failed_calls import failed_calls_section
+from grpokit.reporting.messages import plain, text, visible
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.scoring import scoring_section
 from grpokit.reporting.tool_calls import failed_at_end, tool_use_section
@@ -50,22 +51,6 @@ FIGURES = (
 
 def _clip(text: str, limit: int = TEXT_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters]"
-
-
-# Characters a terminal or a viewer acts on rather than shows: C0 controls but tab and newline, DEL, C1 controls
-# (8-bit CSI among them), and the bidirectional overrides and isolates that reorder what is shown.
-_ACTING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def visible(text: str) -> str:
-    """Text as report.md shows it: every character that acts instead of showing, as its escape (tab and newline
-    stay).
-
-    >>> visible("then " + chr(27) + "[2J" + chr(0x202E)) == "then " + chr(92) + "x1b[2J" + chr(92) + "u202e"
-    True
-    """
-    return _ACTING.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                       text)
 
 
 def _fence(text: str) -> str:
@@ -152,27 +137,32 @@ def run_completions(trainer) -> list[dict]:
 
 
 def store_record(run_dir: str | Path, rows: list[dict], resumed_at: int | None = None,
-                 recipe_name: str | None = None) -> list[dict]:
+                 recipe_name: str | None = None, failed_calls: list[dict] = ()) -> list[dict]:
     """Keep with the run what its report shows beyond trainer_state.json, in `<run_dir>/report_record.json`: the
     sampled completions (`rows`), the step the finishing session resumed at (None: it started at step 0) and the name of
-    the recipe the run was made from (a later report reads the run's saved `recipe.yaml`, whose own name is "recipe").
-    Every later report of the run (`--plot`, `--eval`) shows them too. Returns the completions kept.
+    the recipe the run was made from (a later report reads the run's saved `recipe.yaml`, whose own name is "recipe"),
+    and the failed tool calls of each logged step (`failed_calls.run_failed_calls`). Every later report of the run
+    (`--plot`, `--eval`) shows them too. Returns the completions kept.
 
     A resumed run adds its own completions: the earlier sessions' rows from before its first step stay, so "early"
-    is still the run's first logged step.
+    is still the run's first logged step. Its failed calls follow the earlier sessions' up to the step it resumed at
+    (what they logged past it, this session trained again).
     """
-    before = read_record(run_dir)["completions"]
+    earlier = read_record(run_dir)
+    before = earlier["completions"]
     kept = [r for r in before if isinstance(r.get("step"), int)
             and all(isinstance(n.get("step"), int) and r["step"] < n["step"] for n in rows)] if rows else before
     merged = kept + [plain(dict(r)) for r in rows]
-    record = {"completions": merged, "resumed_at": resumed_at, "recipe_name": recipe_name or read_record(run_dir)["recipe_name"]}
+    calls = [c for c in earlier["failed_calls"] if c["step"] <= (resumed_at or 0)] + [plain(dict(c)) for c in failed_calls]
+    record = {"completions": merged, "resumed_at": resumed_at, "recipe_name": recipe_name or earlier["recipe_name"],
+              "failed_calls": calls}
     files.write_text(Path(run_dir) / RECORD_FILE, json.dumps(record, indent=1) + "\n", key="--plot", root=Path(run_dir))
     return merged
 
 
 def read_record(run_dir: str | Path) -> dict:
     """What `store_record` kept with the run: {"completions": rows, "resumed_at": step or None, "recipe_name": name or
-    None}; empty when the run has no record (or a file there that is not one)."""
+    None, "failed_calls": rows}; empty when the run has no record (or a file there that is not one)."""
     data, _ = files.try_json(Path(run_dir) / RECORD_FILE, dict)
     data = data or {}
     rows = data.get("completions") if isinstance(data.get("completions"), list) else []
@@ -180,7 +170,10 @@ def read_record(run_dir: str | Path) -> dict:
     return {"completions": [r for r in rows if isinstance(r, dict) and "completion" in r
                             and isinstance(r.get("rewards", {}), dict)],
             "resumed_at": resumed if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed > 0 else None,
-            "recipe_name": data["recipe_name"] if isinstance(data.get("recipe_name"), str) and data["recipe_name"] else None}
+            "recipe_name": data["recipe_name"] if isinstance(data.get("recipe_name"), str) and data["recipe_name"] else None,
+            "failed_calls": [c for c in data.get("failed_calls") or [] if isinstance(c, dict) and isinstance(c.get("step"), int)
+                             and all(isinstance(c.get(k), (str, type(None))) for k in ("call", "read", "author"))]
+            if isinstance(data.get("failed_calls"), list) else []}
 
 
 def completions_from_disk(run_dir: str | Path, names: list[str] | None = None) -> list[dict]:
@@ -368,6 +361,7 @@ def write_report(
     plots: list[Path] | None = None,
     args=None,
     compare: list | None = None,
+    stopped: str | None = None,
 ) -> Path:
     """Write `<run_dir>/report.md` and return its path.
 
@@ -377,7 +371,7 @@ def write_report(
     images to link, as `plot_run` returned them; when None, `plot_run` draws them now, so the report never links
     stale or missing curves. `args`: the run's GRPOConfig, when known, so a flat curve is explained by construction.
     `compare`: other runs (`compare.load_runs`, this one first) drawn with this one into `plots/compare.png` and
-    tabled.
+    tabled. `stopped`: a sentence saying the run stopped before its end, shown first.
 
     >>> write_report("runs/smoke", recipe_name="smoke", explain_lines=["model: builtin:tiny-llama"])  # doctest: +SKIP
     PosixPath('runs/smoke/report.md')
@@ -390,6 +384,7 @@ def write_report(
         completions = record["completions"] or completions_from_disk(run_dir, reward_names(state["log_history"]) or None)
 
     lines = [f"# GRPO run report: {recipe_name}", "", f"Run directory: `{run_dir}`", ""]
+    lines += [stopped, ""] if stopped else []
     lines += ["## Recipe", ""]
     lines += [_fence("\n".join(explain_lines))] if explain_lines else ["(no explain summary given)"]
     lines += ["", "## Final figures", ""] + _summary(state, record["resumed_at"]) + [""] + _figures(state)
@@ -398,6 +393,7 @@ def write_report(
     if found:
         lines += ["", "## What the curves say", ""] + found
     lines += tool_use_section(state["log_history"])  # nothing for a run without tools
+    lines += failed_calls_section(record["failed_calls"])  # nothing for a run whose tool calls never failed
     lines += scoring_section(state["log_history"])  # nothing for a run without task_score
     lines += ["", "## Curves", ""]
     for plot in plots:  # links relative to report.md, so the run dir can be moved or shared whole

@@ -450,10 +450,10 @@ FIX_FALL = ("To keep the best model: save checkpoints often enough to hold it (`
 
 FIX_TOOL = ("What to change: the tool, first. {failed:.0%} of the model's tool calls at the end failed, so its reward "
             "came without the tool's answers, and more prompts per step or dynamic sampling cannot change that. Read "
-            "each call and its error in the sampled completions below (`tool NAME: {{'error': ...}}`): 'Tool X not "
+            "the failed calls of each step and the error the model read in \"Failed tool calls\" below: 'Tool X not "
             "found.' names a tool the model was shown (its prompt, `dataset.few_shot`) that the recipe does not give; "
-            "an error of the tool's own is its code or its arguments' types; an error naming a `tools.` limit is that "
-            "limit.")
+            "an error of the tool's own is its code (the exception's type and line follow it) or its arguments' types; "
+            "an error naming a `tools.` limit is that limit.")
 
 
 def diagnosis(history: list[dict], evals: list[dict] | None = None, run_dir: str | Path | None = None,

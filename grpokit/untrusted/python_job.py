@@ -93,10 +93,11 @@ def check(job: dict, value) -> dict:
 
 
 def _last_lines(err: BaseException) -> str:
-    """The traceback as Python prints it, less this module's frames, and only its last TRACEBACK_LINES lines."""
+    """The traceback as Python prints it from the cell's first frame on (what ran before it -- this module, the parser
+    a SyntaxError comes from -- is not the model's), and only its last TRACEBACK_LINES lines."""
     tb = err.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
+    while tb is not None and tb.tb_frame.f_code.co_filename != _FILE:
+        tb = tb.tb_next  # None when no frame is the cell's: a SyntaxError shows only its own lines
     try:
         lines = "".join(traceback.format_exception(type(err), err, tb)).splitlines()
     except BaseException:  # noqa: BLE001 - an exception whose str() raises

@@ -112,6 +112,12 @@ SETTINGS = [
             note="gradients of the first micro-batch alive through the second"),
     Setting("qwen0.5b-full-foreach-nockpt", "Qwen/Qwen2.5-0.5B-Instruct", layers=2, lora=None, foreach=True,
             gradient_checkpointing=False, per_device_train_batch_size=2, num_generations=2),
+    # today's families, random weights at real width and vocabulary, cut keeping the layer pattern
+    Setting("qwen3-1.7b-lora", "Qwen/Qwen3-1.7B", layers=2, note="q/k norms; tied 151936-row head"),
+    Setting("qwen3.5-0.8b-lora", "Qwen/Qwen3.5-0.8B", layers=4, prompt_length=32, max_completion_length=32,
+            note="one period of the pattern: 3 Gated DeltaNet layers, 1 gated full-attention layer; one 64-token chunk"),
+    Setting("smollm3-3b-lora", "HuggingFaceTB/SmolLM3-3B", layers=4, note="layer 4 without rotary positions"),
+    Setting("llama3.2-1b-lora", "meta-llama/Llama-3.2-1B-Instruct", layers=2, note="llama3 rope scaling; tied head"),
     TINY,
 ]
 # --------------------------------------------------------------------------------------------------
@@ -152,7 +158,19 @@ def model_config(setting: Setting) -> dict:
     if setting.model == SMOLLM2:
         return files.read_json(smollm2_dir() / "config.json", dict)
     config, _ = load_model_config(setting.model)
-    return {**config, "num_hidden_layers": setting.layers or config["num_hidden_layers"]}
+    return cut_layers(config, setting.layers) if setting.layers else config
+
+
+def cut_layers(config: dict, layers: int) -> dict:
+    """`config` with its first `layers` decoder layers: every per-layer list (layer_types, SmolLM3's no_rope_layers)
+    cut alike, so the layer pattern is the real one's; a multimodal config's text_config is the one cut."""
+    if isinstance(config.get("text_config"), dict):
+        return {**config, "text_config": cut_layers(config["text_config"], layers)}
+    cut = {**config, "num_hidden_layers": layers}
+    for key in ("layer_types", "no_rope_layers"):
+        if isinstance(config.get(key), list):
+            cut[key] = config[key][:layers]
+    return cut
 
 
 def smollm2_dir() -> Path:
@@ -210,8 +228,11 @@ def build_trainer(setting: Setting, model, config: dict, workdir: Path, steps: i
     )
     prompts = steps * setting.generation_batch // setting.num_generations + 4
     lora = LoraConfig(task_type="CAUSAL_LM", **setting.lora) if setting.lora else None
-    trainer = GRPOTrainer(model=model, reward_funcs=[noisy_reward], args=args, processing_class=build_tokenizer(config["vocab_size"]),
-                          train_dataset=build_dataset(prompts, setting.prompt_length, config["vocab_size"]), peft_config=lora)
+    from grpokit.planning.architecture import text_config
+
+    vocab = text_config(config)["vocab_size"]
+    trainer = GRPOTrainer(model=model, reward_funcs=[noisy_reward], args=args, processing_class=build_tokenizer(vocab),
+                          train_dataset=build_dataset(prompts, setting.prompt_length, vocab), peft_config=lora)
     if setting.foreach is not None:  # HF Trainer's adamw_torch takes no foreach argument: build it as it would
         params = [p for p in trainer.model.parameters() if p.requires_grad]
         trainer.optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay,

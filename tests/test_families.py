@@ -137,3 +137,12 @@ def test_check_names_an_unmodelled_family_and_checks_the_rest(tmp_path, capsys, 
                      "double-wide MLPs, and the vision and audio towers AutoModelForCausalLM loads not modelled; "
                      "planned families: " + ", ".join(FAMILIES)]
     assert "first formatted rows" in out.lower() or "rows" in out  # the data was still checked
+
+
+def test_vllm_share_of_a_hybrid_model_is_refused_not_guessed():
+    """vLLM keeps Gated DeltaNet state in a cache of its own, which vllm_share does not count."""
+    from grpokit.planning import vllm_share
+
+    cfg, _ = load_model_config("Qwen/Qwen3.5-0.8B")
+    with pytest.raises(NotModelled, match="cannot plan model_type='qwen3_5': vLLM's share for Gated DeltaNet layers"):
+        vllm_share.plan_colocate(cfg, utilization=0.3, sleep=True, lora={"r": 16})

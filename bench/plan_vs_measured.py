@@ -92,6 +92,14 @@ class Setting:
 TINY = Setting("tiny-qwen-lora", "tiny", lora=dict(LORA, r=4))
 TINY_CONFIG = dict(model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, vocab_size=512, tie_word_embeddings=False)
+# The CI test's hybrid case (tests/test_families.py): a Qwen3.5 of the same size, one period of its layer pattern
+# (3 Gated DeltaNet layers, 1 gated full-attention layer), every layer's activations kept; seconds
+TINY_HYBRID = Setting("tiny-qwen3.5-lora-nockpt", "tiny-qwen3.5", lora=dict(LORA, r=4), gradient_checkpointing=False,
+                      prompt_length=32, max_completion_length=32)
+TINY_HYBRID_CONFIG = {"model_type": "qwen3_5", "tie_word_embeddings": False, "text_config": dict(
+    model_type="qwen3_5_text", hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, vocab_size=512, linear_num_key_heads=2, linear_num_value_heads=4,
+    linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4, tie_word_embeddings=False)}
 SETTINGS = [
     Setting("smollm2-lora", SMOLLM2, optim="adamw_bnb_8bit", note="the issue's first row"),
     Setting("smollm2-lora-nockpt", SMOLLM2, optim="adamw_bnb_8bit", gradient_checkpointing=False),
@@ -124,6 +132,7 @@ SETTINGS = [
     Setting("smollm3-3b-lora", "HuggingFaceTB/SmolLM3-3B", layers=4, note="layer 4 without rotary positions"),
     Setting("llama3.2-1b-lora", "meta-llama/Llama-3.2-1B-Instruct", layers=2, note="llama3 rope scaling; tied head"),
     TINY,
+    TINY_HYBRID,
 ]
 # --------------------------------------------------------------------------------------------------
 # Inputs: shared with bench/gpu_memory.py
@@ -160,6 +169,8 @@ def model_config(setting: Setting) -> dict:
 
     if setting.model == "tiny":
         return dict(TINY_CONFIG)
+    if setting.model == "tiny-qwen3.5":
+        return json.loads(json.dumps(TINY_HYBRID_CONFIG))  # a copy, nested dicts too
     if setting.model == SMOLLM2:
         return files.read_json(smollm2_dir() / "config.json", dict)
     config, _ = load_model_config(setting.model)

@@ -146,3 +146,17 @@ def test_vllm_share_of_a_hybrid_model_is_refused_not_guessed():
     cfg, _ = load_model_config("Qwen/Qwen3.5-0.8B")
     with pytest.raises(NotModelled, match="cannot plan model_type='qwen3_5': vLLM's share for Gated DeltaNet layers"):
         vllm_share.plan_colocate(cfg, utilization=0.3, sleep=True, lora={"r": 16})
+
+
+@pytest.mark.slow
+def test_a_real_step_of_a_hybrid_model_is_planned_within_tolerance():
+    """One real GRPOTrainer step of a 64-wide Qwen3.5 (both layer kinds, every layer's activations kept) under the
+    live-tensor counter: a transformers upgrade that changes what Gated DeltaNet layers hold fails here."""
+    from helpers import load_bench
+
+    pvm = load_bench("plan_vs_measured")
+    [record] = pvm.run([pvm.TINY_HYBRID], log=lambda line: None)
+    for name, phase in record["comparison"]["phases"].items():
+        assert abs(phase["error"]) <= pvm.TOLERANCE, "\n".join(pvm.components(record))
+    kept = record["comparison"]["phases"]["training"]["components"]["activations"]
+    assert kept["planned"] == pytest.approx(kept["measured"], rel=0.10)  # the layer kinds' own share

@@ -232,6 +232,8 @@ def build_trainer(setting: Setting, model, config: dict, workdir: Path, steps: i
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
+    from grpokit.planning.architecture import text_config
+
     cuda = device == "cuda"
     args = GRPOConfig(
         output_dir=str(workdir / "out"), max_steps=steps, per_device_train_batch_size=setting.per_device_train_batch_size,
@@ -244,9 +246,7 @@ def build_trainer(setting: Setting, model, config: dict, workdir: Path, steps: i
     )
     prompts = steps * setting.generation_batch // setting.num_generations + 4
     lora = LoraConfig(task_type="CAUSAL_LM", **setting.lora) if setting.lora else None
-    from grpokit.planning.architecture import text_config
-
-    vocab = text_config(config)["vocab_size"]
+    vocab = text_config(config)["vocab_size"]  # a multimodal config (Qwen3.5) nests it
     trainer = GRPOTrainer(model=model, reward_funcs=[noisy_reward], args=args, processing_class=build_tokenizer(vocab),
                           train_dataset=build_dataset(prompts, setting.prompt_length, vocab), peft_config=lora)
     if setting.foreach is not None:  # HF Trainer's adamw_torch takes no foreach argument: build it as it would

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from grpokit import files
 from grpokit.cpu import cpu_dtype
-from grpokit.planning.architecture import dims, linear_shapes, load_model_config, lora_tensors, param_counts
+from grpokit.planning.architecture import largest_linear, layer_groups, load_model_config, lora_tensors, param_counts
 from grpokit.planning.moments import DTYPE_BYTES, Component, Phase, Settings, adapter_bytes, step_moments
 
 GIB = 1024**3
@@ -207,14 +207,15 @@ def planned_dtype(model: dict, device: str = "cuda", lora: bool = False) -> str:
 
 def weight_bytes(config: dict, dtype: str, quantization: str = "none") -> tuple[float, str]:
     """(bytes of the model's weights in `dtype` / `quantization`, how that was counted)."""
-    counts, shapes = param_counts(config), linear_shapes(config)
+    counts = param_counts(config)
     b = DTYPE_BYTES[dtype]
     total, linear = counts["total"], counts["linear_weights"]
     if quantization == "4bit":
         return (linear * NF4_BYTES + (total - linear) * b,
                 f"{_count(linear)} linear params x {NF4_BYTES:.3f} B (NF4, double quant) + {_count(total - linear)} x {b} B")
     if quantization == "8bit":
-        return (linear + dims(config)["L"] * sum(o for _, o, _ in shapes.values()) * 4 + (total - linear) * b,
+        rows = sum(n * sum(o for _, o, _ in shapes.values()) for _, n, shapes in layer_groups(config))
+        return (linear + rows * 4 + (total - linear) * b,
                 f"{_count(linear)} linear params x 1 B (int8) + row scales + {_count(total - linear)} x {b} B")
     return total * b, f"{_count(total)} params x {b} B ({dtype})"
 
@@ -226,7 +227,7 @@ def _compute(config: dict, s: Settings) -> tuple[list[Phase], list[Phase]]:
     weights, w_how = weight_bytes(config, s.dtype, s.quantization)
     # a quantized layer's matmul with gradients: bitsandbytes dequantizes the weight to the compute dtype on CUDA;
     # on CPU the largest temporary bench/plan_vs_measured.py sees is the packed size (0.5 B per value, 4-bit)
-    largest = max(i * o for i, o, _ in linear_shapes(config).values())
+    largest = largest_linear(config)
     dequant = 0 if s.quantization == "none" else int(largest * (b if s.device == "cuda" or s.quantization == "8bit" else 0.5))
     if s.lora:
         sizes = lora_tensors(config, s.lora.get("r", 8), s.lora.get("target_modules", "all-linear"),

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpokit.planning.architecture import ALL_LINEAR, dims, linear_shapes, lora_targets, lora_tensors, param_counts
+from grpokit.planning.architecture import dims, largest_linear, layer_groups, lora_targets, lora_tensors, param_counts
 from grpokit.trl_compat import HEAD_TEMPORARIES, LOGPROB_TILE
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+CHUNK = 64  # transformers' torch_chunk_gated_delta_rule: the sequence is cut (and padded) into 64-token chunks
 
 
 @dataclass
@@ -95,25 +96,39 @@ def autocast(settings: Settings) -> bool:
     return settings.device == "cuda" and settings.dtype in ("bfloat16", "float16")
 
 
-def layer_activations(config: dict, settings: Settings, S: int) -> tuple[int, str]:
-    """Bytes one decoder layer saves for backward, per token of a micro-batch (no checkpointing).
+def layer_activations(config: dict, settings: Settings, S: int, kind: str = "full") -> tuple[int, str]:
+    """Bytes one decoder layer of `kind` saves for backward, per token of a micro-batch (no checkpointing).
 
     Each RMSNorm keeps its fp32 input (4H) and 1/rms, and its output (a H); attention keeps q after RoPE,
     k and v expanded to all heads (transformers expands GQA when a padding mask is given), its output and
     o_proj's contiguous input (5 a q), the log-sum-exp (4 per head) and the float padding mask SDPA makes
     from the bool one (a S per token, per layer); the MLP keeps gate, up, silu(gate), their product (4 a I).
-    A full fine-tune keeps each norm's scaled output for the weight's gradient (+2 a H). LoRA keeps each
-    adapter's r-wide middle, and a copy of each adapted input in the adapter's dtype when it differs.
+    Q/K norms (Qwen3, Qwen3.5) keep their fp32 inputs; Qwen3.5's output gate keeps sigmoid(gate) and the
+    attention output it multiplies. A Gated DeltaNet layer: `linear_mixer_activations`. A full fine-tune keeps
+    each norm's scaled output for the weight's gradient (+2 a H; Qwen3.5's (1 + w) norms their fp32 one, +2x4H).
+    LoRA keeps each adapter's r-wide middle, and a copy of each adapted input in the adapter's dtype when it differs.
     """
     d = dims(config)
-    H, I, q, heads = d["H"], d["I"], d["q"], d["q"] // d["head_dim"]
+    H, I, q, kv, heads = d["H"], d["I"], d["q"], d["kv"], d["q"] // d["head_dim"]
     a = activation_bytes(settings)
-    A = 2 * (4 * H + 4 + a * H) + 5 * a * q + 4 * heads + a * S + 4 * a * I
-    how = f"2(4H+4+{a}H) + 5x{a}q + 4 heads + {a}S (float mask) + 4x{a}I"
+    A = 2 * (4 * H + 4 + a * H) + 4 * a * I
+    how = f"2(4H+4+{a}H) + 4x{a}I"
+    if kind == "linear":
+        mixer, mixer_how = linear_mixer_activations(d, a, S)
+        A, how = A + mixer, how + " + " + mixer_how
+    else:
+        A += 5 * a * q + 4 * heads + a * S
+        how += f" + 5x{a}q + 4 heads + {a}S (float mask)"
+        if d["kind"] in ("qwen3", "qwen3_5"):
+            A += 4 * (q + kv) + 4 * (heads + kv // d["head_dim"])
+            how += " + q/k norms' fp32 inputs"
+        if d["gated"]:
+            A += 2 * a * q
+            how += f" + 2x{a}q (output gate)"
     lora = settings.lora
     if lora is None:
-        A += 2 * a * H
-        how += f" + 2x{a}H (norm outputs)"
+        A += 2 * (4 if d["gated"] else a) * H
+        how += f" + 2x{4 if d['gated'] else a}H (norm outputs)"
     else:
         pb = adapter_bytes(settings)
         # fp32 adapters: input cast to fp32 (autocast: back to bf16)
@@ -121,13 +136,30 @@ def layer_activations(config: dict, settings: Settings, S: int) -> tuple[int, st
         dropout = float(lora.get("lora_dropout", 0) or 0) > 0
         per_feature = cast + ((a if not cast else 0) + 1 if dropout else 0)
         r = lora.get("r", 8)
-        extra = 0
-        for name, (i, _) in lora_targets(config, lora.get("target_modules", "all-linear")).items():
-            if name in ALL_LINEAR:
-                extra += i * per_feature + r * (a if autocast(settings) else pb)
+        shapes = dict(next(s for k, _, s in layer_groups(config) if k == kind))
+        extra = sum(i * per_feature + r * (a if autocast(settings) else pb)
+                    for name, (i, _) in lora_targets(config, lora.get("target_modules", "all-linear")).items()
+                    if name in shapes)
         A += extra
         how += f" + {extra} LoRA"
     return A, how
+
+
+def linear_mixer_activations(d: dict, a: int, S: int) -> tuple[int, str]:
+    """Per token, what a Gated DeltaNet mixer saves for backward on transformers' torch path
+    (`torch_chunk_gated_delta_rule`, the path without flash-linear-attention, CPU's and a GPU's without it):
+    the qkv projection, the conv's padded output (a x conv x (2 + (K-1)/S)), q, k, v in fp32 (q and k repeated to
+    the value heads), head-width fp32 tensors of the chunked rule (6, on the sequence padded to 64-token chunks) and
+    ones in the model's dtype after it (11), 5 fp32 64 x 64 per-chunk matrices per head, and one recurrent state
+    (heads x dk x dv, fp32) per chunk. Counted from the code and checked against autograd's saved tensors of one layer (tests/test_families.py):
+    within 3 % at bfloat16 from one chunk up (1 % at 1280 tokens, Qwen3.5-0.8B's widths); at float32 it overstates
+    sequences of one or two partly filled chunks (+19 % at 64 tokens) and is within 1 % from 128 tokens."""
+    conv, lh, dk, dv, K = d["conv"], d["lh"], d["dk"], d["dv"], d["conv_kernel"]
+    chunks = -(-S // CHUNK)
+    pad = chunks * CHUNK / S
+    A = (a * conv * (2 + (K - 1) / S) + 4 * (2 * lh * dk + lh * dv) + (24 * pad + 11 * a) * lh * dk + 20 * lh * CHUNK * pad
+         + 4 * lh * dk * dv * chunks / S)
+    return int(A), f"Gated DeltaNet {int(A)} B (conv, fp32 q/k/v, {chunks} chunk(s) of {CHUNK}: states and chunk matrices)"
 
 
 def layer_backward(config: dict, settings: Settings) -> int:
@@ -201,26 +233,48 @@ def step_moments(config: dict, settings: Settings, static: list[Component], grad
 
 
 def generation_moments(config: dict, settings: Settings, static: list[Component], optim: Component) -> list[Phase]:
-    """The prefill, and the last decode step (the longest KV cache), of G = gen_batch sequences of P + C tokens."""
+    """The prefill, and the last decode step (the longest KV cache), of G = gen_batch sequences of P + C tokens.
+
+    Only full-attention layers grow a KV cache (transformers' DynamicLayer, torch.cat per token); a Gated DeltaNet
+    layer keeps a fixed state instead (`LinearAttentionLayer`): the conv's last K inputs in the model's dtype and the
+    recurrent state, heads x dk x dv in fp32, per sequence, whatever the length."""
     d = dims(config)
-    H, I, L, V, q, kv = d["H"], d["I"], d["L"], d["V"], d["q"], d["kv"]
+    H, I, V, q, kv, n_full = d["H"], d["I"], d["V"], d["q"], d["kv"], d["n_full"]
     a = activation_bytes(settings)
     G, P = settings.gen_batch, settings.prompt_length
     S = P + settings.max_completion_length
     none_grads = Component("gradients", 0, "none yet: freed by zero_grad(set_to_none=True) after each optimizer step")
-    kv_tok = L * 2 * kv * a
+    kv_tok = n_full * 2 * kv * a
     mask_prefill = G * P * P * a  # the float padding mask of the prompt, one layer at a time
     # no dequantized weight without gradients: bitsandbytes' gemm_4bit reads the packed weight
-    prefill_ws = G * P * a * (2 * H + 2 * q + 2 * kv + 3 * I) + mask_prefill + G * V * (a + 4)
+    layer_ws = a * (2 * H + 2 * q + 2 * kv + 3 * I)
+    state, state_how = 0, ""
+    if d["n_linear"]:
+        conv, lh, dk, dv = d["conv"], d["lh"], d["dk"], d["dv"]
+        state = G * d["n_linear"] * (conv * d["conv_kernel"] * a + lh * dk * dv * 4)
+        state_how = (f" + {d['n_linear']} Gated DeltaNet layers' fixed state, G x (conv {conv} x K {d['conv_kernel']} x {a} B"
+                     f" + {lh} x {dk} x {dv} x 4 B)")
+    per_sequence = P * layer_ws
+    if d["n_linear"]:
+        # the chunked rule without gradients, its transient peak measured on one layer (LiveTensors; Qwen3.5-0.8B's
+        # widths and a 64-wide layer, 32-256 tokens) and fitted: 1.5 a (H + conv) per token, 4 (8 lh dk + 3.5 lh 64)
+        # per token of the chunk-padded prompt, 13 fp32 state-sized temporaries; within 4 % of it at float32, and at
+        # bfloat16 at 64 wide, while at Qwen3.5-0.8B's widths in bfloat16 it errs high by 10-25 % (short prompts most)
+        padded = -(-P // CHUNK) * CHUNK
+        chunked = 1.5 * a * (H + conv) * P + 4 * (8 * lh * dk + 3.5 * lh * CHUNK) * padded + 13 * lh * dk * dv * 4
+        per_sequence = max(per_sequence, chunked)
+    prefill_ws = int(G * per_sequence) + mask_prefill + G * V * (a + 4)
     cache = G * (S - 1) * kv_tok  # the last token is sampled, never fed back: P + C - 1 positions
     decode_ws = 2 * G * (S - 1) * kv * a + G * V * (a + 4 * 7)
+    layers = f"{n_full} full-attention layers" if d["n_linear"] else "L"
     return [
         Phase("generation", "prefill", static + [none_grads, optim,
-               Component("KV cache", G * P * kv_tok, f"G x P x L x (k, v) x kv_dim x {a} B"),
+               Component("KV cache", G * P * kv_tok + state, f"G x P x {layers} x (k, v) x kv_dim x {a} B" + state_how),
                Component("generation workspace", prefill_ws, "one layer's no-grad activations of the prompts + float mask "
                     "+ last-position logits")]),
         Phase("generation", "last decode step", static + [none_grads, optim,
-               Component("KV cache", cache, f"G x (P + C - 1) x L x (k, v) x kv_dim x {a} B = {G} x {S - 1} x {L} x 2 x {kv} x {a}"),
+               Component("KV cache", cache + state, f"G x (P + C - 1) x {layers} x (k, v) x kv_dim x {a} B = {G} x {S - 1} x "
+                         f"{n_full} x 2 x {kv} x {a}" + state_how),
                Component("generation workspace", decode_ws, "one layer's grown K/V (torch.cat copies) + logits and ~7 fp32 "
                     "G x V sampling tensors (GQA is packed, not expanded, for one query token)")]),
     ]
@@ -266,24 +320,27 @@ def _held_gradients(settings: Settings, grads: Component) -> Component:
 
 
 def _saved_activations(config: dict, settings: Settings) -> tuple[int, str, int, str]:
-    """(bytes the layers keep for backward, how; bytes the layers' backward holds at its peak, how), per micro-batch."""
+    """(bytes the layers keep for backward, how; bytes the layers' backward holds at its peak, how), per micro-batch.
+    Layers of several kinds: without checkpointing each kind's layers keep their own; with it the largest kind's
+    layer is the one recomputed at the backward's peak."""
     d = dims(config)
     H, L = d["H"], d["L"]
     a = activation_bytes(settings)
     B, S = settings.per_device_train_batch_size, settings.prompt_length + settings.max_completion_length
     T = B * S
-    A, a_how = layer_activations(config, settings, S)
+    per_kind = [(kind, n, *layer_activations(config, settings, S, kind)) for kind, n, _ in layer_groups(config)]
     back = layer_backward(config, settings)
     mask = B * S * S  # the bool padding mask, made once per forward
     final = T * (4 * H + 4 + a * H)  # the final norm's saved input and output
     if settings.gradient_checkpointing:
         kept = L * T * a * H + mask + final
         kept_how = f"checkpoints L x T x {a}H (T = {T} tokens) + final norm"
+        kind, _, A, _ = max(per_kind, key=lambda k: k[2])
         recompute = T * (A + back)
-        b_how = kept_how + f" + one layer recomputed and its backward, T x ({A} + {back}) B"
+        b_how = kept_how + f" + one {kind + ' ' if len(per_kind) > 1 else ''}layer recomputed and its backward, T x ({A} + {back}) B"
         return kept, kept_how, kept + recompute, b_how
-    kept = L * T * A + mask + final
-    kept_how = f"L x T x {A} B/token ({a_how}) + final norm"
+    kept = sum(n * T * A for _, n, A, _ in per_kind) + mask + final
+    kept_how = " + ".join(f"{n} x T x {A} B/token ({how})" for _, n, A, how in per_kind) + " + final norm"
     return kept, kept_how, kept + T * back, kept_how + f" + backward T x {back} B"
 
 
@@ -309,7 +366,7 @@ def _trainable_sizes(config: dict, settings: Settings) -> list[int]:
     if lora:
         return lora_tensors(config, lora.get("r", 8), lora.get("target_modules", "all-linear"), bool(lora.get("use_dora")))
     c = param_counts(config)
-    largest = max(i * o for i, o, _ in linear_shapes(config).values())
+    largest = largest_linear(config)
     # the total, split so that max() is the largest single tensor: embedding, head, one linear weight
     return [c["embedding"], c["lm_head"], largest, c["total"] - c["embedding"] - c["lm_head"] - largest]
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from grpokit.planning.architecture import dims, linear_shapes
+from grpokit.planning.architecture import HYBRID, NotModelled, dims, largest_linear
 from grpokit.planning.memory import CONTEXT_BYTES, GIB, Plan, _gib, plan, weight_bytes
 from grpokit.planning.memory import plan_knobs as memory_plan_knobs
 from grpokit.planning.moments import DTYPE_BYTES, Component, Phase
@@ -152,6 +152,8 @@ def vllm_dtype(config: dict, dtype: str) -> str:
 def share(config: dict, s, *, utilization: float, sleep: bool, max_model_len: int | None, startup_resident: int) -> Share:
     """vLLM's share for the plan `Settings` `s` (generation batch, prompt and completion lengths, quantization)."""
     d = dims(config)
+    if d["kind"] in HYBRID:  # vLLM's paged cache for linear-attention state is its own allocator: not counted here
+        raise NotModelled(d["kind"], "vLLM's share for Gated DeltaNet layers (its mamba-style state cache) is")
     dtype = vllm_dtype(config, s.dtype)
     a = DTYPE_BYTES[dtype]
     quant = "4bit" if s.quantization == "4bit" else "none"
@@ -162,7 +164,7 @@ def share(config: dict, s, *, utilization: float, sleep: bool, max_model_len: in
     # sequence's last position; a 4-bit layer is dequantized to the compute dtype for it
     workspace = T * a * (d["q"] + 2 * d["kv"] + d["q"] + 3 * d["I"] + 2 * d["H"]) + s.gen_batch * d["V"] * 4 * 2
     if quant == "4bit":
-        workspace += max(i * o for i, o, _ in linear_shapes(config).values()) * a
+        workspace += largest_linear(config) * a
     S = s.prompt_length + s.max_completion_length
     return Share(utilization, int(s.gpu_memory_gb * GIB), int(weights), how, int(workspace), d["L"] * 2 * d["kv"] * a,
                  s.gen_batch * _blocks(S) * BLOCK_TOKENS, s.gen_batch, S, max_model_len or config.get("max_position_embeddings", S),

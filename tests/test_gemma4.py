@@ -125,3 +125,39 @@ def test_what_gemma4_the_plan_cannot_count_is_refused_in_one_line(change, what):
 def test_named_lora_targets_are_refused_for_gemma4():
     with pytest.raises(ValueError, match="'all-linear'"):
         plan(TINY, lora={"r": 16, "target_modules": ["q_proj"]})
+
+
+def test_each_layer_kinds_activations_equal_autograds_saved_tensors():
+    """At E2B's widths (vocabulary cut to 128 rows), LoRA all-linear on bf16: what each layer kind saves for backward,
+    storages of parameters left out, is what moments.layer_activations plans (adapters' fp32 inputs included)."""
+    from peft import LoraConfig, get_peft_model
+
+    from grpokit.planning.moments import Settings, layer_activations
+
+    cfg, _ = load_model_config(E2B)
+    text = {**cfg["text_config"], "num_hidden_layers": 4, "num_kv_shared_layers": 2, "vocab_size": 128,
+            "vocab_size_per_layer_input": 128, "tie_word_embeddings": True,
+            "layer_types": ["sliding_attention", "full_attention"] * 2}
+    model = get_peft_model(build(text, "cpu").to(torch.bfloat16),
+                           LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM")).train()
+    params = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    saved, where = {}, ["outside"]
+
+    def pack(x):
+        ptr = x.untyped_storage().data_ptr()
+        if ptr not in params:
+            saved.setdefault(ptr, (where[0], x.untyped_storage().nbytes()))
+        return x
+
+    for i, layer in enumerate(model.base_model.model.model.layers):
+        layer.register_forward_pre_hook(lambda *_, i=i: where.__setitem__(0, i))
+        layer.register_forward_hook(lambda *_: where.__setitem__(0, "outside"))
+    S = 32
+    ids = torch.randint(2, 128, (1, S))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    settings = Settings(dtype="bfloat16", lora={"r": 16, "target_modules": "all-linear"}, device="cpu")
+    for i, kind in enumerate(gemma4.layer_kinds(text)):
+        measured = sum(n for w, n in saved.values() if w == i)
+        planned = S * layer_activations(text, settings, S, kind)[0]
+        assert abs(planned / measured - 1) < 0.03, (kind, planned, measured)

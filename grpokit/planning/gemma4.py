@@ -214,27 +214,29 @@ def largest_linear(config: dict) -> int:
 
 
 def layer_activations(config: dict, kind: str, a: int, S: int, full_finetune: bool) -> tuple[int, str]:
-    """Bytes one layer of `kind` saves for backward per token (no checkpointing), on transformers' SDPA path.
+    """Bytes one layer of `kind` saves for backward per token (no checkpointing), on transformers' SDPA path;
+    LoRA's own tensors (the adapters' fp32 inputs) are added by `moments.layer_activations`.
 
-    Each Gemma4RMSNorm keeps its fp32 input and 1/rms (4H + 4); the three whose output a linear reads keep that
-    too (a H: input, pre-feedforward and the residual the PLE gate reads); the post-attention, post-feedforward
-    and PLE norms' outputs are only added. q_norm (and k_norm, the scale-less v_norm where the layer makes its own
-    keys) keep their fp32 inputs; attention keeps q, k and v expanded to every head, its output and o_proj's
-    input (5 a q), the log-sum-exp and the float mask (a S); the MLP gate, up, gelu(gate) and their product
-    (4 a I, I doubled in a double-wide layer); the PLE gate's output, its gelu and the product (3 a Hp). A full
-    fine-tune also keeps each scaled norm's fp32 output for its weight's gradient."""
+    Each of the five Gemma4RMSNorms of H keeps its fp32 input and 1/rms (4H + 4), q_norm its fp32 input (4q);
+    a layer that makes its own keys and values keeps k_norm's and the scale-less v_norm's fp32 inputs and k and v
+    (2 x (4 + a) kv: GQA reaches SDPA unexpanded; a shared-KV layer reads the producer's). Attention keeps q and
+    its output (2 a q) and the log-sum-exp; the MLP gate, up and gelu(gate) (3 a I, I doubled in a double-wide
+    layer); the PLE gate's output and its gelu (2 a Hp). A frozen linear keeps no input (its weight is all its
+    backward needs), so no norm output is kept under LoRA; a full fine-tune keeps every linear's input (3 a H, a q,
+    a I, a Hp) and each scaled norm's fp32 output for its weight's gradient. Checked against autograd's saved
+    tensors of each kind at E2B's widths (tests/test_gemma4.py)."""
     c, k = text(config), kind_dims(config, kind)
     H, Hp = c["hidden_size"], c["hidden_size_per_layer_input"] or 0
     norms = 4 + bool(Hp)
-    A = norms * (4 * H + 4) + (3 if Hp else 2) * a * H + 4 * a * k["I"] + 3 * a * Hp
-    A += 4 * k["q"] + 4 * k["heads"] + 5 * a * k["q"] + 4 * k["heads"] + a * S
-    how = f"{norms} norms (4H+4) + {3 if Hp else 2}x{a}H + 4x{a}I ({k['I']}) + 3x{a}Hp + 4q + 5x{a}q + {a}S (float mask)"
-    if not k["shared"]:
-        A += 2 * (4 * k["kv"] + 4 * k["kv_heads"])
-        how += " + k/v norms' fp32 inputs"
+    A = norms * (4 * H + 4) + 4 * k["q"] + 4 * k["heads"] + 2 * a * k["q"] + 4 * k["heads"] + 3 * a * k["I"] + 2 * a * Hp
+    how = f"{norms} norms (4H+4) + q_norm 4q + 2x{a}q + 3x{a}I ({k['I']}) + 2x{a}Hp"
+    own = 0 if k["shared"] else 2 * (4 + a) * k["kv"] + 8 * k["kv_heads"]
+    if own:
+        how += f" + k, v and their norms' fp32 inputs 2x(4+{a})kv"
+    A += own
     if full_finetune:
-        A += (norms * H + k["head_dim"] * (1 if k["shared"] else 2)) * 4
-        how += " + scaled norms' fp32 outputs"
+        A += a * (3 * H + k["q"] + k["I"] + Hp) + 4 * (norms * H + k["q"] + (0 if k["shared"] else k["kv"]))
+        how += " + every linear's input and the scaled norms' fp32 outputs"
     return int(A), how
 
 

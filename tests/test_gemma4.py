@@ -161,3 +161,11 @@ def test_each_layer_kinds_activations_equal_autograds_saved_tensors():
         measured = sum(n for w, n in saved.values() if w == i)
         planned = S * layer_activations(text, settings, S, kind)[0]
         assert abs(planned / measured - 1) < 0.03, (kind, planned, measured)
+
+
+def test_a_vllm_share_for_gemma4_is_refused_in_one_line():
+    from grpokit.planning.vllm_share import share
+
+    cfg, _ = load_model_config(E2B)
+    with pytest.raises(NotModelled, match="vLLM's share for Gemma 4"):
+        share(cfg, plan(cfg, lora={"r": 16}).settings, utilization=0.3, sleep=True, max_model_len=None, startup_resident=0)

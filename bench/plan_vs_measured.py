@@ -124,6 +124,8 @@ SETTINGS = [
                  "with double-wide MLPs; per-layer inputs; soft-capped 262144-row tied head; vision and audio towers"),
     Setting("gemma4-e2b-lora-nockpt", "google/gemma-4-E2B-it", layers=10, dtype="bfloat16", gradient_checkpointing=False,
             prompt_length=64, max_completion_length=64, note="every layer kind's activations kept, per-layer inputs"),
+    Setting("gemma4-e2b-lora-p256", "google/gemma-4-E2B-it", layers=10, dtype="bfloat16", prompt_length=256,
+            max_completion_length=16, note="a GSM8K-long prompt: the prefill's per-layer inputs, the recipes' peak"),
     TINY,
 ]
 # --------------------------------------------------------------------------------------------------

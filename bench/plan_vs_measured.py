@@ -131,7 +131,6 @@ SETTINGS = [
             max_completion_length=32, note="q/k norms' activations kept"),
     Setting("smollm3-3b-lora", "HuggingFaceTB/SmolLM3-3B", layers=4, note="layer 4 without rotary positions"),
     Setting("llama3.2-1b-lora", "meta-llama/Llama-3.2-1B-Instruct", layers=2, note="llama3 rope scaling; tied head"),
-
     Setting("gemma4-e2b-lora", "google/gemma-4-E2B-it", layers=10, dtype="bfloat16",
             note="two periods of the pattern (4 sliding + 1 full), the second reusing the first's keys and values "
                  "with double-wide MLPs; per-layer inputs; soft-capped 262144-row tied head; vision and audio towers"),

@@ -131,6 +131,13 @@ SETTINGS = [
             max_completion_length=32, note="q/k norms' activations kept"),
     Setting("smollm3-3b-lora", "HuggingFaceTB/SmolLM3-3B", layers=4, note="layer 4 without rotary positions"),
     Setting("llama3.2-1b-lora", "meta-llama/Llama-3.2-1B-Instruct", layers=2, note="llama3 rope scaling; tied head"),
+    Setting("gemma4-e2b-lora", "google/gemma-4-E2B-it", layers=10, dtype="bfloat16",
+            note="two periods of the pattern (4 sliding + 1 full), the second reusing the first's keys and values "
+                 "with double-wide MLPs; per-layer inputs; soft-capped 262144-row tied head; vision and audio towers"),
+    Setting("gemma4-e2b-lora-nockpt", "google/gemma-4-E2B-it", layers=10, dtype="bfloat16", gradient_checkpointing=False,
+            prompt_length=64, max_completion_length=64, note="every layer kind's activations kept, per-layer inputs"),
+    Setting("gemma4-e2b-lora-p256", "google/gemma-4-E2B-it", layers=10, dtype="bfloat16", prompt_length=256,
+            max_completion_length=16, note="a GSM8K-long prompt: the prefill's per-layer inputs, the recipes' peak"),
     TINY,
     TINY_HYBRID,
 ]
@@ -183,6 +190,8 @@ def cut_layers(config: dict, layers: int) -> dict:
     if isinstance(config.get("text_config"), dict):
         return {**config, "text_config": cut_layers(config["text_config"], layers)}
     cut = {**config, "num_hidden_layers": layers}
+    if config.get("num_kv_shared_layers"):  # Gemma 4: the second half reuses the first half's keys and values
+        cut["num_kv_shared_layers"] = layers // 2
     for key in ("layer_types", "no_rope_layers"):
         if isinstance(config.get(key), list):
             cut[key] = config[key][:layers]

@@ -103,7 +103,8 @@ def test_hybrid_generation_holds_a_fixed_state_and_a_cache_for_full_layers_only(
 
 
 @pytest.mark.parametrize("cfg,what", [
-    ({"model_type": "gemma4", "text_config": {"model_type": "gemma4_text"}}, "per-layer input embeddings"),
+    ({"model_type": "gemma4", "text_config": {"model_type": "gemma4_text", "enable_moe_block": True}},
+     "mixture-of-experts blocks"),
     ({"model_type": "qwen3_moe", "hidden_size": 8}, "mixture-of-experts layers"),
     ({**TINY_QWEN3_5["text_config"], "model_type": "qwen3_5_text", "num_experts": 8}, "mixture-of-experts"),
     ({"model_type": "qwen3", "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"]},
@@ -127,15 +128,13 @@ def test_check_names_an_unmodelled_family_and_checks_the_rest(tmp_path, capsys, 
     from grpokit.planning import memory
     from tests.helpers import recipe_dict, write_recipe
 
-    gemma = {"model_type": "gemma4", "text_config": {"model_type": "gemma4_text"}}
+    gemma = {"model_type": "gemma4", "text_config": {"model_type": "gemma4_text", "enable_moe_block": True}}
     monkeypatch.setattr(memory, "load_model_config", lambda name: (gemma, "given"))
     assert cli.main(["--recipe", str(write_recipe(tmp_path, recipe_dict())), "--check"]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if "Memory plan" in line]
-    assert lines == ["Memory plan: not available -- cannot plan model_type='gemma4': per-layer input embeddings, layers "
-                     "that reuse another layer's keys and values, sliding-window layers with a second head size, "
-                     "double-wide MLPs, and the vision and audio towers AutoModelForCausalLM loads not modelled; "
-                     "planned families: " + ", ".join(FAMILIES)]
+    assert lines == ["Memory plan: not available -- cannot plan model_type='gemma4': mixture-of-experts blocks "
+                     "(enable_moe_block) is not modelled; planned families: " + ", ".join(FAMILIES)]
     assert "first formatted rows" in out.lower() or "rows" in out  # the data was still checked
 
 

@@ -33,6 +33,7 @@ def meta_count(cfg: dict) -> int:
 
 def test_the_qwen2_5_models_smollm2_and_todays_families_ship():
     assert SHIPPED == sorted(["HuggingFaceTB/SmolLM2-135M-Instruct", "HuggingFaceTB/SmolLM3-3B", "Qwen/Qwen3-1.7B",
+                              "google/gemma-4-E2B-it",
                               "Qwen/Qwen3.5-0.8B", "meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct"]
                              + [f"Qwen/Qwen2.5-{s}-Instruct" for s in ("0.5B", "1.5B", "3B", "7B")])
 

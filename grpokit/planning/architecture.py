@@ -6,8 +6,9 @@
 
 `grpokit.planning.memory` plans a step's GPU memory from these counts; the tests check them against the real
 architecture built on the meta device. A family (FAMILIES) may mix layer kinds: Qwen3.5 interleaves Gated DeltaNet
-layers (`linear_attention`: in_proj_qkv / z / b / a, a depthwise conv, out_proj) with gated full attention. A
-family or a config whose layers the plan cannot count raises `NotModelled`, one line naming what and why.
+layers (`linear_attention`: in_proj_qkv / z / b / a, a depthwise conv, out_proj) with gated full attention; Gemma 4's
+four kinds (sliding or full, own or shared keys and values) and its towers are counted in `grpokit.planning.gemma4`.
+A family or a config whose layers the plan cannot count raises `NotModelled`, one line naming what and why.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpokit import files
+from grpokit.planning import gemma4
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "assets" / "model_configs"
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -27,15 +29,14 @@ FAMILIES = {
     "smollm3": "dense attention; every 4th layer without rotary positions (no memory of its own)",
     "qwen3_5": "Gated DeltaNet linear-attention layers (a fixed conv + recurrent state, no KV cache) between gated "
                "full-attention layers",
+    "gemma4": "sliding-window and full-attention layers with their own head sizes, shared-KV layers (no cache, no k/v "
+              "projections), double-wide MLPs, per-layer input embeddings, soft-capped logits, and the vision and "
+              "audio towers' weights (a text-only run never calls them); gemma4_text is the decoder alone",
 }
 SUPPORTED_TYPES = tuple(FAMILIES)
 HYBRID = ("qwen3_5",)  # layers of more than one kind
 # families a user may name that the plan knows it cannot count, and what it cannot count
 _NOT_MODELLED = {
-    "gemma4": "per-layer input embeddings, layers that reuse another layer's keys and values, sliding-window layers "
-              "with a second head size, double-wide MLPs, and the vision and audio towers AutoModelForCausalLM loads",
-    "gemma4_text": "per-layer input embeddings, layers that reuse another layer's keys and values, sliding-window "
-                   "layers with a second head size, double-wide MLPs",
     "gemma3n": "per-layer input embeddings, shared-KV layers, AltUp and the audio/vision towers",
     **dict.fromkeys(("gemma2", "gemma3", "gemma3_text"), "sliding-window layers and soft-capped logits"),
     **dict.fromkeys(("qwen3_moe", "qwen3_5_moe", "qwen3_next", "mixtral", "qwen2_moe", "llama4", "gpt_oss"),
@@ -107,7 +108,9 @@ def text_config(config: dict) -> dict:
 def family(config: dict) -> str:
     """The planned family of a config (a text-only Qwen3.5 checkpoint is Qwen3.5); `NotModelled` otherwise."""
     kind = config.get("model_type")
-    kind = {"qwen3_5_text": "qwen3_5"}.get(kind, kind)
+    kind = {"qwen3_5_text": "qwen3_5", "gemma4_text": "gemma4"}.get(kind, kind)
+    if kind == "gemma4" and gemma4.refusal(config):
+        raise NotModelled(config.get("model_type"), gemma4.refusal(config) + " is")
     if kind in _NOT_MODELLED:
         raise NotModelled(kind, _NOT_MODELLED[kind])
     if kind not in FAMILIES:
@@ -126,6 +129,8 @@ def layer_kinds(config: dict) -> list[str]:
     """
     c = text_config(config)
     kind, L = family(c), c["num_hidden_layers"]
+    if kind == "gemma4":
+        return gemma4.layer_kinds(config)
     types = c.get("layer_types")
     if kind == "qwen3_5" and types is None:
         every = c.get("full_attention_interval", 4)
@@ -146,6 +151,8 @@ def dims(config: dict) -> dict:
     n_linear) and, for Gated DeltaNet layers, their key / value widths (lk, lv), heads (lh), conv width and kernel."""
     c = text_config(config)
     kind, kinds = family(c), layer_kinds(config)
+    if kind == "gemma4":
+        return _gemma4_dims(config, kinds)
     H, heads = c["hidden_size"], c["num_attention_heads"]
     head_dim = c.get("head_dim") or H // heads
     d = dict(H=H, I=c["intermediate_size"], L=len(kinds), V=c["vocab_size"], q=heads * head_dim,
@@ -158,6 +165,16 @@ def dims(config: dict) -> dict:
         d.update(lk=kh * dk, lv=vh * dv, lh=vh, lkh=kh, dk=dk, dv=dv, conv_kernel=c.get("linear_conv_kernel_dim", 4))
         d["conv"] = 2 * d["lk"] + d["lv"]
     return d
+
+
+def _gemma4_dims(config: dict, kinds: list[str]) -> dict:
+    """`dims` of a Gemma 4 decoder: each width the largest of its layer kinds' (gemma4.kind_dims has each kind's);
+    n_full counts the layers that keep a KV cache of their own."""
+    c, per = gemma4.text(config), [gemma4.kind_dims(config, k) for k in dict.fromkeys(kinds)]
+    return dict(H=c["hidden_size"], I=max(k["I"] for k in per), L=len(kinds), V=c["vocab_size"],
+                q=max(k["q"] for k in per), kv=max(k["kv"] for k in per), head_dim=max(k["head_dim"] for k in per),
+                tied=bool(c["tie_word_embeddings"]), kind="gemma4", n_full=sum(not k.endswith("shared") for k in kinds),
+                n_linear=0, gated=False)
 
 
 def _shapes(config: dict, d: dict, kind: str) -> dict[str, tuple[int, int, bool]]:
@@ -180,6 +197,8 @@ def _shapes(config: dict, d: dict, kind: str) -> dict[str, tuple[int, int, bool]
 def layer_groups(config: dict) -> list[tuple[str, int, dict[str, tuple[int, int, bool]]]]:
     """(kind, how many layers, one layer's linear shapes) for each kind of decoder layer the model has."""
     d = dims(config)
+    if d["kind"] == "gemma4":
+        return gemma4.layer_groups(config)
     return [(kind, n, _shapes(config, d, kind)) for kind, n in (("full", d["n_full"]), ("linear", d["n_linear"])) if n]
 
 
@@ -190,6 +209,8 @@ def linear_shapes(config: dict) -> dict[str, tuple[int, int, bool]]:
 
 def largest_linear(config: dict) -> int:
     """Values of the largest linear weight of a decoder layer."""
+    if dims(config)["kind"] == "gemma4":
+        return gemma4.largest_linear(config)
     return max(i * o for i, o, _ in linear_shapes(config).values())
 
 
@@ -200,6 +221,8 @@ def param_counts(config: dict) -> dict[str, int]:
     3085938688
     """
     d = dims(config)
+    if d["kind"] == "gemma4":
+        return gemma4.param_counts(config)
     layers = linear_weights = 0
     for kind, n, shapes in layer_groups(config):
         linears = sum(i * o + (o if b else 0) for i, o, b in shapes.values())
@@ -219,6 +242,9 @@ def param_counts(config: dict) -> dict[str, int]:
 def lora_targets(config: dict, target_modules) -> dict[str, tuple[int, int]]:
     """Targeted module name -> (in, out); 'all-linear' is every decoder linear (PEFT leaves lm_head out)."""
     d = dims(config)
+    if d["kind"] == "gemma4" and target_modules not in ("all-linear", None):
+        raise ValueError(f"lora.target_modules: {target_modules!r} is not planned for Gemma 4; use 'all-linear' (a "
+                         "module name such as 'q_proj' also names the towers' clipped linears, which PEFT cannot adapt)")
     known = {n: (i, o) for n, (i, o, _) in linear_shapes(config).items()}
     every = list(known)
     known |= {"lm_head": (d["H"], d["V"]), "embed_tokens": (d["V"], d["H"])}
@@ -234,6 +260,8 @@ def lora_targets(config: dict, target_modules) -> dict[str, tuple[int, int]]:
 def lora_tensors(config: dict, r: int, target_modules="all-linear", use_dora: bool = False) -> list[int]:
     """Sizes of every trainable LoRA tensor (A: r x in, B: out x r, per layer that has the module; + DoRA magnitudes)."""
     targets = lora_targets(config, target_modules)
+    if dims(config)["kind"] == "gemma4":
+        return gemma4.lora_tensors(config, r, use_dora)
     sizes = []
     for name, (i, o) in targets.items():
         per = [r * i, o * r] + ([o] if use_dora else [])

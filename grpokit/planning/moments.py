@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grpokit.planning import gemma4
 from grpokit.planning.architecture import dims, largest_linear, layer_groups, lora_targets, lora_tensors, param_counts
 from grpokit.trl_compat import HEAD_TEMPORARIES, LOGPROB_TILE
 
@@ -113,7 +114,9 @@ def layer_activations(config: dict, settings: Settings, S: int, kind: str = "ful
     a = activation_bytes(settings)
     A = 2 * (4 * H + 4 + a * H) + 4 * a * I
     how = f"2(4H+4+{a}H) + 4x{a}I"
-    if kind == "linear":
+    if d["kind"] == "gemma4":  # its own norms, head sizes and per-layer inputs: gemma4.layer_activations
+        A, how = gemma4.layer_activations(config, kind, a, S, full_finetune=settings.lora is None)
+    elif kind == "linear":
         mixer, mixer_how = linear_mixer_activations(d, a, S)
         A, how = A + mixer, how + " + " + mixer_how
     else:
@@ -127,8 +130,9 @@ def layer_activations(config: dict, settings: Settings, S: int, kind: str = "ful
             how += f" + 2x{a}q (output gate)"
     lora = settings.lora
     if lora is None:
-        A += 2 * (4 if d["gated"] else a) * H
-        how += f" + 2x{4 if d['gated'] else a}H (norm outputs)"
+        if d["kind"] != "gemma4":  # gemma4.layer_activations counts its norms' outputs itself
+            A += 2 * (4 if d["gated"] else a) * H
+            how += f" + 2x{4 if d['gated'] else a}H (norm outputs)"
     else:
         pb = adapter_bytes(settings)
         # fp32 adapters: input cast to fp32 (autocast: back to bf16)
@@ -137,9 +141,8 @@ def layer_activations(config: dict, settings: Settings, S: int, kind: str = "ful
         per_feature = cast + ((a if not cast else 0) + 1 if dropout else 0)
         r = lora.get("r", 8)
         shapes = dict(next(s for k, _, s in layer_groups(config) if k == kind))
-        extra = sum(i * per_feature + r * (a if autocast(settings) else pb)
-                    for name, (i, _) in lora_targets(config, lora.get("target_modules", "all-linear")).items()
-                    if name in shapes)
+        extra = sum(shapes[name][0] * per_feature + r * (a if autocast(settings) else pb)
+                    for name in lora_targets(config, lora.get("target_modules", "all-linear")) if name in shapes)
         A += extra
         how += f" + {extra} LoRA"
     return A, how
@@ -181,6 +184,8 @@ def head_bytes(config: dict, settings: Settings, tokens: int, backward: bool) ->
     a = activation_bytes(settings)
     rows, width = min(tokens, LOGPROB_TILE[0]), min(V, LOGPROB_TILE[1])
     temps = HEAD_TEMPORARIES[settings.device]["backward" if backward else "forward"]
+    if d["kind"] == "gemma4" and gemma4.text(config)["final_logit_softcapping"]:
+        temps += gemma4.softcap_temporaries(settings.device)["backward" if backward else "forward"]
     # torch's fold and addmm work in fp32: a 16-bit tile (and weight) is copied up
     upcast = settings.device == "cpu" and a != 4
     if upcast and not backward:
@@ -244,6 +249,8 @@ def generation_moments(config: dict, settings: Settings, static: list[Component]
     G, P = settings.gen_batch, settings.prompt_length
     S = P + settings.max_completion_length
     none_grads = Component("gradients", 0, "none yet: freed by zero_grad(set_to_none=True) after each optimizer step")
+    if d["kind"] == "gemma4":
+        return _gemma4_generation(config, settings, static + [none_grads, optim])
     kv_tok = n_full * 2 * kv * a
     mask_prefill = G * P * P * a  # the float padding mask of the prompt, one layer at a time
     # no dequantized weight without gradients: bitsandbytes' gemm_4bit reads the packed weight
@@ -277,6 +284,28 @@ def generation_moments(config: dict, settings: Settings, static: list[Component]
                          f"{n_full} x 2 x {kv} x {a}" + state_how),
                Component("generation workspace", decode_ws, "one layer's grown K/V (torch.cat copies) + logits and ~7 fp32 "
                     "G x V sampling tensors (GQA is packed, not expanded, for one query token)")]),
+    ]
+
+
+def _gemma4_generation(config: dict, settings: Settings, held: list[Component]) -> list[Phase]:
+    """`generation_moments` of a Gemma 4 decoder: its cache by layer kind (`gemma4.kv_cache`), the prefill's
+    workspace (`gemma4.prefill_workspace`); the logits of the last position, soft-capped out of place
+    (`Gemma4ForCausalLM.forward`: / cap, tanh, * cap: two more G x V tensors at once)."""
+    d, a = dims(config), activation_bytes(settings)
+    G, P = settings.gen_batch, settings.prompt_length
+    S = P + settings.max_completion_length
+    cache_prefill, cache_last, cache_how = gemma4.kv_cache(config, G, P, S, a)
+    ws, ws_how = gemma4.prefill_workspace(config, G, P, a)
+    softcap = 2 * G * d["V"] * a if gemma4.text(config)["final_logit_softcapping"] else 0
+    cat = 2 * G * max(min(S - 1, gemma4.text(config)["sliding_window"]) * gemma4.kind_dims(config, "sliding")["kv"],
+                      (S - 1) * gemma4.kind_dims(config, "full")["kv"]) * a
+    return [
+        Phase("generation", "prefill", held + [Component("KV cache", cache_prefill, cache_how),
+              Component("generation workspace", ws + G * d["V"] * (a + 4) + softcap,
+                        ws_how + " + last-position logits (soft-capped)")]),
+        Phase("generation", "last decode step", held + [Component("KV cache", cache_last, cache_how),
+              Component("generation workspace", cat + G * d["V"] * (a + 4 * 7) + softcap,
+                        "one layer's grown K/V (torch.cat) + logits (soft-capped) and ~7 fp32 G x V sampling tensors")]),
     ]
 
 
@@ -332,15 +361,20 @@ def _saved_activations(config: dict, settings: Settings) -> tuple[int, str, int,
     back = layer_backward(config, settings)
     mask = B * S * S  # the bool padding mask, made once per forward
     final = T * (4 * H + 4 + a * H)  # the final norm's saved input and output
+    final_how = "final norm"
+    if d["kind"] == "gemma4":  # a second mask for the sliding layers; the per-layer inputs live through the step
+        mask *= gemma4.masks(config)
+        ple, ple_how = gemma4.ple_activations(config, a)
+        final, final_how = final + T * ple, final_how + " + " + ple_how
     if settings.gradient_checkpointing:
         kept = L * T * a * H + mask + final
-        kept_how = f"checkpoints L x T x {a}H (T = {T} tokens) + final norm"
+        kept_how = f"checkpoints L x T x {a}H (T = {T} tokens) + {final_how}"
         kind, _, A, _ = max(per_kind, key=lambda k: k[2])
         recompute = T * (A + back)
         b_how = kept_how + f" + one {kind + ' ' if len(per_kind) > 1 else ''}layer recomputed and its backward, T x ({A} + {back}) B"
         return kept, kept_how, kept + recompute, b_how
     kept = sum(n * T * A for _, n, A, _ in per_kind) + mask + final
-    kept_how = " + ".join(f"{n} x T x {A} B/token ({how})" for _, n, A, how in per_kind) + " + final norm"
+    kept_how = " + ".join(f"{n} x T x {A} B/token ({how})" for _, n, A, how in per_kind) + f" + {final_how}"
     return kept, kept_how, kept + T * back, kept_how + f" + backward T x {back} B"
 
 

@@ -154,6 +154,8 @@ def share(config: dict, s, *, utilization: float, sleep: bool, max_model_len: in
     d = dims(config)
     if d["kind"] in HYBRID:  # vLLM's paged cache for linear-attention state is its own allocator: not counted here
         raise NotModelled(d["kind"], "vLLM's share for Gated DeltaNet layers (its mamba-style state cache) is")
+    if d["kind"] == "gemma4":  # vLLM's cache groups for sliding, full and shared-KV layers are its own: not read here
+        raise NotModelled(d["kind"], "vLLM's share for Gemma 4 (its per-kind KV cache groups, the towers it loads) is")
     dtype = vllm_dtype(config, s.dtype)
     a = DTYPE_BYTES[dtype]
     quant = "4bit" if s.quantization == "4bit" else "none"

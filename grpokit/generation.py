@@ -26,8 +26,9 @@ differ in float rounding only (as TRL's own figures do between batch sizes); a t
 from TRL's (from the same distribution). Kept states never outlive the generation batch they were computed in, so a
 step's rows are computed with its own weights.
 
-Used when TRL generates through `model.generate` on text (no vLLM, no continuous batching, no images), with
-transformers' plain `DynamicLayer` cache in every layer (no sliding window) and no `cache_implementation` set;
+Used when TRL generates through `model.generate` on text (no vLLM, no continuous batching, no images), with no
+`cache_implementation` set, on a model grpokit.ownpasses finds proven (transformers' plain `DynamicLayer` cache in
+every layer, a family tests/test_ownpasses.py compares), and while the first step's check agrees with TRL's method;
 otherwise TRL's own method runs. `sampling.reuse_prefix: false` keeps no states (the turn's cut stays).
 """
 

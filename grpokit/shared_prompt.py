@@ -28,8 +28,9 @@ each layer for the two forwards). Only with non-reentrant checkpointing (transfo
 kind runs the forward without grad, so the recorded keys would carry none.
 
 Used where it is the same computation: one process (no DDP, DeepSpeed or FSDP wrapper, whose reducers expect one
-forward per backward), text only, no MoE aux loss, no reentrant gradient checkpointing, and transformers' plain
-`DynamicLayer` cache in every layer; and in a micro-batch whose prompts repeat. Otherwise, or with
+forward per backward), text only, no MoE aux loss, no reentrant gradient checkpointing, on a model grpokit.ownpasses
+finds proven (transformers' plain `DynamicLayer` cache in every layer, a family tests/test_ownpasses.py compares), while
+the first step's check agrees with TRL's method; and in a micro-batch whose prompts repeat. Otherwise, or with
 `sampling.reuse_prefix: false`, TRL's method runs.
 """
 

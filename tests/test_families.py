@@ -85,6 +85,7 @@ def scripted(monkeypatch):
     return script
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", TODAY)
 def test_a_grpo_step_calls_the_python_tool_as_the_family_writes_it(family, families, tmp_path, monkeypatch, scripted):
     from grpokit.build import make_trainer, prepare

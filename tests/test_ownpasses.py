@@ -108,6 +108,7 @@ def first_steps(tmp_path, **config):
     return trainer, [h for h in trainer.state.log_history if "loss" in h]
 
 
+@pytest.mark.slow
 def test_passes_that_agree_on_the_first_step_keep_running(tmp_path, capsys):
     trainer, steps = first_steps(tmp_path)
     assert trainer._share_prompts and trainer._own_generation
@@ -123,6 +124,7 @@ def test_passes_that_agree_on_the_first_step_keep_running(tmp_path, capsys):
                                "grpokit's pass ran")
 
 
+@pytest.mark.slow
 def test_a_loss_pass_apart_from_trls_falls_back_for_the_run_and_says_so(tmp_path, capsys, monkeypatch):
     from grpokit import shared_prompt
 
@@ -144,6 +146,7 @@ def test_a_loss_pass_apart_from_trls_falls_back_for_the_run_and_says_so(tmp_path
         trainer.state.log_history)[-2]
 
 
+@pytest.mark.slow
 def test_generation_apart_from_trls_falls_back_for_the_run_and_says_so(tmp_path, capsys, monkeypatch):
     from grpokit import generation
 

@@ -121,6 +121,9 @@ def main() -> None:
                f"{platform.machine()} CPU, torch {torch.__version__}, {args.threads} threads, load average "
                f"{os.getloadavg()[0]:.1f} at start", "recipe": str(RECIPE.relative_to(ROOT)), "shape": SHAPE + args.set,
                "runs": []}
+    from grpokit import files
+
+    out = ROOT / "bench" / "results" / "own_pass_check.json"
     for name in args.models:
         for dtype in args.dtypes:
             with tempfile.TemporaryDirectory() as folder:
@@ -133,10 +136,7 @@ def main() -> None:
                   + "; ".join(f"{k} |Δ log-prob| {v['disagreement']:.2g} (tolerance {v['tolerance']:g})"
                               for k, v in found["judged"].items())
                   + f"; a fault (rows reading another prompt's keys) {found['fault']:.2g}", flush=True)
-    out = ROOT / "bench" / "results" / "own_pass_check.json"
-    from grpokit import files
-
-    files.write_text(out, json.dumps(results, indent=1) + "\n", key="--out")
+            files.write_text(out, json.dumps(results, indent=1) + "\n", key="--out")  # a killed bench keeps what it measured
     print(f"wrote {out.relative_to(ROOT)}")
 
 

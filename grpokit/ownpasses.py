@@ -20,6 +20,7 @@ What the check costs: one more pass of TRL's own over that micro-batch, without 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from grpokit import trl_compat
@@ -139,18 +140,16 @@ def draws_dropout(model) -> bool:
     return attention > 0 or any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
-class dropout_off:
+@contextmanager
+def dropout_off(model):
     """Dropout off for the forwards inside (two passes compared draw no masks of their own); the model's training flag
     back after."""
-
-    def __init__(self, model):
-        self.model, self.was = model, model.training
-
-    def __enter__(self):
-        self.model.eval()
-
-    def __exit__(self, *exc):
-        self.model.train(self.was)
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
 
 
 class FirstStepCheck:

@@ -31,13 +31,12 @@ PROVEN = {"llama": "Llama 3.2", "qwen2": "Qwen2.5", "qwen3": "Qwen3", "smollm3":
 
 # How far our pass's log-probabilities may stray from TRL's method's on the same rows, by compute dtype: the mean
 # absolute difference of the log-probabilities of the tokens drawn (see `disagreement`). Measured on a CPU
-# (bench/own_pass_check.py, bench/README.md): rounding alone moves them by 3e-7 to 2e-6 in float32 and 4e-4 in
-# bfloat16 (two forwards of other shapes round each its own way; between two bfloat16 passes on other kernels ~1e-2,
-# tests/test_shared_prompt.py), while a real fault -- rows reading another prompt's keys and values -- moves them by
-# 0.45 (SmolLM2-135M) to 0.75 (the tiny model). Each bound sits well over its dtype's rounding and well under a fault:
-# float32 50x over the rounding seen, bfloat16 5x over ~1e-2 and 9x under 0.45, float16 (3 more mantissa bits than
-# bfloat16: 8x finer) the same margins.
-TOLERANCE = {"float32": 1e-4, "bfloat16": 0.05, "float16": 0.01}
+# (bench/own_pass_check.py, bench/README.md): rounding alone moves them by 3e-7 to 2e-6 in float32 and by up to 0.035
+# in bfloat16 (SmolLM2-135M; two forwards of other shapes round each its own way), while a real fault -- rows reading
+# another prompt's keys and values -- moves them by 0.45 to 0.76 in either dtype. Each bound sits between: float32's
+# 50x over its rounding, bfloat16's ~3x over it and ~5x under the smallest fault seen; float16 (3 more mantissa bits
+# than bfloat16) 5x tighter than bfloat16's. Not yet measured on a GPU's kernels, which is what the check is for.
+TOLERANCE = {"float32": 1e-4, "bfloat16": 0.1, "float16": 0.02}
 # Logged at step 1 ({} = loss or generation): the disagreement found, its tolerance, and 1.0 when TRL's method took over
 METRIC, TOLERANCE_METRIC, FELL_BACK = "own_passes/{}_check", "own_passes/{}_tolerance", "own_passes/{}_fell_back"
 

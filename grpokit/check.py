@@ -42,6 +42,11 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0, full: bool = False) -> in
     print("\n".join(explain_table(recipe, prep.args)))
     print()
     facts["prompt_length"] = prompt_length
+    if prep.tokenizer is not None:
+        from grpokit import templates
+
+        if templates.thinks(prep.tokenizer, prep.args.chat_template_kwargs):
+            facts["thinking_template"] = templates.shown(recipe.model)
     facts["task_audit"] = _task_audit(prep, recipe)
     _memory_plan(prep, recipe, prompt_length, prompt_how, gpu_memory_gb, facts)
     warnings = lint.lint(recipe, prep.args, answer_lengths=lint.answer_lengths(prep), **facts)
@@ -136,7 +141,7 @@ def _tool_use(prep, recipe: Recipe, prompt_length: int | None, prompt_how: str, 
     """Print how a rollout goes; add what tools cost in tokens, measured with the chat template: the schemas every
     prompt carries (to the plan's prompt length, returned) and one round of a call (to the lint's `facts`)."""
     print()
-    print("\n".join(tooluse.explain(prep.tools, recipe, prep.args)))
+    print("\n".join(tooluse.explain(prep.tools, recipe, prep.args, prep.tokenizer)))
     if prep.round_tokens is None:  # no tokenizer to measure with
         return prompt_length, prompt_how
     facts["tool_round_tokens"] = prep.round_tokens

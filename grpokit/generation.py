@@ -26,8 +26,9 @@ differ in float rounding only (as TRL's own figures do between batch sizes); a t
 from TRL's (from the same distribution). Kept states never outlive the generation batch they were computed in, so a
 step's rows are computed with its own weights.
 
-Used when TRL generates through `model.generate` on text (no vLLM, no continuous batching, no images), with
-transformers' plain `DynamicLayer` cache in every layer (no sliding window) and no `cache_implementation` set;
+Used when TRL generates through `model.generate` on text (no vLLM, no continuous batching, no images), with no
+`cache_implementation` set, on a model grpokit.ownpasses finds proven (transformers' plain `DynamicLayer` cache in
+every layer, a family tests/test_ownpasses.py compares), and while the first step's check agrees with TRL's method;
 otherwise TRL's own method runs. `sampling.reuse_prefix: false` keeps no states (the turn's cut stays).
 """
 
@@ -39,7 +40,7 @@ import logging
 import torch
 from trl import GRPOTrainer
 
-from grpokit import trl_compat
+from grpokit import ownpasses, trl_compat
 from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
 from grpokit.shared_prompt import SharedPromptMixin, common_prefix
 
@@ -87,7 +88,7 @@ def fits(trainer) -> bool:
         return False
     if trainer.generation_config.cache_implementation is not None or trainer.generation_config.use_cache is False:
         return False
-    return trl_compat.plain_dynamic_cache(trainer.model.config)
+    return ownpasses.verdict(trainer.model.config).runs
 
 
 def _left_pad(rows: list[list[int]], pad_id: int, multiple: int | None, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,9 +171,23 @@ def _starts(store: PrefixStore, model, rows: list[list[int]], pad_id: int, devic
     return [states[tuple(r)] for r in rows], [len(r) - 1 for r in rows], prompt_lengths
 
 
+def _agrees(trainer, model, ids, mask, starts, kept, pads, cached_width: int) -> bool:
+    """The first-step check (grpokit.ownpasses): the next-token distribution generate's prefill ends with, from a copy
+    of the kept states and from none (TRL's method); each row at the positions generate gives it."""
+    positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)  # as generate makes them
+    cache, _ = _batch_cache(model, starts, kept, pads)  # a copy: a forward extends the cache it is given
+    with ownpasses.dropout_off(model):
+        ours = model(input_ids=ids[:, cached_width:], attention_mask=mask, position_ids=positions[:, cached_width:],
+                     cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        theirs = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1).logits[:, -1]
+    return trainer.own_pass_check.judge(trainer, "generation", ownpasses.expected_disagreement(ours, theirs),
+                                        ownpasses.compute_dtype(trainer, model), ownpasses.attention_of(model))
+
+
 def generate(trainer, prompt_ids: list[list[int]]):
     """What `GRPOTrainer._generate_single_turn` returns on its transformers path, `(completion_ids, None)`, from kept
-    states where a row has them and no further than a row can keep. Called inside the trainer's `_generate`."""
+    states where a row has them and no further than a row can keep. Called inside the trainer's `_generate`. None
+    when the first-step check finds it apart from TRL's method (grpokit.ownpasses): TRL's is to run instead."""
     from trl.models import unwrap_model_for_generation
 
     store: PrefixStore = trainer._prefix_store
@@ -194,6 +209,9 @@ def generate(trainer, prompt_ids: list[list[int]]):
     ):
         starts, kept, prompt_lengths = _starts(store, model, rows, pad_id, device)
         cache, cached_width = _batch_cache(model, starts, kept, pads)
+        checking = cached_width and trainer.own_pass_check.pending("generation")
+        if checking and not _agrees(trainer, model, ids, mask, starts, kept, pads, cached_width):
+            return None
         reused = [max(0, cached_width - p) for p in pads]
         store.reused_tokens += sum(reused)
         store.computed_tokens += sum(len(r) - n for r, n in zip(rows, reused, strict=True))
@@ -227,6 +245,7 @@ class PrefixReuseMixin:
     _reuse_prefix_cache: bool = True
 
     def __init__(self, *args, reuse_prefix: bool = True, **kwargs):
+        self.own_pass_check = getattr(self, "own_pass_check", None) or ownpasses.FirstStepCheck()
         super().__init__(*args, **kwargs)
         self._reuse_prefix_cache = reuse_prefix  # sampling.reuse_prefix: false keeps no states (the cut stays)
         problems = trl_compat.generation_internals_problems()
@@ -244,10 +263,13 @@ class PrefixReuseMixin:
             self._prefix_store = None
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if self._prefix_store is None or (images is not None and any(images)) or multimodal_fields:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images=has_tool_images)
-        return generate(self, prompt_ids)
+        if self._prefix_store is not None and not (images is not None and any(images)) and not multimodal_fields:
+            done = generate(self, prompt_ids)
+            if done is not None:
+                return done
+            self._own_generation, self._prefix_store = False, None  # TRL's method, from this turn on
+        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                             has_tool_images=has_tool_images)
 
 
 class PrefixReuseGRPOTrainer(SharedPromptMixin, PrefixReuseMixin, GRPOTrainer):

@@ -28,8 +28,9 @@ each layer for the two forwards). Only with non-reentrant checkpointing (transfo
 kind runs the forward without grad, so the recorded keys would carry none.
 
 Used where it is the same computation: one process (no DDP, DeepSpeed or FSDP wrapper, whose reducers expect one
-forward per backward), text only, no MoE aux loss, no reentrant gradient checkpointing, and transformers' plain
-`DynamicLayer` cache in every layer; and in a micro-batch whose prompts repeat. Otherwise, or with
+forward per backward), text only, no MoE aux loss, no reentrant gradient checkpointing, on a model grpokit.ownpasses
+finds proven (transformers' plain `DynamicLayer` cache in every layer, a family tests/test_ownpasses.py compares), while
+the first step's check agrees with TRL's method; and in a micro-batch whose prompts repeat. Otherwise, or with
 `sampling.reuse_prefix: false`, TRL's method runs.
 """
 
@@ -39,7 +40,7 @@ from contextlib import contextmanager
 
 import torch
 
-from grpokit import trl_compat
+from grpokit import ownpasses, trl_compat
 
 # Keyword arguments of TRL's method that carry images or extra token types: any of them set, TRL's method runs.
 _MULTIMODAL = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
@@ -62,7 +63,7 @@ def fits(trainer) -> bool:
         return False
     if trainer._is_vlm:
         return False
-    return trl_compat.plain_dynamic_cache(trainer.model.config)
+    return ownpasses.verdict(trainer.model.config).runs
 
 
 def checkpointed_layers(model) -> list:
@@ -217,9 +218,10 @@ def _prompts_after_a_shared_lead(model, recording, distinct: torch.Tensor, lengt
 
 class SharedPromptMixin:
     """Put before `GRPOTrainer` (or a subclass) in the bases: its log-probability pass goes through
-    `logps_and_entropies` where it fits."""
+    `logps_and_entropies` where it fits, checked against TRL's method on its first micro-batch (grpokit.ownpasses)."""
 
     def __init__(self, *args, reuse_prefix: bool = True, **kwargs):
+        self.own_pass_check = getattr(self, "own_pass_check", None) or ownpasses.FirstStepCheck()
         super().__init__(*args, reuse_prefix=reuse_prefix, **kwargs)
         self.shared_prompt_tally = Tally()
         self._share_prompts = reuse_prefix and not trl_compat.logprob_internals_problems() and fits(self)
@@ -237,8 +239,13 @@ class SharedPromptMixin:
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):  # TRL's chunks, each shared where its prompts repeat
             ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
-            done = logps_and_entropies(self, model, ids, mask, logits_to_keep, compute_entropy,
-                                       self.shared_prompt_tally, checkpointed)
+            tally = self.shared_prompt_tally
+            counted = (tally.computed, tally.shared)
+            done = logps_and_entropies(self, model, ids, mask, logits_to_keep, compute_entropy, tally, checkpointed)
+            if done is not None and self.own_pass_check.pending("loss") and not self._agrees(model, ids, mask,
+                                                                                              logits_to_keep, done):
+                self._share_prompts, done = False, None  # TRL's method, from this micro-batch on
+                tally.computed, tally.shared = counted
             if done is None:
                 done = super()._get_per_token_logps_and_entropies(model, ids, mask, logits_to_keep,
                                                                   compute_entropy=compute_entropy)[:2]
@@ -246,3 +253,14 @@ class SharedPromptMixin:
             logps.append(done[0])
             entropies.append(done[1])
         return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+    def _agrees(self, model, ids, mask, logits_to_keep, done) -> bool:
+        """The first-step check (grpokit.ownpasses): TRL's log-probabilities of this micro-batch, without gradient,
+        against ours; under dropout both computed again without it (each pass would draw its own masks)."""
+        again = ownpasses.draws_dropout(model)
+        with torch.no_grad(), ownpasses.dropout_off(model):
+            theirs = super()._get_per_token_logps_and_entropies(model, ids, mask, logits_to_keep)[0]
+            ours = logps_and_entropies(self, model, ids, mask, logits_to_keep, False, Tally())[0] if again else done[0]
+        found = ownpasses.disagreement(ours.detach(), theirs, mask[:, -logits_to_keep:])
+        return self.own_pass_check.judge(self, "loss", found, ownpasses.compute_dtype(self, model),
+                                         ownpasses.attention_of(model))

@@ -24,6 +24,7 @@ from typing import Callable
 from grpokit.environments import PYTHON_LIMITS, PythonTool
 from grpokit.errors import Problem, Problems, nearest
 from grpokit.fields import Field
+from grpokit.templates import parsed_by_trl, template_names, template_text  # noqa: F401 - the template names' home
 
 # Class members TRL does not expose as tools (`GRPOTrainer.__init__` lists them on the class): `reset` starts a
 # rollout, `get_reward` scores it, and a name starting with `_` is private.
@@ -248,34 +249,6 @@ def row_problems(toolset: Toolset, columns: list[str], file: str | None) -> list
 # The chat template: it must render a tool call and its result, and TRL must parse the model's calls from it
 
 
-def template_names() -> list[str]:
-    """TRL's shipped chat templates (`trl.chat_template_utils.<name>_chat_template`), the names `model.chat_template`
-    takes."""
-    import trl.chat_template_utils as utils
-
-    return sorted(n[: -len("_chat_template")] for n in vars(utils)
-                  if n.endswith("_chat_template") and not n.endswith("_training_chat_template")
-                  and isinstance(getattr(utils, n), str))
-
-
-def template_text(name: str) -> str:
-    import trl.chat_template_utils as utils
-
-    return getattr(utils, f"{name}_chat_template")
-
-
-def parsed_by_trl(name: str) -> bool:
-    """Whether TRL can parse tool calls written in its template `name` (`add_response_schema` knows it)."""
-    from trl.chat_template_utils import add_response_schema
-
-    probe = types.SimpleNamespace(chat_template=template_text(name))
-    try:
-        add_response_schema(probe)
-    except ValueError:
-        return False
-    return True
-
-
 _PLAIN = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]
 
 
@@ -297,26 +270,39 @@ def same_format(tokenizer) -> list[str]:
 
 
 def template_problems(tokenizer, model: dict, file: str | None) -> list[Problem]:
-    """The tokenizer's chat template (after `model.chat_template`) renders tool calls and their results, and TRL can
-    parse the model's calls from it; else one problem saying which TRL template fits this model, and how to set it."""
+    """The tokenizer's chat template (after `model.chat_template`) is one TRL's tool loop can run on: it renders tool
+    calls and their results, TRL parses the model's calls from it, and it is prefix-preserving or TRL has a training
+    variant of it (grpokit.templates); else one problem naming the template and TRL's templates that would do, and
+    which of them fits this model."""
     from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
+    from grpokit import templates
+
     set_name = model.get("chat_template")
-    where = "model.chat_template" if set_name else "model.name_or_path"
+    where, value = ("model.chat_template", set_name) if set_name else ("model.name_or_path", model.get("name_or_path"))
     fits = same_format(tokenizer) if not set_name else []
     fix = (f"; TRL's templates that read like this model's own and whose calls TRL parses: {', '.join(fits)}: set "
            f"model.chat_template: {fits[0]}" if fits else "; set model.chat_template to one of TRL's templates written "
-           "in this model's format (its role markers), e.g. qwen2_5 for ChatML models (Qwen2.5, SmolLM2)")
+           "in this model's format (its role markers), e.g. qwen2_5 or qwen3 for ChatML models (Qwen2.5, SmolLM2, "
+           "SmolLM3)")
+    template = templates.shown(model)
+
+    def problem(what: str) -> list[Problem]:
+        return [Problem(where, f"{template}: {what}{fix}", value, allowed="TRL's templates whose tool calls it parses: "
+                        + ", ".join(templates.tool_templates(tokenizer)), file=file)]
+
     if not supports_tool_calling(tokenizer):
-        return [Problem(where, "the chat template cannot render a tool call and its result (TRL's supports_tool_calling)"
-                        + fix, set_name or model.get("name_or_path"), file=file)]
+        return problem("cannot render a tool call and its result (TRL's supports_tool_calling)")
     has_parser = getattr(tokenizer, "response_template", None) is not None or getattr(tokenizer, "response_schema", None) is not None
     if not has_parser:
         try:
             add_response_schema(tokenizer)
         except ValueError:
-            return [Problem(where, "TRL cannot parse tool calls written in this chat template (no response parser for it)"
-                            + fix, set_name or model.get("name_or_path"), file=file)]
+            return problem("TRL cannot parse tool calls written in it (no response parser for this template)")
+    keeps, variant = templates.training_variant(tokenizer)
+    if not keeps and variant is None:
+        return problem("is not prefix-preserving (an earlier turn renders otherwise once a tool's result follows), which "
+                       "TRL's tool loop needs, and TRL has no training variant of it: GRPOTrainer would refuse it")
     return []
 
 
@@ -324,9 +310,9 @@ def template_problems(tokenizer, model: dict, file: str | None) -> list[Problem]
 # --check's account of a rollout
 
 
-def explain(toolset: Toolset, recipe, args) -> list[str]:
-    """What one rollout is under this recipe: its turns, which tokens are trained on and which are masked, what bounds
-    it, and where its reward comes from."""
+def explain(toolset: Toolset, recipe, args, tokenizer=None) -> list[str]:
+    """What one rollout is under this recipe: its chat template (with the `tokenizer`, when given: grpokit.templates),
+    its turns, which tokens are trained on and which are masked, what bounds it, and where its reward comes from."""
     iterations = args.max_tool_calling_iterations
     rounds = f"at most {iterations} round(s) (trainer.max_tool_calling_iterations)" if iterations else \
         "no bound on rounds (trainer.max_tool_calling_iterations unset): only the length stops it"
@@ -345,6 +331,10 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
         view = tool_view(toolset.environment, name)
         lines.append(f"  tool          {toolset.environment.__name__}.{name}{_shown_signature(view, method=False)} "
                      f"(environment method); {toolchecks.what_the_model_reads(view)}")
+    if tokenizer is not None:
+        from grpokit import templates
+
+        lines += templates.explain(tokenizer, recipe.model, args.chat_template_kwargs)
     lines += [f"  limits        each call: tools.timeout_seconds {toolset.timeout_seconds:g} s, tools.max_result_chars "
               f"{toolset.max_result_chars} characters; past either the call fails with an error naming the limit (the "
               "model reads it as the result; a failed call in the report) and the run goes on",
@@ -352,9 +342,10 @@ def explain(toolset: Toolset, recipe, args) -> list[str]:
     template = recipe.model.get("chat_template") or "the model's own"
     lines += [f"  turns         the model writes; each tool call in its text is parsed ({template} chat template's "
               "parser), run, and its result appended as a `tool` message; the model writes on: " + rounds,
-              "  generation    " + ("a turn after a tool's result starts from the keys and values the turn before "
-                                   "computed (not the whole exchange again), each prompt is computed once for its "
-                                   "copies, in generation and in the loss pass (sampling.reuse_prefix)"
+              "  generation    " + ("where grpokit's own passes run (the table's `own passes` row says whether, for "
+                                   "this model), a turn after a tool's result starts from the keys and values the turn "
+                                   "before computed (not the whole exchange again), each prompt is computed once for "
+                                   "its copies, in generation and in the loss pass (sampling.reuse_prefix)"
                                    if recipe.sampling.get("reuse_prefix", True) else
                                    "every turn computes the whole exchange again (sampling.reuse_prefix: false)")
               + "; a turn decodes no further than the completion's room (grpokit/generation.py)",

@@ -208,3 +208,104 @@ def cage_processes(pool, depth: int | None = None) -> list[int]:
             break
         level = below
     return found
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Today's families, tiny: each its transformers config class at tiny widths keeping its layer kinds, its real TRL
+# chat template, and the tiny character tokenizer with that template's markers as tokens of their own (as the real
+# tokenizers have them). Random weights; built offline in well under a second each.
+
+# family: (transformers config class, config values, TRL template, the template's marker tokens, end of turn, bos)
+_CHATML = ["<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
+           "</tool_response>", "<tools>", "</tools>"]
+_TINY_WIDTHS = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                    max_position_embeddings=4096, initializer_range=0.2)
+FAMILIES = {
+    "qwen3": ("Qwen3Config", dict(num_hidden_layers=2), "qwen3", _CHATML, ["<|im_end|>"], None),
+    # Gated DeltaNet (linear attention) beside full attention, as Qwen3.5 interleaves them
+    "qwen3_5": ("Qwen3_5TextConfig", dict(num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
+                                          linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                                          linear_value_head_dim=16, linear_conv_kernel_dim=4),
+                "qwen3_5_think", _CHATML, ["<|im_end|>"], None),
+    # sliding-window and full layers, per-layer input embeddings, and a last layer sharing an earlier one's keys and
+    # values (num_kv_shared_layers: the last layer reads the full layer's before it); a window of 16 tokens, shorter
+    # than any prompt here
+    "gemma4": ("Gemma4TextConfig", dict(num_hidden_layers=3, layer_types=["sliding_attention", "full_attention",
+                                                                          "full_attention"],
+                                        num_kv_shared_layers=1, sliding_window=16, hidden_size_per_layer_input=8,
+                                        global_head_dim=16),
+               "gemma4", ["<bos>", "<|turn>", "<turn|>", "<|tool_call>", "<tool_call|>", '<|"|>', "<|tool_response>",
+                          "<tool_response|>", "<|tool>", "<tool|>", "<|channel>", "<channel|>", "<|think|>"],
+               ["<turn|>", "<|tool_response>"], "<bos>"),
+    # a layer without rotary positions (no_rope_layers: 0) beside one with them
+    "smollm3": ("SmolLM3Config", dict(num_hidden_layers=2, no_rope_layers=[1, 0]), "qwen3", _CHATML, ["<|im_end|>"],
+                None),
+    "qwen2_5": ("Qwen2Config", dict(num_hidden_layers=2), "qwen2_5", _CHATML, ["<|im_end|>"], None),
+    "llama3_2": ("LlamaConfig", dict(num_hidden_layers=2, tie_word_embeddings=True, rope_parameters=dict(
+        rope_type="llama3", rope_theta=500000.0, factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=1024)),
+                 "llama3_2", ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                              "<|eom_id|>", "<|python_tag|>"], ["<|eot_id|>"], "<|begin_of_text|>"),
+}
+
+
+# The families people train now (each its tool steps in tests/test_families.py); FAMILIES also holds Qwen2.5, whose
+# instance proves grpokit's passes on model_type qwen2 (tests/test_ownpasses.py) -- saved, its folder loads with
+# transformers' byte-level Qwen2 tokenizer, which reads the character vocabulary wrongly, so no text goes through it.
+TODAY = ("qwen3", "qwen3_5", "gemma4", "smollm3", "llama3_2")
+
+
+def family_tokenizer(family: str):
+    """The tiny character tokenizer with `family`'s TRL template and its markers as single tokens."""
+    from grpokit import tooluse
+    from grpokit.tiny import build_tokenizer
+
+    _, _, template, markers, ends, bos = FAMILIES[family]
+    tokenizer = build_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": markers}, replace_extra_special_tokens=False)
+    tokenizer.eos_token = ends[0]
+    tokenizer.bos_token = bos
+    tokenizer.chat_template = tooluse.template_text(template)
+    return tokenizer
+
+
+def family_model(family: str, tokenizer):
+    """A tiny random instance of `family` (fixed seed), its vocabulary the tokenizer's."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    config_class, values, _, _, ends, _ = FAMILIES[family]
+    config = getattr(transformers, config_class)(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                                 eos_token_id=tokenizer.convert_tokens_to_ids(ends),
+                                                 bos_token_id=tokenizer.bos_token_id, **{**_TINY_WIDTHS, **values})
+    if family == "gemma4":
+        config.vocab_size_per_layer_input = len(tokenizer)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = config.eos_token_id
+    return model
+
+
+def family_dir(family: str, root: Path) -> Path:
+    """`family`'s tiny instance saved as a model folder under `root` (once): what a recipe's model.name_or_path names."""
+    target = root / family
+    if not (target / "config.json").exists():
+        tokenizer = family_tokenizer(family)
+        family_model(family, tokenizer).save_pretrained(target)
+        tokenizer.save_pretrained(target)
+    return target
+
+
+def family_trainer(family: str, root: Path, **config):
+    """grpokit's trainer (its own passes where they fit: grpokit.generation, grpokit.shared_prompt) on `family`'s tiny
+    instance with LoRA, as tiny_trainer builds it; `config` as GRPOConfig fields."""
+    from datasets import Dataset
+
+    from grpokit.generation import PrefixReuseGRPOTrainer
+
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "What is 6 * 7?"}]}] * 8)
+    return tiny_trainer(root / "run", [lambda completions, **kw: [0.0] * len(completions)], rows,
+                        trainer_cls=PrefixReuseGRPOTrainer, model_dir=family_dir(family, root), **config)

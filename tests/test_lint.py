@@ -154,6 +154,17 @@ def test_overlong_unmasked_in_a_dapo_recipe(tmp_path):
     assert "overlong-unmasked" not in fired(recipe_with(tmp_path, rewards=overlong(buffer=4)))
 
 
+def test_thinking_room(tmp_path):
+    # The thinking template's block and an answer cannot fit 256 tokens; 1024 leaves it room; no thinking, no warning.
+    short = recipe_with(tmp_path, {"max_completion_length": 256})
+    text = fired(short, thinking_template="qwen3_5_think (TRL's, model.chat_template)")["thinking-room"]
+    assert "trainer.max_completion_length: is 256 tokens, and under qwen3_5_think" in text
+    assert "qwen3_5_nothink" in text and "enable_thinking: false" in text  # the ways out
+    roomy = recipe_with(tmp_path, {"max_completion_length": 1024})
+    assert "thinking-room" not in fired(roomy, thinking_template="qwen3_5_think")
+    assert "thinking-room" not in fired(short)
+
+
 def test_every_rule_is_tested_here():
     import inspect
     import sys

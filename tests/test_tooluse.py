@@ -198,7 +198,8 @@ def test_a_template_that_cannot_render_tool_calls_is_refused_at_check(tmp_path, 
     del data["model"]["chat_template"]  # the tiny model's own template drops tool calls
     assert cli.main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
     err = capsys.readouterr().err
-    assert "model.name_or_path: the chat template cannot render a tool call and its result" in err
+    assert "model.name_or_path: the model's own (builtin:tiny-llama): cannot render a tool call and its result" in err
+    assert "allowed: TRL's templates whose tool calls it parses: " in err and " qwen2_5," in err
     assert "set model.chat_template" in err and "Traceback" not in err
 
 

@@ -73,7 +73,7 @@ def on_policy(args) -> bool:
 def lint(recipe, args, *, answer_lengths: list[int] | None = None, gpu: dict | None = None,
          prompt_length: int | None = None, vllm_plan=None, vllm_plan_asleep=None,
          tool_round_tokens: int | None = None, cpu_bf16: bool | None = None,
-         task_audit: dict | None = None) -> list[LintWarning]:
+         task_audit: dict | None = None, thinking_template: str | None = None) -> list[LintWarning]:
     """The warnings for a validated `Recipe` and its `GRPOConfig`, minus the rules its `lint.ignore` names.
 
     Facts, each optional (rules that need one stay silent without it): `answer_lengths`, token lengths of the
@@ -83,11 +83,12 @@ def lint(recipe, args, *, answer_lengths: list[int] | None = None, gpu: dict | N
     the tokens one round of tool use costs in the chat template before any output (`grpokit.tooluse.round_tokens`);
     `cpu_bf16`, whether this CPU has bfloat16 instructions (`cpu.cpu_computes_bf16`), for a run on the CPU;
     `task_audit`, how each reasoning-gym task's scorer treats its own gold answers and a nonsense one
-    (`rewards.tasks.audit`).
+    (`rewards.tasks.audit`); `thinking_template`, the chat template when the model writes a thinking block before
+    its answer under it (`grpokit.templates.thinks`).
     """
     facts = {"answer_lengths": answer_lengths or None, "gpu": gpu, "prompt_length": prompt_length,
              "vllm_plan": vllm_plan, "vllm_plan_asleep": vllm_plan_asleep, "tool_round_tokens": tool_round_tokens,
-             "cpu_bf16": cpu_bf16, "task_audit": task_audit}
+             "cpu_bf16": cpu_bf16, "task_audit": task_audit, "thinking_template": thinking_template}
     ignored = set((getattr(recipe, "lint", None) or {}).get("ignore", ()))
     found = (r.check(recipe, args, facts) for name, r in RULES.items() if name not in ignored)
     return [w for w in found if w is not None]
@@ -439,6 +440,26 @@ def _overlong_counts_tools(recipe, args, facts):
         "tokens (masked out of the loss, yet part of the length) as if the model wrote them, so a rollout that called "
         "a tool with a long result is punished for it; size args.buffer and max_completion_length for the results, "
         "or drop the penalty"))
+
+
+# Below this many completion tokens a thinking template's block crowds out the answer. A floor, not a fit: Qwen3's
+# model card advises 32,768 output tokens for thinking mode ("for most queries"), and a thinking block on a
+# grade-school problem commonly runs to several hundred tokens; a completion cut inside it has no answer to score.
+THINKING_ROOM = 1024
+
+
+@rule("thinking-room", "a thinking template with a completion too short for its thinking block and an answer")
+def _thinking_room(recipe, args, facts):
+    template = facts.get("thinking_template")
+    if not template or args.max_completion_length >= THINKING_ROOM:
+        return None
+    return LintWarning("thinking-room", ("trainer.max_completion_length",), (
+        f"is {args.max_completion_length} tokens, and under {template} the model writes a thinking block before "
+        f"its answer (and before each tool call): a thinking model's block commonly runs to hundreds of tokens or "
+        f"more (Qwen3's model card advises 32,768 output tokens for thinking mode), and a completion cut inside it has "
+        f"no answer for the rewards to score; raise max_completion_length to at least {THINKING_ROOM}, or turn "
+        "thinking off: qwen3_5_nothink for Qwen3.5, trainer.chat_template_kwargs {enable_thinking: false} for Qwen3 "
+        "and SmolLM3"))
 
 
 RULE_NAMES = tuple(RULES)

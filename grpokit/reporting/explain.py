@@ -187,6 +187,15 @@ def generation_engine(args) -> str:
             "completion for every sequence until the longest finishes")
 
 
+def own_passes_rows(args, sampling: dict, model: dict) -> list[tuple[str, str]]:
+    """Which method computes the loss pass and generation for this model (grpokit.ownpasses), when a model is named."""
+    if not (model or {}).get("name_or_path"):
+        return []
+    from grpokit import ownpasses
+
+    return [("own passes", ownpasses.explain(args, sampling or {}, model))]
+
+
 def engine_rows(args, lora, model) -> list[tuple[str, str]]:
     """Sleep mode, weight sync and TRL's importance-sampling correction, for a recipe that generates with vLLM."""
     if not args.use_vllm:
@@ -238,6 +247,7 @@ def explain(args, *, rewards: list[dict], sampling: dict, lora: dict | None, mod
         ("dynamic sampling", dynamic_sampling(sampling)),
         ("generation engine", generation_engine(args)),
         *engine_rows(args, lora, model),
+        *own_passes_rows(args, sampling, model),
     ]
     if args.top_entropy_quantile < 1.0:
         rows.append(("entropy mask", f"only the top {_g(args.top_entropy_quantile)} of tokens by entropy carry the "

@@ -24,6 +24,7 @@ from pathlib import Path
 from grpokit import files
 from grpokit.reporting.failed_calls import failed_calls_section
 from grpokit.reporting.messages import plain, text, visible
+from grpokit.reporting.own_passes import own_passes_section
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.scoring import scoring_section
 from grpokit.reporting.tool_calls import failed_at_end, tool_use_section
@@ -395,6 +396,7 @@ def write_report(
     lines += tool_use_section(state["log_history"])  # nothing for a run without tools
     lines += failed_calls_section(record["failed_calls"])  # nothing for a run whose tool calls never failed
     lines += scoring_section(state["log_history"])  # nothing for a run without task_score
+    lines += own_passes_section(state["log_history"])  # nothing where TRL's method ran throughout
     lines += ["", "## Curves", ""]
     for plot in plots:  # links relative to report.md, so the run dir can be moved or shared whole
         lines.append(f"![{plot.stem}]({Path(os.path.relpath(plot, run_dir)).as_posix()})")

@@ -71,6 +71,14 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     model_path, readable = _model_path(recipe, found)
     tokenizer = _tokenizer(recipe, model_path, found, log) if readable else None
     schema, per_round = None, None
+    if toolset is not None and tokenizer is None:
+        # the model's tokenizer is not here (a hub model --check never downloads): a template named from TRL's is
+        # still checked, read by a stand-in (grpokit.templates.stand_in), so a template TRL cannot parse is refused now
+        from grpokit import templates
+
+        reader = templates.stand_in(recipe.model)
+        if reader is not None:
+            found.problems.extend(tooluse.template_problems(reader, recipe.model, recipe.where_set("model")))
     if toolset is not None and tokenizer is not None:
         found.problems.extend(tooluse.template_problems(tokenizer, recipe.model, recipe.where_set("model")))
         schema, per_round = tooluse.schema_tokens(tokenizer, toolset), tooluse.round_tokens(tokenizer, toolset)

@@ -42,10 +42,11 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0, full: bool = False) -> in
     print("\n".join(explain_table(recipe, prep.args)))
     print()
     facts["prompt_length"] = prompt_length
-    if prep.tokenizer is not None:
+    reader = template_reader(prep, recipe)
+    if reader is not None:
         from grpokit import templates
 
-        if templates.thinks(prep.tokenizer, prep.args.chat_template_kwargs):
+        if templates.thinks(reader, prep.args.chat_template_kwargs):
             facts["thinking_template"] = templates.shown(recipe.model)
     facts["task_audit"] = _task_audit(prep, recipe)
     _memory_plan(prep, recipe, prompt_length, prompt_how, gpu_memory_gb, facts)
@@ -137,11 +138,19 @@ def _formatted_rows(prep, recipe: Recipe, full: bool = False) -> tuple[int | Non
     return prompt_length, prompt_how
 
 
+def template_reader(prep, recipe: Recipe):
+    """What reads the recipe's chat template: the model's tokenizer, or -- where it is not here and the recipe names
+    one of TRL's templates -- a stand-in carrying that template (grpokit.templates.stand_in); None otherwise."""
+    from grpokit import templates
+
+    return prep.tokenizer if prep.tokenizer is not None else templates.stand_in(recipe.model)
+
+
 def _tool_use(prep, recipe: Recipe, prompt_length: int | None, prompt_how: str, facts: dict) -> tuple[int | None, str]:
     """Print how a rollout goes; add what tools cost in tokens, measured with the chat template: the schemas every
     prompt carries (to the plan's prompt length, returned) and one round of a call (to the lint's `facts`)."""
     print()
-    print("\n".join(tooluse.explain(prep.tools, recipe, prep.args, prep.tokenizer)))
+    print("\n".join(tooluse.explain(prep.tools, recipe, prep.args, template_reader(prep, recipe))))
     if prep.round_tokens is None:  # no tokenizer to measure with
         return prompt_length, prompt_how
     facts["tool_round_tokens"] = prep.round_tokens

@@ -32,11 +32,14 @@ def template_text(name: str) -> str:
 
 def parsed_by_trl(name: str) -> bool:
     """Whether TRL can parse tool calls written in its template `name` (`add_response_schema` knows it)."""
+    return _parses(template_text(name))
+
+
+def _parses(text: str) -> bool:
     from trl.chat_template_utils import add_response_schema
 
-    probe = types.SimpleNamespace(chat_template=template_text(name))
     try:
-        add_response_schema(probe)
+        add_response_schema(types.SimpleNamespace(chat_template=text))
     except ValueError:
         return False
     return True
@@ -48,6 +51,26 @@ def shown(model: dict) -> str:
     if name:
         return f"{name} (TRL's, model.chat_template)"
     return f"the model's own ({model.get('name_or_path')})"
+
+
+def stand_in(model: dict):
+    """A tokenizer to read the TRL template `model.chat_template` names with, where the model's own tokenizer is not
+    reachable (--check of a hub model never downloads): grpokit's tiny character tokenizer carrying that template.
+    TRL's checks render conversations and compare the renderings (text, or its tokens: one per character here), so
+    what they say of the template does not depend on the model's vocabulary. None when no TRL template is named:
+    a model's own template is read from its own tokenizer or not at all.
+
+    >>> stand_in({"chat_template": "qwen3"}).chat_template == template_text("qwen3")
+    True
+    """
+    name = model.get("chat_template")
+    if not name:
+        return None
+    from grpokit.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = template_text(name)
+    return tokenizer
 
 
 def _as(tokenizer, text: str):
@@ -106,7 +129,7 @@ def thinks(tokenizer, kwargs: dict | None = None) -> bool:
 def explain(tokenizer, model: dict, kwargs: dict | None = None) -> list[str]:
     """--check's lines on the template of a tool recipe (its problems are `tooluse.template_problems`')."""
     parsed = (getattr(tokenizer, "response_template", None) is not None
-              or getattr(tokenizer, "response_schema", None) is not None)
+              or getattr(tokenizer, "response_schema", None) is not None or _parses(tokenizer.chat_template))
     keeps, variant = training_variant(tokenizer)
     lines = [f"  template      {shown(model)}; TRL parses its tool calls: {'yes' if parsed else 'no'}; "
              + ("prefix-preserving (an earlier turn renders the same whatever follows), as TRL's tool loop needs"

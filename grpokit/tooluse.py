@@ -335,6 +335,10 @@ def explain(toolset: Toolset, recipe, args, tokenizer=None) -> list[str]:
         from grpokit import templates
 
         lines += templates.explain(tokenizer, recipe.model, args.chat_template_kwargs)
+    else:  # the model's own template, and its tokenizer not here: the run checks it as it loads, before any weights
+        lines.append(f"  template      the model's own ({recipe.model.get('name_or_path')}): its tokenizer is not here, "
+                     "so whether TRL parses its tool calls is checked when the run loads it; name one of TRL's "
+                     "templates (model.chat_template) to have it checked now")
     lines += [f"  limits        each call: tools.timeout_seconds {toolset.timeout_seconds:g} s, tools.max_result_chars "
               f"{toolset.max_result_chars} characters; past either the call fails with an error naming the limit (the "
               "model reads it as the result; a failed call in the report) and the run goes on",

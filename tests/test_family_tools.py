@@ -194,3 +194,39 @@ def test_a_tool_recipe_on_a_template_trl_cannot_parse_is_refused(tmp_path, capsy
     for name in ("gemma4", "llama3_2", "qwen3", "qwen3_5_think", "qwen2_5"):
         assert f" {name}," in err or f" {name} " in err or err.rstrip().endswith(name)
     assert "Traceback" not in err
+
+
+# A hub model's tokenizer is not here at --check (it never downloads); a template the recipe names from TRL's is
+# still read (grpokit.templates.stand_in), so what it says of the template holds offline as it does beside the model.
+def test_check_of_a_shipped_tool_recipe_reads_its_named_template_without_the_model(capsys, no_weights):
+    from helpers import ROOT
+
+    from grpokit import cli
+
+    assert cli.main(["--recipe", str(ROOT / "recipes" / "qwen3-1.7b" / "python_tool.yaml"), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert ("template      qwen3 (TRL's, model.chat_template); TRL parses its tool calls: yes; not prefix-preserving"
+            in out and "training template qwen3_training instead" in out)
+
+
+def test_a_hub_tool_recipe_naming_a_template_trl_cannot_parse_is_refused_offline(capsys, no_weights):
+    from helpers import ROOT
+
+    from grpokit import cli
+
+    recipe = str(ROOT / "recipes" / "qwen3-1.7b" / "python_tool.yaml")
+    assert cli.main(["--recipe", recipe, "model.chat_template=phi3", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "model.chat_template: phi3 (TRL's, model.chat_template): cannot render a tool call" in err
+    assert "allowed: TRL's templates whose tool calls it parses: " in err and " qwen3," in err
+    assert "Traceback" not in err
+
+
+def test_a_thinking_recipe_too_short_for_its_block_is_linted_without_the_model(capsys, no_weights):
+    from helpers import ROOT
+
+    from grpokit import cli
+
+    recipe = str(ROOT / "recipes" / "qwen3-1.7b" / "grpo.yaml")
+    assert cli.main(["--recipe", recipe, "trainer.max_completion_length=256", "--check"]) == 0
+    assert "warning [thinking-room] trainer.max_completion_length: is 256 tokens" in capsys.readouterr().out

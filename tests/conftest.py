@@ -104,7 +104,7 @@ def _measured() -> str:
     if result is None:
         return f"not timed on an idle machine yet (bench/results/suite_time.json: {why})"
     minutes, seconds = divmod(round(result["wall_s"]), 60)
-    idle = "idle" if result["idle"] else f"at load average {result['load_before'][0]:.1f}"
+    idle = "idle" if result["idle"] else f"busy ({result['others_cpu_share']:.0%} of the CPU taken by other work)"
     return (f"{minutes} min {seconds} s on {result['cores']} {idle} cores ({result['date']}, "
             "bench/results/suite_time.json)")
 

@@ -118,8 +118,12 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     resumed_at = (rundir.read_state(Path(checkpoint) / rundir.STATE_FILE)[0] or {}).get("global_step") if checkpoint else None
     prep = prepare(recipe, mode="train")
     warm = warmstart.made(output_dir) if recipe.warm_start and request.resume is not None else None
+    if warm:
+        say(f"warm start: {warm}, this run's own (--resume never trains it again)")
     # a new warm start loads the recipe's model itself, in its own dtype (grpokit.warmstart.sft), once the folder is the run's
-    model = _policy(recipe, str(warm or prep.model_path), str(warm or recipe.model["name_or_path"])) if warm or not recipe.warm_start else None
+    model = None
+    if warm or not recipe.warm_start:
+        model = _policy(recipe, str(warm or prep.model_path), str(warm or recipe.model["name_or_path"]))
     # Every check has passed and the weights are in: only now does --overwrite remove the previous run.
     rundir.remove_previous(output_dir, previous, recipe_path, lock)
     lock.begin()

@@ -151,13 +151,20 @@ def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tm
     # only the assistant's turns carry a loss: no tool result, prompt or role header
     from grpokit import models
 
-    tokenizer = models.load_tokenizer(str(warm), validate(config.load(path)))
+    tokenizer = models.load_tokenizer(str(warm), validate(config.load(path)))  # the recipe's template
     for ids, rows in labels:
         for row, label in zip(ids, rows):
             trained = tokenizer.decode([t for t, lab in zip(row, label) if lab != -100])
             assert trained.count("<tool_call>") == 2 and "<tool_response>" not in trained
             assert "Use the tools." not in trained and "<|im_start|>" not in trained
     assert len(labels) == 2
+    # --eval and --merge of the run, or of a checkpoint, put its adapter on the warm start
+    from grpokit import evaluate, merge
+
+    recipe = validate(config.load(path))
+    assert evaluate._warm_start(recipe, str(run / "checkpoint-1"), print) == warm
+    assert evaluate._warm_start(recipe, None, print) == warm  # the base's figures are the warm start's
+    assert merge.base_model(run)[0] == str(warm)
     # --resume uses the warm start as it is: never trained again, its files untouched
     stamps = {p.name: p.stat().st_mtime_ns for p in warm.iterdir()}
     monkeypatch.setattr(sft, "make", lambda *a, **k: pytest.fail("the warm start was trained again on --resume"))

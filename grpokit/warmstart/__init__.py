@@ -140,7 +140,7 @@ def explain(section: dict, worked, output_dir, model: str, lora: dict) -> list[s
     """--check's account of the warm start: what it trains on, how long, how, where it goes, and why."""
     lines = ["# warm start (warm_start): a supervised pass before GRPO, in the same run"]
     if worked is None:
-        return lines + ["  its exchanges could not be read (see the problems above)"]
+        return lines + ["  its exchanges were not read: there is no tokenizer here to render them with (see the notes)"]
     n, seen = len(worked.exchanges), section["steps"] * section["batch_size"]
     rows = worked.rows or [((), ())]
     tokens = sum(len(ids) for ids, _ in rows) / len(rows)

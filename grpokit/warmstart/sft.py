@@ -25,10 +25,7 @@ from grpokit.warmstart import FOLDER, RECORD, made
 def ensure(prep, output_dir: Path, base_path: str) -> str:
     """The warm start in `output_dir` (made from the model at `base_path` when it is not there yet); its path."""
     found = made(output_dir)
-    if found is not None:
-        say(f"warm start: using {found} (made by this run before; not trained again)")
-        return str(found)
-    return str(make(prep, base_path, Path(output_dir) / FOLDER))
+    return str(found) if found is not None else str(make(prep, base_path, Path(output_dir) / FOLDER))
 
 
 def adapter(section: dict, recipe_lora: dict | None) -> dict:

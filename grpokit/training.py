@@ -120,10 +120,13 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     warm = warmstart.made(output_dir) if recipe.warm_start and request.resume is not None else None
     if warm:
         say(f"warm start: {warm}, this run's own (--resume never trains it again)")
-    # a new warm start loads the recipe's model itself, in its own dtype (grpokit.warmstart.sft), once the folder is the run's
-    model = None
+    model = base = None
     if warm or not recipe.warm_start:
         model = _policy(recipe, str(warm or prep.model_path), str(warm or recipe.model["name_or_path"]))
+    else:  # a new warm start: the recipe's model, in the supervised pass's dtype, is what loads first
+        from grpokit.warmstart import sft
+
+        base = sft.load_base(prep)
     # Every check has passed and the weights are in: only now does --overwrite remove the previous run.
     rundir.remove_previous(output_dir, previous, recipe_path, lock)
     lock.begin()
@@ -131,9 +134,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     if is_main_process():
         write_recipe_file(recipe, output_dir)
     if model is None:  # the warm start first (TRL's SFTTrainer), then GRPO from it
-        from grpokit.warmstart import sft
-
-        prep.model_path = sft.ensure(prep, output_dir, prep.model_path)
+        prep.model_path = sft.ensure(prep, output_dir, base)
         lock.record()  # the warm start is the run's from now on, even if GRPO never reaches a checkpoint
         model = _policy(recipe, prep.model_path, f"{prep.model_path} (the warm start)")
     from grpokit.progress import events

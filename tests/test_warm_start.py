@@ -157,7 +157,7 @@ def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tm
             trained = tokenizer.decode([t for t, lab in zip(row, label) if lab != -100])
             assert trained.count("<tool_call>") == 2 and "<tool_response>" not in trained
             assert "Use the tools." not in trained and "<|im_start|>" not in trained
-    assert len(labels) == 2
+    assert len(labels) == 4  # 2 steps of 2 exchanges, one exchange at a time
     # --eval and --merge of the run, or of a checkpoint, put its adapter on the warm start
     from grpokit import evaluate, merge
 
@@ -171,4 +171,4 @@ def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tm
     assert main(["--recipe", str(path), "--threads", "1", "--resume", "trainer.max_steps=2"]) == 0
     assert {p.name: p.stat().st_mtime_ns for p in warm.iterdir()} == stamps
     assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 2
-    assert len(labels) == 2
+    assert len(labels) == 4

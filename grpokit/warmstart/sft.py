@@ -22,10 +22,18 @@ from grpokit.dist import say
 from grpokit.warmstart import FOLDER, RECORD, made
 
 
-def ensure(prep, output_dir: Path, base_path: str) -> str:
-    """The warm start in `output_dir` (made from the model at `base_path` when it is not there yet); its path."""
+def load_base(prep):
+    """The recipe's model, in the pass's dtype (`warm_start.dtype`), as the pass trains it."""
+    from grpokit.models import load_model
+
+    say(f"building model: {prep.recipe.model['name_or_path']} ({prep.recipe.warm_start['dtype']}) for the warm start")
+    return load_model(prep.model_path, _in_dtype(prep.recipe, prep.recipe.warm_start["dtype"]))
+
+
+def ensure(prep, output_dir: Path, base) -> str:
+    """The warm start in `output_dir` (made from the loaded model `base` when it is not there yet); its path."""
     found = made(output_dir)
-    return str(found) if found is not None else str(make(prep, base_path, Path(output_dir) / FOLDER))
+    return str(found) if found is not None else str(make(prep, base, Path(output_dir) / FOLDER))
 
 
 def adapter(section: dict, recipe_lora: dict | None) -> dict:
@@ -35,20 +43,17 @@ def adapter(section: dict, recipe_lora: dict | None) -> dict:
     return dict(section.get("lora") or recipe_lora or LORA_DEFAULTS)
 
 
-def make(prep, base_path: str, target: Path) -> Path:
+def make(prep, model, target: Path) -> Path:
     """Train, merge and save the warm start into `target`; its record (`RECORD`) is written last, inside."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
 
-    from grpokit.models import load_model
-
     recipe, worked, section = prep.recipe, prep.warm_start, prep.recipe.warm_start
     lora = adapter(section, recipe.lora)
     say(f"warm start: {worked.source}; {section['steps']} steps of {section['batch_size']}, learning rate "
         f"{section['learning_rate']:g}, LoRA r={lora['r']} ({section['dtype']}), the loss on the assistant's turns only")
-    model = load_model(base_path, _in_dtype(recipe, section["dtype"]))
     rows = Dataset.from_list([{"input_ids": ids, "assistant_masks": mask} for ids, mask in worked.rows])
     started, losses = time.perf_counter(), []
 

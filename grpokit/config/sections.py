@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from grpokit.fields import Field
 
-SECTIONS = ("model", "lora", "warm_start", "dataset", "rewards", "tools", "trainer", "sampling", "lint")
+SECTIONS = ("model", "lora", "dataset", "rewards", "tools", "warm_start", "trainer", "sampling", "lint")
 REQUIRED_SECTIONS = ("model", "dataset", "rewards")
 
 MODEL = {

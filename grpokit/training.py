@@ -135,6 +135,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
         write_recipe_file(recipe, output_dir)
     if model is None:  # the warm start first (TRL's SFTTrainer), then GRPO from it
         prep.model_path = sft.ensure(prep, output_dir, base)
+        base = None  # its weights were merged and saved: freed before GRPO loads the warm start
         lock.record()  # the warm start is the run's from now on, even if GRPO never reaches a checkpoint
         model = _policy(recipe, prep.model_path, f"{prep.model_path} (the warm start)")
     from grpokit.progress import events

@@ -80,6 +80,9 @@ def make(prep, model, target: Path) -> Path:
         files.write_text(tmp / RECORD, json.dumps(record, indent=2) + "\n")
 
     files.build_folder(target, build)
+    import gc
+
+    gc.collect()  # the SFT trainer and its callbacks refer to one another: freed now, before GRPO loads its model
     say(f"warm start: made {target} in {time.perf_counter() - started:.0f} s (last loss {losses[-1]:.3f})")
     return target
 

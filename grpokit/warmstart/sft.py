@@ -10,6 +10,7 @@ renders with the recipe's tools exactly as the GRPO tool loop will.
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from pathlib import Path
@@ -37,7 +38,7 @@ def ensure(prep, output_dir: Path, base) -> str:
 
 
 def adapter(section: dict, recipe_lora: dict | None) -> dict:
-    """The LoRA the pass trains: its own `lora`, else the recipe's, else grpokit's defaults; no dropout unless asked."""
+    """The LoRA the pass trains: its own `lora`, else the recipe's, else grpokit's defaults (`sections.LORA_DEFAULTS`)."""
     from grpokit.config.sections import LORA_DEFAULTS
 
     return dict(section.get("lora") or recipe_lora or LORA_DEFAULTS)
@@ -80,8 +81,6 @@ def make(prep, model, target: Path) -> Path:
         files.write_text(tmp / RECORD, json.dumps(record, indent=2) + "\n")
 
     files.build_folder(target, build)
-    import gc
-
     gc.collect()  # the SFT trainer and its callbacks refer to one another: freed now, before GRPO loads its model
     say(f"warm start: made {target} in {time.perf_counter() - started:.0f} s (last loss {losses[-1]:.3f})")
     return target

@@ -94,6 +94,13 @@ def test_what_a_warm_start_cannot_do_is_said_before_anything_loads(tmp_path, cap
     assert "Traceback" not in err
 
 
+def test_a_warm_start_runs_in_one_process(tmp_path, no_weights):
+    from grpokit.errors import RecipeError
+
+    with pytest.raises(RecipeError, match="warm_start: runs its supervised pass in one process, and this run has 2"):
+        validate(config.load(write_recipe(tmp_path, tiny_recipe(tmp_path))), num_processes=2)
+
+
 def test_a_file_of_exchanges_goes_after_the_recipes_prompt_and_may_not_ask_a_heldout_question(tmp_path, capsys, no_weights):
     from grpokit import tasks
 

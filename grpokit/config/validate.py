@@ -148,6 +148,8 @@ def validate(loaded: Loaded, num_processes: int | None = None, data_files: bool 
     if rewards:
         check_sampling_metric(sampling, [r["logged_as"] for r in rewards], problems, where_set)
     n_proc = num_processes or num_processes_from_env()
+    if warm_start:
+        warmstart.check_processes(n_proc, problems, where_set)
     check_combinations(trainer, model, dataset, sampling, n_proc, problems, where_set)
     problems.raise_if_any()
     _check_with_the_libraries(trainer, model, rewards, lora, n_proc, problems, where_set)

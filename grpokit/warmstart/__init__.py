@@ -120,6 +120,14 @@ def _check_from_task(raw, data: dict, problems: Problems, where_set) -> dict:
     return spec
 
 
+def check_processes(n_proc: int, problems: Problems, where_set) -> None:
+    """The pass runs in the run's one process: under several, each would train it on its own share of the exchanges
+    (a batch per process), which is not the pass the section describes; refused rather than made otherwise."""
+    if n_proc > 1:
+        problems.add(KEY, f"runs its supervised pass in one process, and this run has {n_proc} (--num-processes or the "
+                     "launcher's): run a recipe with a warm_start in one process", n_proc, file=where_set(KEY))
+
+
 def folder(output_dir) -> Path:
     return Path(output_dir) / FOLDER
 

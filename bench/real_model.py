@@ -156,20 +156,33 @@ def pass_reward_mean(logged: dict, figure: str = "mean") -> float:
                 logged["reward" if figure == "mean" else "reward_std"])
 
 
-def eval_run(run_dir: Path | None, out: Path, recipe_path: Path = RECIPE) -> dict:
+def eval_run(run_dir: Path | None, out: Path, recipe_path: Path = RECIPE, home: Path | None = None) -> dict:
+    """Held-out figures of a run (or of the recipe's model: `run_dir` None, scored as `launch.py --eval` scores it with
+    trainer.output_dir `home`: a warm-start recipe's model is the warm start that run folder holds)."""
     from grpokit import evaluate
 
     if out.is_file():  # scored already (e.g. by `launch.py --eval` run in parallel): greedy, so the same figures
         saved = files.read_json(out, dict)
         recipe = load_recipe([], recipe_path)
+        warm = _warm_start(recipe, run_dir, home)
         if (saved.get("model") == recipe.model["name_or_path"] and saved.get("heldout") == evaluate._heldout_name(recipe.dataset)
-                and saved.get("run_dir") == (str(run_dir) if run_dir else None)):
+                and saved.get("run_dir") == (str(run_dir) if run_dir else None) and saved.get("warm_start") == warm):
             print(f"reusing {out}: " + evaluate.summary(saved), flush=True)
             return saved
-    recipe = load_recipe([f"trainer.output_dir={run_dir or out.parent / 'base'}"], recipe_path)
+    recipe = load_recipe([f"trainer.output_dir={run_dir or home or out.parent / 'base'}"], recipe_path)
     result = evaluate.evaluate(recipe, str(run_dir) if run_dir else None, out=str(out))
     print(evaluate.summary(result), flush=True)
     return result
+
+
+def _warm_start(recipe, run_dir: Path | None, home: Path | None) -> str | None:
+    """The warm start a score is of (grpokit.warmstart), as `evaluate` records it; None for a recipe without one."""
+    from grpokit import warmstart
+
+    if not recipe.warm_start:
+        return None
+    found = warmstart.of_run(run_dir) if run_dir else warmstart.made(home) if home else None
+    return str(found) if found else None
 
 
 def plot(results: dict, path: Path) -> None:
@@ -282,7 +295,10 @@ def main(argv=None) -> int:
     if opts.train_only:
         return 0
     results = header(recipe, recipe_path, steps, opts.how)
-    base = eval_run(None, runs / "base-eval.json", recipe_path)  # greedy: the same for every seed
+    # greedy: the same for every seed; a warm-start recipe's "before" is the warm start (the first seed's run holds one;
+    # every seed's is made alike, from the same seed and examples: see each seed's warm_start record)
+    home = runs / f"seed-{min(opts.seeds)}" if recipe.warm_start else None
+    base = eval_run(None, runs / "base-eval.json", recipe_path, home)
     results["base"] = {"pass@1": base["greedy"]["pass@1"], "passed": base["greedy"]["passed"], "prompts": base["prompts"],
                        **({"tools": base["tools"]} if base.get("tools") else {})}
     results["heldout"], results["pass_reward"] = base["heldout"], base["pass_reward"]
@@ -293,7 +309,9 @@ def main(argv=None) -> int:
         end, state = trained_state(run_dir)
         shipped = score(end if opts.once else run_dir / f"checkpoint-{steps}", results["base"]["pass@1"], recipe_path)
         doubled = None if opts.once else score(end, results["base"]["pass@1"], recipe_path)
-        results["seeds"].append({"seed": seed, **timing(state), "after": shipped, "after_2x": doubled,
+        made = run_dir / "warm_start" / "warm_start.json"  # grpokit.warmstart's record of the run's warm start
+        warm = {"warm_start": files.read_json(made, dict)} if made.is_file() else {}
+        results["seeds"].append({"seed": seed, **timing(state), **warm, "after": shipped, "after_2x": doubled,
                                  "rise": shipped["rise"], "rise_2x": doubled and doubled["rise"],
                                  "reached_target": min(shipped["rise"], (doubled or shipped)["rise"]) >= TARGET_RISE})
         results["seeds"].sort(key=lambda r: r["seed"])

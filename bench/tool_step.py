@@ -47,7 +47,7 @@ def prompt_parts(prep) -> dict:
     tok, messages = prep.tokenizer, prep.dataset[0]["prompt"]
     if isinstance(messages, str):
         return {"whole prompt (plain text)": len(tok(messages)["input_ids"])}
-    tools = tooluse._tools_for_template(prep.tools) if prep.tools else None
+    tools = tooluse.template_tools(prep.tools) if prep.tools else None
 
     def length(msgs, **kw):
         return len(tok.apply_chat_template(msgs, tokenize=True, return_dict=False, add_generation_prompt=True, **kw))

@@ -42,8 +42,8 @@ OTHERS = {# the calculator as shipped since 2026-12-05 (8 a group, learning rate
           "python_tool": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml",
           # the same recipe, measured on a machine whose CPU computes bfloat16 (dtype auto: bfloat16, base included)
           "python_tool_bf16": ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml",
-          # recipes/smollm2-135m/multi_call.yaml from its warm start: the copy bench/multi_call.py writes
-          "multi_call": ROOT / "bench" / "results" / "multi_call_runs" / "multi_call.yaml"}
+          # the warm start, then GRPO from it, in each seed's run (its warm_start section)
+          "multi_call": ROOT / "recipes" / "smollm2-135m" / "multi_call.yaml"}
 # What each recipe's held-out problems are, and whose calls TRL's loop runs (by the recipe's stem), for the page.
 DESCRIBED = {"calculator": ("products and sums", "the calculator's"),
              "python_tool": ("products of three numbers", "the Python tool's"),

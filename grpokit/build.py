@@ -42,6 +42,7 @@ class Prepared:
     # every prompt carries, and one round of a call before any output; None without tools or a tokenizer.
     schema_tokens: int | None = None
     round_tokens: int | None = None
+    warm_start: Any = None  # grpokit.warmstart.examples.Worked: the exchanges the warm start trains on, tokenized
 
 
 def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
@@ -94,12 +95,13 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     dataset = _dataset(recipe, model_path, tokenizer, args.max_completion_length, schema or 0, found, log)
     if toolset is not None and dataset is not None:
         found.problems.extend(tooluse.row_problems(toolset, dataset.column_names, recipe.where_set("tools.environment")))
+    worked = _warm_start(recipe, tokenizer, toolset, dataset, found) if recipe.warm_start and tokenizer is not None else None
     _generation_engine(args, found)
     if not found.training:  # --check; a run finds out when it locks the folder (rundir.RunLock), before any weights load
         _output_folder(recipe, found)
     found.problems.raise_if_any()
     return Prepared(recipe, args, lora, reward_funcs, toolset, model_path, tokenizer, dataset, found.notes, schema,
-                    per_round)
+                    per_round, worked)
 
 
 @dataclass
@@ -181,6 +183,20 @@ def _dataset(recipe: Recipe, model_path: str | None, tokenizer, completion_lengt
     except RecipeError as err:
         found.problems.extend(err.problems)
     return None
+
+
+def _warm_start(recipe: Recipe, tokenizer, toolset, dataset, found: _Findings):
+    """The warm start's worked exchanges, tokenized as the run trains on them (`warmstart.examples.prepare`); None,
+    with the problems, when they cannot be made."""
+    from grpokit.warmstart import examples
+
+    try:
+        return examples.prepare(recipe, tokenizer, toolset, dataset)
+    except RecipeError as err:
+        for problem in err.problems:
+            problem.file = problem.file or recipe.where_set(problem.path)
+        found.problems.extend(err.problems)
+        return None
 
 
 def _generation_engine(args, found: _Findings) -> None:

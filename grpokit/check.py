@@ -32,6 +32,13 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0, full: bool = False) -> in
     if recipe.dataset.get("reasoning_gym"):
         print()
         print("\n".join(tasks.explain(recipe.dataset["reasoning_gym"], recipe.rewards)))
+    if recipe.warm_start:
+        from grpokit import warmstart
+        from grpokit.warmstart.sft import adapter
+
+        print()
+        print("\n".join(warmstart.explain(recipe.warm_start, prep.warm_start, recipe.trainer["output_dir"],
+                                          recipe.model["name_or_path"], adapter(recipe.warm_start, recipe.lora))))
     facts = {"gpu": gpu_facts()}
     if facts["gpu"] is None:  # the run takes the CPU path: whether it computes bfloat16 or emulates it
         facts["cpu_bf16"] = cpu.cpu_computes_bf16()

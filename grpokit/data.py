@@ -273,8 +273,7 @@ def format_prompts(ds, spec: dict, conversational: bool):
     def build(row):
         content = render(template, row) if template else row[prompt_col]
         if conversational and isinstance(content, str):
-            messages = ([{"role": "system", "content": system}] if system else []) + shots + [{"role": "user", "content": content}]
-            out = {"prompt": messages}
+            out = {"prompt": chat_prompt(system, shots, content)}
         else:
             if isinstance(content, list):  # already chat messages
                 out = {"prompt": content}
@@ -290,6 +289,11 @@ def format_prompts(ds, spec: dict, conversational: bool):
         # column's type (datasets 5.2, even with remove_columns), so a numeric gold str(5) would come back as the int 5.
         ds = ds.remove_columns([c for c in ("answer",) if c in ds.column_names]).rename_column(_NEW_ANSWER, "answer")
     return ds
+
+
+def chat_prompt(system: str | None, shots: list[dict], content: str) -> list[dict]:
+    """A prompt as chat messages: the system prompt, the worked messages (`few_shot_messages`), the user's text."""
+    return ([{"role": "system", "content": system}] if system else []) + shots + [{"role": "user", "content": content}]
 
 
 def few_shot_messages(shots: list | None) -> list[dict]:

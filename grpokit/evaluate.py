@@ -65,6 +65,8 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     ownership.refuse_unless_replaceable([path], key="--eval-out" if out else str(path), recipe_path=recipe_path)  # before the work
     args = grpo_args(recipe)
     model_path, _ = model_source(recipe)
+    warm = _warm_start(recipe, run_dir, log)
+    model_path = str(warm) if warm else model_path
     tokenizer = load_tokenizer(run_dir if trained else model_path, recipe)
     prompts = heldout_dataset(recipe, tokenizer, log)
     names = [r["name"] for r in recipe.rewards]
@@ -80,6 +82,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     result: dict[str, Any] = {
         "recipe": recipe_path,
         "model": recipe.model["name_or_path"],
+        **({"warm_start": str(warm)} if warm else {}),
         "run_dir": str(run_dir) if run_dir else None,
         "heldout": _heldout_name(recipe.dataset),
         "prompts": len(rows),
@@ -237,6 +240,19 @@ def _seed(seed: int) -> None:
     import torch
 
     torch.manual_seed(seed)
+
+
+def _warm_start(recipe: Recipe, run_dir: str | None, log):
+    """The model a warm-start recipe's run trained from (grpokit.warmstart), which its adapter goes on and which the
+    base's figures are of: the run's (or, for the base, the one in output_dir); None without a warm start."""
+    from grpokit import warmstart
+
+    if not recipe.warm_start:
+        return None
+    warm = warmstart.of_run(run_dir) if run_dir else warmstart.made(recipe.trainer["output_dir"])
+    if warm is None and not run_dir:
+        log(f"eval: no warm start in {recipe.trainer['output_dir']} yet: scoring the recipe's own model, before it")
+    return warm
 
 
 def _check_inputs(recipe: Recipe, run_dir: str | None, samples: int, out: Path, chosen: bool) -> str | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpokit import files
+from grpokit import files, warmstart
 from grpokit.files import ownership
 from grpokit.errors import Problem, RecipeError
 from grpokit.rundir import RECIPE_FILE
@@ -83,6 +83,9 @@ def base_model(run_dir: Path) -> tuple[str, dict]:
     data = read_yaml(recipe_path) if recipe_path is not None else None
     model = data.get("model") if isinstance(data, dict) else None
     model = model if isinstance(model, dict) else {}
+    warm = warmstart.of_run(run_dir)
+    if warm is not None:  # the run trained its adapter on its warm start (grpokit.warmstart), not on the recipe's model
+        return str(warm), model
     name = model.get("name_or_path")
     if not name:
         config = files.read_json(run_dir / ADAPTER_CONFIG, dict, key="--merge")

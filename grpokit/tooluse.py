@@ -407,7 +407,7 @@ def _reward_source(toolset: Toolset, recipe) -> str:
 # Token costs, measured with the chat template: what the memory plan and the lint add for tool use
 
 
-def _tools_for_template(toolset: Toolset) -> list:
+def template_tools(toolset: Toolset) -> list:
     """The tools as the template renders them: functions, and the environment's methods bound to a stand-in (the
     schema reads only the signature and docstring; no environment is built)."""
     env = toolset.environment
@@ -421,7 +421,7 @@ def _length(tokenizer, messages, **kwargs) -> int:
 def schema_tokens(tokenizer, toolset: Toolset) -> int:
     """Tokens the tools' schemas add to every prompt (TRL renders each prompt with `tools=`)."""
     user = [{"role": "user", "content": "x"}]
-    return _length(tokenizer, user, tools=_tools_for_template(toolset)) - _length(tokenizer, user)
+    return _length(tokenizer, user, tools=template_tools(toolset)) - _length(tokenizer, user)
 
 
 def round_tokens(tokenizer, toolset: Toolset) -> int:

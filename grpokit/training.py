@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grpokit import rundir
+from grpokit import rundir, warmstart
 from grpokit.build import make_trainer, prepare
 from grpokit.config import Recipe
 from grpokit.config.trainer_args import grpo_args, resolved_dtype
@@ -119,15 +119,27 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     # the step the checkpoint holds: what this session trains is counted from it, not from 0
     resumed_at = (rundir.read_state(Path(checkpoint) / rundir.STATE_FILE)[0] or {}).get("global_step") if checkpoint else None
     prep = prepare(recipe, mode="train")
-    say(f"building model: {recipe.model['name_or_path']} ({resolved_dtype(recipe.model, lora=recipe.lora is not None)}, quantization {recipe.model['quantization']}, "
-        + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
-    model = load_model(prep.model_path, recipe)
+    warm = warmstart.made(output_dir) if recipe.warm_start and request.resume is not None else None
+    if warm:
+        say(f"warm start: {warm}, this run's own (--resume never trains it again)")
+    model = base = None
+    if warm or not recipe.warm_start:
+        model = _policy(recipe, str(warm or prep.model_path), str(warm or recipe.model["name_or_path"]))
+    else:  # a new warm start: the recipe's model, in the supervised pass's dtype, is what loads first
+        from grpokit.warmstart import sft
+
+        base = sft.load_base(prep)
     # Every check has passed and the weights are in: only now does --overwrite remove the previous run.
     rundir.remove_previous(output_dir, previous, recipe_path, lock)
     lock.begin()
     output_dir.mkdir(parents=True, exist_ok=True)
     if is_main_process():
         write_recipe_file(recipe, output_dir)
+    if model is None:  # the warm start first (TRL's SFTTrainer), then GRPO from it
+        prep.model_path = sft.ensure(prep, output_dir, base)
+        base = None  # its weights were merged and saved: freed before GRPO loads the warm start
+        lock.record()  # the warm start is the run's from now on, even if GRPO never reaches a checkpoint
+        model = _policy(recipe, prep.model_path, f"{prep.model_path} (the warm start)")
     from grpokit.progress import events
 
     for where in events(prep.args):  # before the trainer: it fixes TensorBoard's directory at construction
@@ -175,6 +187,13 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
         if stop.signum is not None:
             say(f"{signal_name(stop.signum)} came as the run finished: its final save and report were completed first")
     return trainer
+
+
+def _policy(recipe: Recipe, path: str, shown: str):
+    """The model GRPO trains, loaded from `path` (the recipe's model, or its warm start) and said so (as `shown`)."""
+    say(f"building model: {shown} ({resolved_dtype(recipe.model, lora=recipe.lora is not None)}, quantization "
+        f"{recipe.model['quantization']}, " + (f"LoRA r={recipe.lora['r']})" if recipe.lora else "full fine-tune)"))
+    return load_model(path, recipe)
 
 
 def planned(max_steps: int, epochs: float, resumed_at: int | None) -> str:

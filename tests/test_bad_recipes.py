@@ -91,6 +91,14 @@ CASES = {
     "user_reward_bad_signature": ["has signature (text), which cannot take TRL's call", "def f(completions, **kwargs)"],
     "user_reward_import_fails": ["importing", "failed: RuntimeError: needs a GPU to import"],
     "user_reward_module_missing": ["module 'no_such_pkg.my_rewards' not found"],
+    # --- the warm start (grpokit/warmstart)
+    "warm_start_typo": ["warm_start.stpes: is not a known key", "did you mean 'steps'?"],
+    "warm_start_no_source": ["warm_start: give exactly one source of worked exchanges", "warm_start.examples"],
+    "warm_start_zero_steps": ["warm_start.steps: is out of range", "got 0"],
+    "warm_start_from_task_without_task": ["warm_start.from_task: writes worked exchanges for the recipe's reasoning-gym "
+                                          "task", "give warm_start.examples"],
+    "warm_start_broken_examples": ["warm_start.examples: line 2 is not JSON", "broken_exchanges.jsonl"],
+    "warm_start_quantized": ["warm_start: merges its adapter into the model's weights", "got '4bit'"],
 }
 PROBLEM_COUNT = {"empty_file": 3}  # every other case is exactly one problem
 SUBPROCESS_CASES = ["yaml_syntax_error", "unknown_reward", "missing_dataset_file"]  # file, registry and data stages

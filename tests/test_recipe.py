@@ -283,7 +283,7 @@ def test_section_names_say_every_unknown_and_missing_section_at_once():
     problems = Problems(file="r.yaml")
     _check_section_names({"modle": {}, "dataset": None, "rewards": []}, problems, lambda key: "w.yaml")
     assert [p.format() for p in problems.items] == [
-        "w.yaml: modle: is not a recipe section; allowed: model, lora, dataset, rewards, tools, trainer, sampling, lint; did you mean 'model'?",
+        "w.yaml: modle: is not a recipe section; allowed: model, lora, dataset, rewards, tools, warm_start, trainer, sampling, lint; did you mean 'model'?",
         "r.yaml: model: section is required",
         "r.yaml: dataset: section is required",  # null is not a section
     ]

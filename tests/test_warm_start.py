@@ -1,46 +1,181 @@
-"""bench/multi_call.py's warm start: the worked exchanges it trains on, and which of their tokens carry the loss."""
+"""The warm start (`warm_start:`, grpokit/warmstart): worked exchanges, which of their tokens carry the loss, the rules
+of the section, --check's account of it, and a real run: TRL's SFTTrainer, merged, then GRPO from it, in one run
+whose folder keeps it and whose --resume uses it without training it again."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
-from tests.helpers import load_bench
+import pytest
+import yaml
+
+from grpokit import config, tooluse
+from grpokit.cli import main
+from grpokit.config import validate
+from grpokit.warmstart import examples
+from tests.helpers import ROOT, write_recipe
 
 QUESTION = "Solve the following multiplication: 709 * 132 * 653. Give only the result as your final answer."
+MULTI_CALL = ROOT / "recipes" / "smollm2-135m" / "multi_call.yaml"
 
 
-@pytest.fixture(scope="module")
-def multi_call():
-    return load_bench("multi_call")
+def tiny_recipe(tmp_path, **warm) -> dict:
+    """A warm-start recipe on the tiny model: products with the two-integer calculator, one round of calls."""
+    return {
+        "model": {"name_or_path": "builtin:tiny-llama", "chat_template": "qwen2_5"},
+        "lora": {"r": 4, "lora_alpha": 8, "target_modules": "all-linear"},
+        "warm_start": {"from_task": {"size": 4}, "steps": 2, "batch_size": 2, "learning_rate": 1.0e-3, **warm},
+        "dataset": {"reasoning_gym": {"tasks": [{"name": "products", "config": {"min_terms": 3, "max_terms": 3,
+                                                                                 "min_digits": 1, "max_digits": 2}}],
+                                      "size": 8, "seed": 1, "eval_size": 4},
+                    "system_prompt": "Use the tools."},
+        "tools": {"environment": "grpokit.environments:Calculator"},
+        "rewards": [{"name": "task_score", "args": {"answer_from": "last_number"}}],
+        "trainer": {"max_steps": 1, "per_device_train_batch_size": 4, "num_generations": 4,
+                    "max_completion_length": 320, "max_tool_calling_iterations": 1, "learning_rate": 1.0e-3,
+                    "lr_scheduler_type": "constant", "logging_steps": 1, "save_steps": 1, "seed": 0,
+                    "gradient_checkpointing": False, "output_dir": str(tmp_path / "run")},
+    }
 
 
-def test_an_exchange_is_two_calls_that_reach_the_answer(multi_call):
-    messages = multi_call.exchange("SYSTEM", QUESTION)
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
-    first, second = (m["tool_calls"][0]["function"] for m in (messages[2], messages[4]))
+def test_a_products_exchange_is_two_calls_that_reach_the_answer():
+    messages = examples.product_exchange([{"role": "user", "content": QUESTION}], QUESTION, "61112964", "multiply")
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    first, second = (m["tool_calls"][0]["function"] for m in (messages[1], messages[3]))
     assert first == {"name": "multiply", "arguments": {"a": 709, "b": 132}}
     assert second == {"name": "multiply", "arguments": {"a": 709 * 132, "b": 653}}  # reads the first's result
-    assert messages[3]["content"] == str(709 * 132) and messages[5]["content"] == str(709 * 132 * 653)
+    assert messages[2]["content"] == str(709 * 132) and messages[4]["content"] == str(709 * 132 * 653)
     assert messages[-1]["content"] == "61112964"  # reasoning-gym's own answer to this question
+    with pytest.raises(ValueError, match="not the task's answer"):  # a writer that disagrees with the task is refused
+        examples.product_exchange([], QUESTION, "5", "multiply")
 
 
-def test_the_loss_falls_on_the_assistant_turns_only(multi_call, tiny_model_dir):
-    from grpokit import models, tooluse
+def test_the_loss_falls_on_the_assistant_turns_only(tiny_model_dir):
+    from grpokit import models
 
-    recipe = multi_call.recipe_with([])
+    recipe = validate(config.load(MULTI_CALL))
     tokenizer = models.load_tokenizer(str(tiny_model_dir), recipe)  # the recipe's qwen2_5 template
-    toolset = tooluse.resolve(recipe.tools)
-    tools = [tooluse.tool_view(toolset.environment, name) for name in toolset.methods()]
-    messages = multi_call.exchange(recipe.dataset["system_prompt"], QUESTION)
-    ids, labels = multi_call.tokens_and_labels(tokenizer, messages, tools)
+    tools = tooluse.template_tools(tooluse.resolve(recipe.tools))
+    prompt = [{"role": "system", "content": recipe.dataset["system_prompt"]}, {"role": "user", "content": QUESTION}]
+    messages = examples.product_exchange(prompt, QUESTION, None, "multiply")
+    ids, mask = examples.tokens_and_labels(tokenizer, messages, tools)
     assert ids == tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=False)
-    trained = tokenizer.decode([i for i, label in zip(ids, labels) if label != -100])
-    untrained = tokenizer.decode([i for i, label in zip(ids, labels) if label == -100])
+    trained = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+    untrained = tokenizer.decode([i for i, m in zip(ids, mask) if not m])
     assert trained.count("<tool_call>") == 2 and '"a": 93588, "b": 653' in trained
     assert trained.rstrip().endswith("61112964<|im_end|>")
     # the tool results are the environment's (GRPO masks them too); the prompt and the role headers are not the model's
     assert "<tool_response>" not in trained and "<tool_response>" in untrained
     assert "93588\n</tool_response>" in untrained and "Solve the following" in untrained
     assert "<|im_start|>assistant" not in trained and untrained.count("<|im_start|>assistant") == 3
-    # every labelled token is the token itself (shifted by the model, not here)
-    assert all(label in (-100, token) for token, label in zip(ids, labels))
+
+
+@pytest.mark.parametrize("change, fragments", [
+    # a task grpokit cannot work a problem of: refused at --check, saying to give a file
+    ({"dataset.reasoning_gym.tasks": [{"name": "chain_sum"}]},
+     ["warm_start.from_task: grpokit writes worked exchanges only for products", "give warm_start.examples"]),
+    # seeds that meet training's: the warm start would show training problems
+    ({"warm_start.from_task": {"size": 4, "seed": 5}}, ["warm_start.from_task.seed: its problems come from seeds 5..8, "
+                                                        "which meet training's 1..8", "a seed >= 13"]),
+    # a typo'd key inside the section's own lora, with the nearest name
+    ({"warm_start.lora": {"rr": 4}}, ["warm_start.lora.rr: is not a LoraConfig field", "did you mean 'r'?"]),
+])
+def test_what_a_warm_start_cannot_do_is_said_before_anything_loads(tmp_path, capsys, no_weights, change, fragments):
+    data = tiny_recipe(tmp_path)
+    for dotted, value in change.items():
+        section, key = dotted.rsplit(".", 1)
+        target = data
+        for part in section.split("."):
+            target = target[part]
+        target[key] = value
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert all(f in err for f in fragments), err
+    assert "Traceback" not in err
+
+
+def test_a_warm_start_runs_in_one_process(tmp_path, no_weights):
+    from grpokit.errors import RecipeError
+
+    with pytest.raises(RecipeError, match="warm_start: runs its supervised pass in one process, and this run has 2"):
+        validate(config.load(write_recipe(tmp_path, tiny_recipe(tmp_path))), num_processes=2)
+
+
+def test_a_file_of_exchanges_goes_after_the_recipes_prompt_and_may_not_ask_a_heldout_question(tmp_path, capsys, no_weights):
+    from grpokit import tasks
+
+    recipe = validate(config.load(write_recipe(tmp_path, tiny_recipe(tmp_path))))
+    heldout = tasks.generate(recipe.dataset["reasoning_gym"], heldout=True).rows[0]["prompt"]
+    call = {"role": "assistant", "tool_calls": [{"name": "multiply", "arguments": {"a": 2, "b": 3}}]}
+    lines = [{"messages": [{"role": "user", "content": "What is 2 * 3?"}, call,
+                           {"role": "tool", "name": "multiply", "content": "6"}, {"role": "assistant", "content": "6"}]}]
+    (tmp_path / "worked.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    worked = examples.from_file(str(tmp_path / "worked.jsonl"), recipe.dataset, ["multiply"])
+    assert worked.exchanges[0][0] == {"role": "system", "content": "Use the tools."}  # the prompt training sees
+    assert worked.exchanges[0][2]["tool_calls"][0]["function"]["name"] == "multiply"  # TRL's form
+    lines.append({"messages": [{"role": "user", "content": heldout}, {"role": "assistant", "content": "1"}]})
+    (tmp_path / "worked.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = tiny_recipe(tmp_path)
+    data["warm_start"] = {"examples": "worked.jsonl"}  # beside the recipe
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "warm_start: 1 of its exchanges ask a training or held-out question" in err, err
+
+
+def test_check_explains_the_warm_start(tmp_path, capsys, no_weights):
+    assert main(["--recipe", str(write_recipe(tmp_path, tiny_recipe(tmp_path))), "--check"]) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("# warm start"):].split("\n\n")[0]
+    assert "4 products problems from reasoning-gym seeds 13..16" in section  # past training's 1..8 and held-out 9..12
+    assert "user -> assistant calls multiply -> tool -> assistant calls multiply -> tool -> assistant answers" in section
+    assert "2 steps of 2 exchanges: 4 seen" in section and "TRL's SFTTrainer, LoRA r=4" in section
+    assert f"kept in       {tmp_path / 'run' / 'warm_start'}" in section and "why " in section
+
+
+@pytest.mark.slow
+def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tmp_path, monkeypatch):
+    import trl
+
+    from grpokit.warmstart import sft
+
+    labels = []
+    real_loss = trl.SFTTrainer.compute_loss
+
+    def compute_loss(self, model, inputs, *args, **kwargs):  # what the supervised pass is trained on, as it gets it
+        labels.append((inputs["input_ids"].tolist(), inputs["labels"].tolist()))
+        return real_loss(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(trl.SFTTrainer, "compute_loss", compute_loss)
+    path = write_recipe(tmp_path, tiny_recipe(tmp_path))
+    assert main(["--recipe", str(path), "--threads", "1"]) == 0
+    run = tmp_path / "run"
+    warm = run / "warm_start"
+    record = json.loads((warm / "warm_start.json").read_text())
+    assert record["examples"] == 4 and len(record["loss"]) == 2 and (warm / "model.safetensors").is_file()
+    # GRPO trained its adapter on the warm start, not on the recipe's model
+    assert json.loads((run / "adapter_config.json").read_text())["base_model_name_or_path"] == str(warm)
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 1
+    # only the assistant's turns carry a loss: no tool result, prompt or role header
+    from grpokit import models
+
+    tokenizer = models.load_tokenizer(str(warm), validate(config.load(path)))  # the recipe's template
+    for ids, rows in labels:
+        for row, label in zip(ids, rows):
+            trained = tokenizer.decode([t for t, lab in zip(row, label) if lab != -100])
+            assert trained.count("<tool_call>") == 2 and "<tool_response>" not in trained
+            assert "Use the tools." not in trained and "<|im_start|>" not in trained
+    assert len(labels) == 4  # 2 steps of 2 exchanges, one exchange at a time
+    # --eval and --merge of the run, or of a checkpoint, put its adapter on the warm start
+    from grpokit import evaluate, merge
+
+    recipe = validate(config.load(path))
+    assert evaluate._warm_start(recipe, str(run / "checkpoint-1"), print) == warm
+    assert evaluate._warm_start(recipe, None, print) == warm  # the base's figures are the warm start's
+    assert merge.base_model(run)[0] == str(warm)
+    # --resume uses the warm start as it is: never trained again, its files untouched
+    stamps = {p.name: p.stat().st_mtime_ns for p in warm.iterdir()}
+    monkeypatch.setattr(sft, "make", lambda *a, **k: pytest.fail("the warm start was trained again on --resume"))
+    assert main(["--recipe", str(path), "--threads", "1", "--resume", "trainer.max_steps=2"]) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in warm.iterdir()} == stamps
+    assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 2
+    assert len(labels) == 4

@@ -226,6 +226,9 @@ def _anchor_paths(data: dict, folder: Path) -> None:
         # `builtin:smoke.jsonl` names data shipped with grpokit, the same from any folder: kept as written
         if isinstance(dataset, dict) and isinstance(dataset.get(key), str) and not dataset[key].startswith("builtin:"):
             dataset[key] = str((folder / Path(dataset[key]).expanduser()).resolve())
+    warm = data.get("warm_start")
+    if isinstance(warm, dict) and isinstance(warm.get("examples"), str):  # a file of worked exchanges, as dataset.path
+        warm["examples"] = str((folder / Path(warm["examples"]).expanduser()).resolve())
     model = data.get("model")
     if isinstance(model, dict) and isinstance(model.get("name_or_path"), str) and _is_local_path(model["name_or_path"]):
         model["name_or_path"] = str((folder / Path(model["name_or_path"]).expanduser()).resolve())

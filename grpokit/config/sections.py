@@ -3,14 +3,15 @@ enumerations we add to TRL's `GRPOConfig` and PEFT's `LoraConfig` fields (TRL 1.
 `loss_type: dapo2` or `max_completion_length: 0`, and PEFT accepts `r: 0`).
 
 A section that a domain owns keeps its keys beside its rules: `dataset.reasoning_gym` in `grpokit.tasks`
-(`REASONING_GYM`), `tools` in `grpokit.tooluse` (`TOOLS`); `validate` composes them with these.
+(`REASONING_GYM`), `tools` in `grpokit.tooluse` (`TOOLS`), `warm_start` in `grpokit.warmstart` (`WARM_START`); `validate`
+composes them with these.
 """
 
 from __future__ import annotations
 
 from grpokit.fields import Field
 
-SECTIONS = ("model", "lora", "dataset", "rewards", "tools", "trainer", "sampling", "lint")
+SECTIONS = ("model", "lora", "dataset", "rewards", "tools", "warm_start", "trainer", "sampling", "lint")
 REQUIRED_SECTIONS = ("model", "dataset", "rewards")
 
 MODEL = {

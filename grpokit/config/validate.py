@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpokit import tasks, tooluse
+from grpokit import tasks, tooluse, warmstart
 from grpokit.config.combinations import check_combinations, check_sampling_metric
 from grpokit.config.lint import RULE_NAMES
 from grpokit.config.loader import CLI, Loaded, where_set_in
@@ -47,6 +47,7 @@ class Recipe:
     num_processes: int = 1
     lint: dict = field(default_factory=lambda: {"ignore": []})
     tools: dict | None = None  # the `tools` section (grpokit/tooluse.py), None without one
+    warm_start: dict | None = None  # the `warm_start` section (grpokit/warmstart), None without one
     set_by: dict = field(default_factory=dict)  # key path -> the file (or "command line") that set it
 
     def where_set(self, key_path: str) -> str:
@@ -69,6 +70,7 @@ class Recipe:
             "trainer": self.trainer,
             "sampling": self.sampling,
             **({"tools": self.tools} if self.tools else {}),
+            **({"warm_start": self.warm_start} if self.warm_start else {}),
             **({"lint": self.lint} if self.lint.get("ignore") else {}),
         }
 
@@ -141,9 +143,13 @@ def validate(loaded: Loaded, num_processes: int | None = None, data_files: bool 
     trainer = _validate_trainer(data.get("trainer"), path, problems, where_set)
     rewards = validate_rewards(data.get("rewards"), trainer, problems, where_set)
     tools = _validate_tools(data, model, trainer, problems, where_set)
+    warm_start = warmstart.check(data.get("warm_start"), data, problems, where_set,
+                                 lambda raw, key: _lora_fields(raw, key, problems, where_set))
     if rewards:
         check_sampling_metric(sampling, [r["logged_as"] for r in rewards], problems, where_set)
     n_proc = num_processes or num_processes_from_env()
+    if warm_start:
+        warmstart.check_processes(n_proc, problems, where_set)
     check_combinations(trainer, model, dataset, sampling, n_proc, problems, where_set)
     problems.raise_if_any()
     _check_with_the_libraries(trainer, model, rewards, lora, n_proc, problems, where_set)
@@ -151,7 +157,7 @@ def validate(loaded: Loaded, num_processes: int | None = None, data_files: bool 
     for r in rewards:
         r.pop("logged_as")
     return Recipe(path, recipe_name(path), model, lora, dataset, rewards, trainer, sampling, n_proc, lint, tools,
-                  dict(loaded.set_by))
+                  warm_start, dict(loaded.set_by))
 
 
 def _section_of(key: str) -> str | None:
@@ -272,15 +278,18 @@ def _check_task_source(dataset: dict, problems: Problems, where_set) -> None:
 def _validate_lora(raw, model: dict, problems: Problems, where_set) -> dict | None:
     """The `lora` section against `peft.LoraConfig`'s own fields, on grpokit's defaults; None (a full fine-tune) when
     the recipe has none, which a quantized model cannot have."""
-    from peft import LoraConfig
-
-    lora = None
-    if raw is not None:
-        lora = {**LORA_DEFAULTS, **validate_dataclass_keys(raw, LoraConfig, "lora", problems, LORA_BOUNDS, where_set)}
+    lora = _lora_fields(raw, "lora", problems, where_set) if raw is not None else None
     if model.get("quantization") not in (None, "none") and lora is None:
         problems.add("model.quantization", "a quantized model cannot be fully fine-tuned; add a lora section (QLoRA)",
                      model["quantization"], file=where_set("model.quantization"))
     return lora
+
+
+def _lora_fields(raw, key: str, problems: Problems, where_set) -> dict:
+    """A LoRA mapping (`lora`, `warm_start.lora`) against `peft.LoraConfig`'s own fields, on grpokit's defaults."""
+    from peft import LoraConfig
+
+    return {**LORA_DEFAULTS, **validate_dataclass_keys(raw, LoraConfig, key, problems, LORA_BOUNDS, where_set)}
 
 
 def _validate_trainer(raw, recipe_path: Path, problems: Problems, where_set) -> dict:

@@ -309,3 +309,22 @@ def family_trainer(family: str, root: Path, **config):
     rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "What is 6 * 7?"}]}] * 8)
     return tiny_trainer(root / "run", [lambda completions, **kw: [0.0] * len(completions)], rows,
                         trainer_cls=PrefixReuseGRPOTrainer, model_dir=family_dir(family, root), **config)
+
+
+COMPLETION_READER = '''
+import json, os
+
+def seen(completions, **kwargs):
+    with open(os.environ["SEEN_COMPLETIONS"], "a") as f:
+        for c in completions:
+            f.write(json.dumps(c) + "\\n")
+    return [0.0 for _ in completions]
+'''
+
+
+def completion_reader(folder: Path, monkeypatch) -> Path:
+    """`folder/reader.py:seen`, a reward of weight 0 that appends every completion it is given to the file returned
+    (one JSON line each): what a run's rollouts were, read back by the test."""
+    (folder / "reader.py").write_text(COMPLETION_READER)
+    monkeypatch.setenv("SEEN_COMPLETIONS", str(folder / "seen.jsonl"))
+    return folder / "seen.jsonl"

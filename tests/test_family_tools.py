@@ -6,13 +6,12 @@ saying so, or refusing what TRL cannot parse."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
 from grpokit import config, tooluse
 from grpokit.config import validate
-from tests.helpers import FAMILIES, TODAY, family_dir, family_tokenizer, recipe_dict, write_recipe
+from tests.helpers import FAMILIES, TODAY, completion_reader, family_dir, family_tokenizer, recipe_dict, write_recipe
 
 CODE = "print(6 * 7)"
 
@@ -91,16 +90,7 @@ def test_a_grpo_step_calls_the_python_tool_as_the_family_writes_it(family, famil
     from grpokit.build import make_trainer, prepare
     from grpokit.models import load_model
 
-    (tmp_path / "reader.py").write_text(textwrap.dedent('''
-        import json, os
-
-        def seen(completions, **kwargs):
-            with open(os.environ["SEEN_COMPLETIONS"], "a") as f:
-                for c in completions:
-                    f.write(json.dumps(c) + "\\n")
-            return [0.0 for _ in completions]
-    '''))
-    monkeypatch.setenv("SEEN_COMPLETIONS", str(tmp_path / "seen.jsonl"))
+    completion_reader(tmp_path, monkeypatch)
     recipe = validate(config.load(write_recipe(tmp_path, tool_recipe(tmp_path, family, families[family]))))
     scripted(family, families[family])
     prep = prepare(recipe, mode="train", log=lambda m: None)

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import socket
-import textwrap
 
 import pytest
 
@@ -16,7 +15,7 @@ from grpokit import config, training
 from grpokit.config import validate
 from grpokit.environments import PythonTool
 from grpokit.errors import RecipeError
-from tests.helpers import cage_processes, recipe_dict, write_recipe
+from tests.helpers import cage_processes, completion_reader, recipe_dict, write_recipe
 
 
 def processes_of(t: PythonTool) -> list[int]:
@@ -320,17 +319,7 @@ def test_real_steps_run_two_calls_on_one_interpreter(tmp_path, monkeypatch, two_
     from grpokit.models import load_tokenizer
     from grpokit.tiny import ensure_tiny_model
 
-    reader = tmp_path / "reader.py"
-    reader.write_text(textwrap.dedent('''
-        import json, os
-
-        def seen(completions, **kwargs):
-            with open(os.environ["SEEN_COMPLETIONS"], "a") as f:
-                for c in completions:
-                    f.write(json.dumps(c) + "\\n")
-            return [0.0 for _ in completions]
-    '''))
-    monkeypatch.setenv("SEEN_COMPLETIONS", str(tmp_path / "seen.jsonl"))
+    completion_reader(tmp_path, monkeypatch)
     data = recipe_dict(rewards=[{"name": "reader.py:seen", "weight": 0.0}])
     data["model"]["chat_template"] = "qwen2_5"
     data["tools"] = {"environment": "grpokit.environments:PythonTool"}

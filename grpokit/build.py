@@ -42,7 +42,7 @@ class Prepared:
     # every prompt carries, and one round of a call before any output; None without tools or a tokenizer.
     schema_tokens: int | None = None
     round_tokens: int | None = None
-    warm_start: Any = None  # grpokit.warmstart.examples.Worked: the exchanges the warm start trains on, tokenized
+    warm_start: Any = None  # grpokit.worked.Worked: the exchanges the warm start trains on, tokenized
 
 
 def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
@@ -186,12 +186,12 @@ def _dataset(recipe: Recipe, model_path: str | None, tokenizer, completion_lengt
 
 
 def _warm_start(recipe: Recipe, tokenizer, toolset, dataset, found: _Findings):
-    """The warm start's worked exchanges, tokenized as the run trains on them (`warmstart.examples.prepare`); None,
+    """The warm start's worked exchanges, tokenized as the run trains on them (`grpokit.worked.prepare`); None,
     with the problems, when they cannot be made."""
-    from grpokit.warmstart import examples
+    from grpokit import worked
 
     try:
-        return examples.prepare(recipe, tokenizer, toolset, dataset)
+        return worked.prepare(recipe, tokenizer, toolset, dataset)
     except RecipeError as err:
         for problem in err.problems:
             problem.file = problem.file or recipe.where_set(problem.path)

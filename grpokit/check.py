@@ -34,7 +34,7 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0, full: bool = False) -> in
         print("\n".join(tasks.explain(recipe.dataset["reasoning_gym"], recipe.rewards)))
     if recipe.warm_start:
         from grpokit import warmstart
-        from grpokit.warmstart.sft import adapter
+        from grpokit.supervised import adapter
 
         print()
         print("\n".join(warmstart.explain(recipe.warm_start, prep.warm_start, recipe.trainer["output_dir"],

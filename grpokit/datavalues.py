@@ -270,3 +270,35 @@ def check_dataset(ds, spec: dict, source: str, set_in: str = "") -> None:
             n += 1
             check.row({c: batch[c][i] for c in cols}, n)
     check.raise_if_any()
+
+
+FEW_SHOT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def few_shot_fault(shot) -> str | None:
+    """What is wrong with one `dataset.few_shot` message, or None.
+
+    >>> few_shot_fault({"role": "assistant", "tool_calls": [{"name": "add", "arguments": {"a": 1}}]}) is None
+    True
+    >>> few_shot_fault({"role": "bot", "content": "hi"})
+    "its role 'bot' is not one of system, user, assistant, tool"
+    """
+    if not isinstance(shot, dict):
+        return "is not a message mapping"
+    unknown = [k for k in shot if k not in ("role", "content", "tool_calls", "name")]
+    if unknown:
+        return f"has key(s) {', '.join(map(str, unknown))} a chat message does not"
+    if shot.get("role") not in FEW_SHOT_ROLES:
+        return f"its role {shot.get('role')!r} is not one of {', '.join(FEW_SHOT_ROLES)}"
+    if shot.get("content") is not None and not isinstance(shot["content"], str):
+        return "its content is not text"
+    calls = shot.get("tool_calls")
+    if calls is not None:
+        if shot["role"] != "assistant":
+            return "has tool_calls, which only an assistant message makes"
+        if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
+                                                  and isinstance(c.get("arguments", {}), dict) for c in calls):
+            return "its tool_calls must be a list of {name: text, arguments: mapping}"
+    elif not isinstance(shot.get("content"), str):
+        return "has neither content nor tool_calls"
+    return None

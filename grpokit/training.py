@@ -126,9 +126,9 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     if warm or not recipe.warm_start:
         model = _policy(recipe, str(warm or prep.model_path), str(warm or recipe.model["name_or_path"]))
     else:  # a new warm start: the recipe's model, in the supervised pass's dtype, is what loads first
-        from grpokit.warmstart import sft
+        from grpokit import supervised
 
-        base = sft.load_base(prep)
+        base = supervised.load_base(prep)
     # Every check has passed and the weights are in: only now does --overwrite remove the previous run.
     rundir.remove_previous(output_dir, previous, recipe_path, lock)
     lock.begin()
@@ -136,7 +136,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     if is_main_process():
         write_recipe_file(recipe, output_dir)
     if model is None:  # the warm start first (TRL's SFTTrainer), then GRPO from it
-        prep.model_path = sft.ensure(prep, output_dir, base)
+        prep.model_path = supervised.ensure(prep, output_dir, base)
         base = None  # its weights were merged and saved: freed before GRPO loads the warm start
         lock.record()  # the warm start is the run's from now on, even if GRPO never reaches a checkpoint
         model = _policy(recipe, prep.model_path, f"{prep.model_path} (the warm start)")

@@ -12,7 +12,7 @@ import yaml
 from grpokit import config, tooluse
 from grpokit.cli import main
 from grpokit.config import validate
-from grpokit.warmstart import examples
+from grpokit import worked as examples
 from tests.helpers import ROOT, write_recipe
 
 QUESTION = "Solve the following multiplication: 709 * 132 * 653. Give only the result as your final answer."
@@ -136,7 +136,7 @@ def test_check_explains_the_warm_start(tmp_path, capsys, no_weights):
 def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tmp_path, monkeypatch):
     import trl
 
-    from grpokit.warmstart import sft
+    from grpokit import supervised
 
     labels = []
     real_loss = trl.SFTTrainer.compute_loss
@@ -174,7 +174,7 @@ def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tm
     assert merge.base_model(run)[0] == str(warm)
     # --resume uses the warm start as it is: never trained again, its files untouched
     stamps = {p.name: p.stat().st_mtime_ns for p in warm.iterdir()}
-    monkeypatch.setattr(sft, "make", lambda *a, **k: pytest.fail("the warm start was trained again on --resume"))
+    monkeypatch.setattr(supervised, "make", lambda *a, **k: pytest.fail("the warm start was trained again on --resume"))
     assert main(["--recipe", str(path), "--threads", "1", "--resume", "trainer.max_steps=2"]) == 0
     assert {p.name: p.stat().st_mtime_ns for p in warm.iterdir()} == stamps
     assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 2

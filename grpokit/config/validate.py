@@ -23,7 +23,7 @@ from grpokit.config.reward_entries import validate_rewards
 from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, MODEL, REQUIRED_SECTIONS, SAMPLING,
                                      SECTIONS, TRAINER_BOUNDS, TRAINER_REFUSED)
 from grpokit.config.trainer_args import build_grpo_config
-from grpokit.datavalues import data_file_problems
+from grpokit.datavalues import data_file_problems, few_shot_fault
 from grpokit.dist import num_processes_from_env
 from grpokit.errors import Problems, nearest
 from grpokit.fields import validate_dataclass_keys, validate_fields
@@ -230,38 +230,6 @@ def _check_data_sources(dataset: dict, problems: Problems, where_set, data_files
                      dataset["eval_limit"], file=where_set("dataset.eval_limit"))
     if data_files:
         problems.extend(data_file_problems(dataset, where_set))
-
-
-FEW_SHOT_ROLES = ("system", "user", "assistant", "tool")
-
-
-def few_shot_fault(shot) -> str | None:
-    """What is wrong with one `dataset.few_shot` message, or None.
-
-    >>> few_shot_fault({"role": "assistant", "tool_calls": [{"name": "add", "arguments": {"a": 1}}]}) is None
-    True
-    >>> few_shot_fault({"role": "bot", "content": "hi"})
-    "its role 'bot' is not one of system, user, assistant, tool"
-    """
-    if not isinstance(shot, dict):
-        return "is not a message mapping"
-    unknown = [k for k in shot if k not in ("role", "content", "tool_calls", "name")]
-    if unknown:
-        return f"has key(s) {', '.join(map(str, unknown))} a chat message does not"
-    if shot.get("role") not in FEW_SHOT_ROLES:
-        return f"its role {shot.get('role')!r} is not one of {', '.join(FEW_SHOT_ROLES)}"
-    if shot.get("content") is not None and not isinstance(shot["content"], str):
-        return "its content is not text"
-    calls = shot.get("tool_calls")
-    if calls is not None:
-        if shot["role"] != "assistant":
-            return "has tool_calls, which only an assistant message makes"
-        if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
-                                                  and isinstance(c.get("arguments", {}), dict) for c in calls):
-            return "its tool_calls must be a list of {name: text, arguments: mapping}"
-    elif not isinstance(shot.get("content"), str):
-        return "has neither content nor tool_calls"
-    return None
 
 
 def _check_task_source(dataset: dict, problems: Problems, where_set) -> None:

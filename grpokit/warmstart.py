@@ -13,7 +13,8 @@ sec. 3.1) start RL from a model first fine-tuned on a few worked examples. A rec
 The pass is TRL's `SFTTrainer` with a LoRA adapter, the loss on the assistant's turns only (the tool results are the
 environment's, the prompt the user's), merged into the model and saved in the run folder (`FOLDER`); GRPO then loads
 that folder as its model. `--resume` reuses it. This module is the section's face: its keys and rules (checked with
-the recipe, before anything loads) and what `--check` says of it; `examples` writes the exchanges, `sft` trains.
+the recipe, before anything loads) and what `--check` says of it; `grpokit.worked` writes the exchanges and `grpokit.supervised` trains: both
+sit above the data and the models they use, so this section's rules stay below `config`, which reads them.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ FROM_TASK = {
 def check(raw, data: dict, problems: Problems, where_set, check_lora) -> dict | None:
     """The `warm_start` section with its defaults filled (None without one), every problem added to `problems`: its
     keys, one source of examples, a task grpokit can write worked exchanges for, seeds apart from both sets, a model it
-    can merge into. Reads no file but to see it is there (its exchanges are read by `examples`, at --check too).
+    can merge into. Reads no file but to see it is there (its exchanges are read by `grpokit.worked`, at --check too).
     `check_lora(raw, key)`: the `lora` section's own check (grpokit.config), applied to `warm_start.lora`."""
     if raw is None:
         return None

@@ -86,8 +86,8 @@ def from_task(spec: dict, dataset: dict, tool_names: list[str]) -> Worked:
 def from_file(path: str, dataset: dict, tool_names: list[str]) -> Worked:
     """`warm_start.examples`: one {"messages": [...]} a line; an exchange that starts at the user's turn is put after
     the recipe's own prompt (system prompt, few-shot), as a training prompt is. Every fault named with its line."""
-    from grpokit.config.validate import few_shot_fault
     from grpokit.data import few_shot_messages
+    from grpokit.datavalues import few_shot_fault
 
     key, problems, exchanges = f"{KEY}.examples", [], []
     lines = files.read_text(path, key=key).splitlines()

@@ -4,7 +4,7 @@ run folder whole or not at all; a folder already there (`--resume`) is used as i
 The exchanges reach the trainer tokenized, as `input_ids` with an `assistant_masks` column (SFTTrainer's documented
 form of a processed dataset: it builds the labels from the mask, -100 off the assistant's turns). TRL's own
 `assistant_only_loss` would render them itself, but needs `{% generation %}` markers in the chat template, which the
-templates TRL parses tool calls with (qwen2_5) lack; `examples.tokens_and_labels` finds the turns by rendering, and
+templates TRL parses tool calls with (qwen2_5) lack; `grpokit.worked.tokens_and_labels` finds the turns by rendering, and
 renders with the recipe's tools exactly as the GRPO tool loop will.
 """
 

@@ -68,9 +68,10 @@ def measure() -> dict:
     out = done.stdout.splitlines()
     summary = next((line.strip("= ") for line in reversed(out) if re.search(r"\d+ (passed|failed)", line)), "")
     slowest = [line.strip() for line in out if re.match(r"\s*\d+\.\d+s (call|setup|teardown)\s", line)]
+    failed = sorted({m.group(1) for line in out if (m := re.match(r"(?:FAILED|ERROR) (\S+)", line))})
     return {
         "command": "python -m pytest -q -n 2", "exit_code": done.returncode, "wall_s": round(wall, 1),
-        "summary": summary, "slowest": slowest,
+        "summary": summary, "failed": failed, "slowest": slowest,
         "cores": os.cpu_count(), "cpu": cpu_name(), "machine": platform.machine(),
         "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
         "suite_cpu_s": round(own.ru_utime + own.ru_stime, 1), "others_cpu_share": round(share, 3),

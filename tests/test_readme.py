@@ -46,7 +46,10 @@ def test_first_screen_quotes_the_suites_measured_time():
 
     result = read_json(ROOT / "bench" / "results" / "suite_time.json")
     minutes = round(result["wall_s"] / 60)
-    assert result["idle"] and result["exit_code"] == 0 and result["wall_s"] <= 600, result
+    # every test passed in the run it times, but this one, which reads the file that run writes: the first
+    # measurement ever, or one after the figure moved, fails here until the README quotes it
+    assert result["idle"] and set(result["failed"]) <= {f"tests/test_readme.py::{test_first_screen_quotes_the_suites_measured_time.__name__}"}, result
+    assert result["wall_s"] <= 600, result
     first_block = re.search(r"```bash\n(.*?)```", README, re.S).group(1)
     assert f"~{minutes} min on {result['cores']} idle cores" in first_block, first_block
 

@@ -119,16 +119,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     # the step the checkpoint holds: what this session trains is counted from it, not from 0
     resumed_at = (rundir.read_state(Path(checkpoint) / rundir.STATE_FILE)[0] or {}).get("global_step") if checkpoint else None
     prep = prepare(recipe, mode="train")
-    warm = warmstart.made(output_dir) if recipe.warm_start and request.resume is not None else None
-    if warm:
-        say(f"warm start: {warm}, this run's own (--resume never trains it again)")
-    model = base = None
-    if warm or not recipe.warm_start:
-        model = _policy(recipe, str(warm or prep.model_path), str(warm or recipe.model["name_or_path"]))
-    else:  # a new warm start: the recipe's model, in the supervised pass's dtype, is what loads first
-        from grpokit import supervised
-
-        base = supervised.load_base(prep)
+    model, base = _first_weights(recipe, prep, output_dir, request)
     # Every check has passed and the weights are in: only now does --overwrite remove the previous run.
     rundir.remove_previous(output_dir, previous, recipe_path, lock)
     lock.begin()
@@ -136,10 +127,8 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     if is_main_process():
         write_recipe_file(recipe, output_dir)
     if model is None:  # the warm start first (TRL's SFTTrainer), then GRPO from it
-        prep.model_path = supervised.ensure(prep, output_dir, base)
+        model = _from_a_new_warm_start(recipe, prep, output_dir, base, lock)
         base = None  # its weights were merged and saved: freed before GRPO loads the warm start
-        lock.record()  # the warm start is the run's from now on, even if GRPO never reaches a checkpoint
-        model = _policy(recipe, prep.model_path, f"{prep.model_path} (the warm start)")
     from grpokit.progress import events
 
     for where in events(prep.args):  # before the trainer: it fixes TensorBoard's directory at construction
@@ -165,12 +154,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
         if safe.stopped_at is not None and trainer.state.global_step < trainer.state.max_steps:
             stopped = Stopped(stop.signum, step=safe.stopped_at)  # not finished: no final save, the checkpoint is the run
             if is_main_process():  # the run so far, read where it was left: its curves and report, marked as stopped
-                try:
-                    finish_run(output_dir, recipe, prep.args, trainer, resumed_at=resumed_at, stopped=stopped,
-                               continue_with=request.continue_with)
-                except Exception as err:  # noqa: BLE001 - the checkpoint is what counts: the stop is said whatever this did
-                    say(f"the report of the run so far was not written: {type(err).__name__}: {err} "
-                        "(`--plot RUN_DIR` draws it)")
+                _report_so_far(output_dir, recipe, prep.args, trainer, resumed_at, stopped, request.continue_with)
             raise stopped
         # Finished: a signal now waits until the final save and the report are written (seconds).
         stop.finishing = True
@@ -187,6 +171,38 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
         if stop.signum is not None:
             say(f"{signal_name(stop.signum)} came as the run finished: its final save and report were completed first")
     return trainer
+
+
+def _first_weights(recipe: Recipe, prep, output_dir: Path, request: Request):
+    """(the policy, None) -- the recipe's model, or the warm start this run made before (`--resume`) -- or (None, the
+    base a new warm start trains on, in the supervised pass's dtype): the weights that load before anything is removed."""
+    warm = warmstart.made(output_dir) if recipe.warm_start and request.resume is not None else None
+    if warm:
+        say(f"warm start: {warm}, this run's own (--resume never trains it again)")
+    if warm or not recipe.warm_start:
+        return _policy(recipe, str(warm or prep.model_path), str(warm or recipe.model["name_or_path"])), None
+    from grpokit import supervised
+
+    return None, supervised.load_base(prep)
+
+
+def _from_a_new_warm_start(recipe: Recipe, prep, output_dir: Path, base, lock):
+    """The warm start made from `base` (TRL's SFTTrainer, merged into the run folder), then loaded as GRPO's policy."""
+    from grpokit import supervised
+
+    prep.model_path = supervised.ensure(prep, output_dir, base)
+    lock.record()  # the warm start is the run's from now on, even if GRPO never reaches a checkpoint
+    return _policy(recipe, prep.model_path, f"{prep.model_path} (the warm start)")
+
+
+def _report_so_far(output_dir: Path, recipe: Recipe, args, trainer, resumed_at, stopped, continue_with) -> None:
+    """A stopped run's curves and report.md, marked as stopped; a failure here is said, never raised: the checkpoint is
+    what counts, and the stop is said whatever this did."""
+    try:
+        finish_run(output_dir, recipe, args, trainer, resumed_at=resumed_at, stopped=stopped,
+                   continue_with=continue_with)
+    except Exception as err:  # noqa: BLE001
+        say(f"the report of the run so far was not written: {type(err).__name__}: {err} (`--plot RUN_DIR` draws it)")
 
 
 def _policy(recipe: Recipe, path: str, shown: str):

@@ -1,11 +1,15 @@
 """code_tests: the local code verifier -- extraction, scoring, and a hostile corpus it must survive."""
 
+import contextlib
+import ctypes
 import glob
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -20,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CODE20 = [json.loads(line) for line in (ROOT / "grpokit/assets/code20.jsonl").read_text().splitlines()]
 FAST = Limits(time_s=0.3, memory_mb=256, processes=16, file_mb=4, output_kb=16)  # tight: the whole file stays quick
 LAYERS = isolation(FAST)
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
 
 
 # (completion, expected code)
@@ -161,52 +166,84 @@ def outside():
         Path(p).unlink(missing_ok=True)
 
 
-def _parent(pid: str) -> str:
-    """The parent of process `pid` as this namespace sees it ("" once it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat[stat.rindex(")") + 2:].split()[1]  # after "pid (name) state"
+def _children() -> dict:
+    """This process's children: pid -> whether it still runs (a zombie has ended and waits to be reaped)."""
+    ours, found = str(os.getpid()), {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            text = Path(stat).read_text()
+        except OSError:
+            continue  # ended while we looked
+        state, parent = text[text.rindex(")") + 2:].split()[:2]  # after "pid (name)"
+        if parent == ours:
+            found[int(stat.split("/")[2])] = state != "Z"
+    return found
 
 
-def _runs_sandbox(pid: str) -> bool:
-    """Whether process `pid` runs this checkout's sandbox inside (other checkouts on the machine run their own)."""
+def _runs_sandbox(pid: int) -> bool:
+    """Whether process `pid` runs this checkout's sandbox (a zombie's command line reads empty)."""
     try:
         return CHILD.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
 
-def _top_parent(pid: str) -> str:
-    """The parent of the topmost sandbox process above `pid` ("" if a process on the way ended while we looked)."""
-    parent = _parent(pid)
-    while parent and _runs_sandbox(parent):
-        parent = _parent(parent)
-    return parent
+@contextlib.contextmanager
+def _adopting_orphans():
+    """Make this process a subreaper while inside: a process one of our jobs leaves running after its parents are
+    gone is reparented to us (the nearest subreaper ancestor), never to init, so `_leftovers` sees it and nothing
+    else -- not another worker's jobs, not a job another program runs beside us. On the way out whatever was adopted
+    is killed and reaped: a leak fails its own test, not the ones after it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    before = set(_children())
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+    try:
+        yield
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        for pid in set(_children()) - before:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
-def _sandbox_processes() -> set:
-    """Processes running this checkout's sandbox that no other test process is running right now: the sandbox is
-    gone when `run` returns, so none may be left. A job of the other pytest-xdist worker (its sandbox's top process a
-    child of a sibling of ours) is that worker's, live; what a job of ours leaves behind is reparented to init (or a
-    subreaper), never to a sibling. The other worker's jobs end while we look: a process that is gone by the end of
-    its own look was no leak, and a walk broken by an ancestor ending is walked again (the process was reparented)."""
-    found, ours, siblings = set(), str(os.getpid()), str(os.getppid())
-    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
-        pid = cmdline.split("/")[2]
-        if not _runs_sandbox(pid):
-            continue
-        parent = _top_parent(pid)
-        while not parent and _parent(pid):  # an ancestor ended mid-walk, the process lives on: walk again
-            parent = _top_parent(pid)
-        if not parent:
-            continue  # the process itself ended
-        if parent != ours and _parent(parent) == siblings:
-            continue  # another worker's job, running
-        if _runs_sandbox(pid):  # still there once looked at
-            found.add(cmdline)
-    return found
+def _leftovers() -> set:
+    """Sandbox processes our jobs left running, inside `_adopting_orphans`: `run` reaps each job's first process before
+    it returns and everything else of the job runs below that one, so a child of ours running the sandbox now is a
+    process that outlived its job (adopted by us, the subreaper, when its parents ended)."""
+    return {pid for pid, running in _children().items() if running and _runs_sandbox(pid)}
+
+
+def test_the_leak_check_counts_only_this_tests_jobs():
+    """Another job running beside this test (another worker's trainer, a subprocess that scores code) is not a leak
+    of this test's jobs, whatever its place in the process tree."""
+    probe = ("import sys\nfrom grpokit.untrusted import jobs\ncollect = jobs._collect\n"
+             "def started(*a):\n    print('started', flush=True)\n    return collect(*a)\n"
+             "jobs._collect = started\n"
+             "jobs.run('while True:\\n    pass', [], limits=jobs.Limits(time_s=30))\n")
+    other = subprocess.Popen([sys.executable, "-c", probe], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline() == "started\n"  # its sandbox's first process exists now
+        with _adopting_orphans():
+            assert _leftovers() == set()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_leak_check_sees_a_process_that_outlives_its_job():
+    # Without a pid namespace or a cgroup nothing ends a process that left the job's process group (documented in
+    # grpokit/untrusted/jobs.py): the check must see it, or a leak under the full layers would pass unseen too.
+    escape = ("import os, time\nif os.fork() == 0:\n    if os.fork() == 0:\n        os.setsid()\n"
+              "        time.sleep(120)\n    os._exit(0)\nos.wait()\ndef f():\n    return 1\n")
+    bare = Limits(time_s=FAST.time_s, namespaces=False, cgroup=False)
+    with _adopting_orphans():
+        assert run(escape, ["assert f() == 1"], limits=bare).passed == [True]
+        left = _leftovers()
+        assert len(left) == 1, left  # the grandchild, orphaned before the code finished loading
+    assert not any(pid in _children() for pid in left)  # killed and reaped on the way out
 
 
 def _needs(name: str) -> None:
@@ -228,14 +265,15 @@ def test_hostile_code_scores_zero_and_harms_nothing(name, outside, monkeypatch):
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setblocking(False)
     tests = [t.replace("PORT", str(listener.getsockname()[1])) for t in tests]
-    before = _sandbox_processes()
     honest = CODE20[0]
-    outcomes = run_many([(code, tests, ""), (honest["solution"], honest["tests"], "")], FAST, workers=2)
+    with _adopting_orphans():
+        outcomes = run_many([(code, tests, ""), (honest["solution"], honest["tests"], "")], FAST, workers=2)
+        leftovers = _leftovers()
     assert outcomes[0].passed == [False] * len(tests), outcomes[0]
     why = outcomes[0].output + "\n".join(outcomes[0].notes).encode()  # the sandbox's lines, then the judge's
     assert REASON.get(name, b"") in why, why[:300]
     assert outcomes[1].passed == [True] * 3, "a hostile candidate disturbed the honest one next to it"
-    assert _sandbox_processes() <= before, "a sandbox process outlived its job"
+    assert not leftovers, "a sandbox process outlived its job"
     assert outside.read_text() == "alive"
     assert sorted(os.listdir(OUTSIDE)) == ["canary"]
     assert not Path("/var/tmp/grpokit-evil").exists() and not Path("/dev/shm/grpokit-evil").exists()
@@ -362,3 +400,4 @@ def test_trl_contract_pickles_ignores_extra_columns_and_documents_itself():
     assert ">>>" in rewards.entry("code_tests").doc
     for module in ("rewards.code", "grpokit.untrusted", "grpokit.untrusted.jobs"):
         assert doctest.testmod(importlib.import_module(module)).failed == 0, module
+

@@ -103,6 +103,9 @@ def test_bad_arguments_name_the_argument(args):
 
 SECRET = "grpokit-test-secret-" + uuid.uuid4().hex
 OUTSIDE = f"/var/tmp/grpokit-code-canary-{uuid.uuid4().hex}"  # world-writable parent: only the sandbox guards it
+# World-writable folders the code tries to write in: names of this process's own, since the probe test below writes
+# them for real, and another worker checking for them at that moment would see a write that was never the sandbox's.
+EVIL = tuple(f"{folder}/grpokit-evil-{uuid.uuid4().hex}" for folder in ("/var/tmp", "/dev/shm"))
 
 HOSTILE = {
     # never returns; the second one also swallows the per-test timer
@@ -118,7 +121,7 @@ HOSTILE = {
     # 4 GiB, which a lazily zeroed bytearray would get at once without the address-space limit
     "memory_bomb": ("big = bytearray(4 << 30)\ndef f():\n    return len(big)\n", ["assert f() == 4 << 30"]),
     "write_outside": ("import os\ndef f():\n    hits = 0\n"
-                      f"    for p in ({OUTSIDE + '/evil'!r}, '/var/tmp/grpokit-evil', '/dev/shm/grpokit-evil'):\n"
+                      f"    for p in ({OUTSIDE + '/evil'!r}, {EVIL[0]!r}, {EVIL[1]!r}):\n"
                       "        try:\n            open(p, 'w').write('x')\n            hits += 1\n        except OSError:\n"
                       "            pass\n    return hits\n", ["assert f() > 0"]),
     "delete_files": ("import os, shutil\ndef f():\n"
@@ -162,7 +165,7 @@ def outside():
     canary.chmod(0o666)
     yield canary
     shutil.rmtree(OUTSIDE, ignore_errors=True)
-    for p in ("/var/tmp/grpokit-evil", "/dev/shm/grpokit-evil"):
+    for p in EVIL:
         Path(p).unlink(missing_ok=True)
 
 
@@ -276,7 +279,7 @@ def test_hostile_code_scores_zero_and_harms_nothing(name, outside, monkeypatch):
     assert not leftovers, "a sandbox process outlived its job"
     assert outside.read_text() == "alive"
     assert sorted(os.listdir(OUTSIDE)) == ["canary"]
-    assert not Path("/var/tmp/grpokit-evil").exists() and not Path("/dev/shm/grpokit-evil").exists()
+    assert not any(Path(p).exists() for p in EVIL)
     with pytest.raises(BlockingIOError):  # nobody connected
         listener.accept()
     listener.close()

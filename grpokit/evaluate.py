@@ -96,19 +96,26 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     if greedy.get("tools"):
         result["tools"] = greedy["tools"]
     if samples:
-        _seed(args.seed)
-        sampled = _sampled(recipe, model, tokenizer, rows, funcs, names, weights, pass_index, args, samples,
-                           str(path.parent), log)
-        result["sampled"] = {"k": samples, f"pass@{samples}": sampled["pass@k"], f"mean@{samples}": sampled["mean"],
-                             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-                             "rewards": sampled["rewards"]}
-        if sampled.get("tools"):  # over all K x prompts rollouts: does the policy ever call twice, fail, ...
-            result["sampled"]["tools"] = sampled["tools"]
+        result["sampled"] = _sampled_figures(recipe, model, tokenizer, rows, funcs, names, weights, pass_index, args,
+                                             samples, str(path.parent), log)
     result["examples"] = greedy["examples"]
     result["seconds"] = round(time.time() - start, 1)
     files.write_text(path, json.dumps(result, indent=2) + "\n", key="--eval-out" if out else "", recipe_path=recipe_path)
     log(f"wrote {path}")
     return result
+
+
+def _sampled_figures(recipe: Recipe, model, tokenizer, rows, funcs, names, weights, pass_index, args, samples: int,
+                     out_dir: str, log) -> dict:
+    """`samples` sampled completions of every held-out row at the run's sampling settings (seeded), scored: pass@k,
+    mean@k, each reward's mean and, for a recipe with tools, how the calls of all k x prompts rollouts ended."""
+    _seed(args.seed)
+    sampled = _sampled(recipe, model, tokenizer, rows, funcs, names, weights, pass_index, args, samples, out_dir, log)
+    figures = {"k": samples, f"pass@{samples}": sampled["pass@k"], f"mean@{samples}": sampled["mean"],
+               "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "rewards": sampled["rewards"]}
+    if sampled.get("tools"):  # over all K x prompts rollouts: does the policy ever call twice, fail, ...
+        figures["tools"] = sampled["tools"]
+    return figures
 
 
 def _greedy(recipe: Recipe, model, tokenizer, rows, funcs, names, weights, pass_index, args, out_dir: str, log) -> tuple[dict, str]:
@@ -184,6 +191,7 @@ def summary(result: dict) -> str:
         if s.get("tools"):
             share = s["tools"]["calls_distribution"]
             line += f"; sampled rollouts with 0/1/2/3+ calls {share['0']:.2f}/{share['1']:.2f}/{share['2']:.2f}/{share['3+']:.2f}"
+            line += "; sampled " + outcomes_text(s["tools"].get("call_outcomes") or {})
     from grpokit.reporting.verdict import cut_short
 
     short = cut_short(result.get("steps"))

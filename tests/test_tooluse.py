@@ -480,6 +480,9 @@ def test_eval_samples_rollouts_with_tools(tmp_path, scripted_calls):
     # how the greedy rollouts' calls ended: the Calculator keeps no record of its own, so TRL's failed calls tell
     made = round(result["tools"]["calls_per_completion"] * result["prompts"])
     assert f"calls by outcome: {made} ok" in evaluate.summary(result) and made > 0
+    # and how the sampled rollouts' calls ended, said apart from the greedy ones
+    assert sampled["tools"]["call_outcomes"] == {"ok": 3}
+    assert "; sampled calls by outcome: 3 ok" in evaluate.summary(result)
 
 
 def test_eval_refuses_what_it_cannot_do_with_tools(tmp_path, no_weights):

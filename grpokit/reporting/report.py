@@ -397,14 +397,7 @@ def write_report(
     lines += failed_calls_section(record["failed_calls"])  # nothing for a run whose tool calls never failed
     lines += scoring_section(state["log_history"])  # nothing for a run without task_score
     lines += own_passes_section(state["log_history"])  # nothing where TRL's method ran throughout
-    lines += ["", "## Curves", ""]
-    for plot in plots:  # links relative to report.md, so the run dir can be moved or shared whole
-        lines.append(f"![{plot.stem}]({Path(os.path.relpath(plot, run_dir)).as_posix()})")
-    if not plots:
-        lines.append("(no plots)")
-    flat = flat_reasons(state["log_history"], args)
-    if flat:
-        lines += ["", "Flat curves:"] + [f"- {title}: {why}" for title, why in flat.items()]
+    lines += _curves_section(run_dir, plots, flat_reasons(state["log_history"], args))
     if compare:
         from grpokit.reporting.compare import compare_section
 
@@ -415,3 +408,13 @@ def write_report(
     path = run_dir / REPORT_FILE
     files.write_text(path, "\n".join(lines) + "\n", key="--plot", root=run_dir)
     return path
+
+
+def _curves_section(run_dir: Path, plots: list[Path], flat: dict) -> list[str]:
+    """The plots, linked relative to report.md (so the run folder can be moved or shared whole), and why any curve
+    is flat by construction."""
+    lines = ["", "## Curves", ""]
+    lines += [f"![{plot.stem}]({Path(os.path.relpath(plot, run_dir)).as_posix()})" for plot in plots] or ["(no plots)"]
+    if flat:
+        lines += ["", "Flat curves:"] + [f"- {title}: {why}" for title, why in flat.items()]
+    return lines

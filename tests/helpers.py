@@ -114,6 +114,28 @@ def load_bench(name: str):
     return module
 
 
+def docs_block(name: str) -> list[str]:
+    """The lines of the code block docs/troubleshooting.md marks `<!-- printed: NAME ... -->`: what a test compares with
+    what the program printed, so the page shows the program's own words."""
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    block = text.split(f"<!-- printed: {name} ", 1)[1].split("```", 2)[1]
+    return [line.strip() for line in block.strip().splitlines()]
+
+
+def normal(line: str, shown: dict) -> str:
+    """A printed line with this run's paths and names as the docs' example shows them (`shown`: real -> example)."""
+    for real, example in shown.items():
+        line = line.replace(real, example)
+    return line.strip()
+
+
+def numberless(line: str) -> str:
+    """A line with its measured numbers (steps, seconds, rates, losses) as N: the docs' example is of a longer run."""
+    import re
+
+    return re.sub(r"\d+(\.\d+)?", "N", line)
+
+
 def launch(*argv, timeout: int = 600, **kwargs):
     """`python launch.py ARGV` as a user runs it, from the repository root; output captured as text."""
     import subprocess

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, launch, with_trainer, write_recipe
+from helpers import ROOT, docs_block, launch, normal, numberless, with_trainer, write_recipe
 
 from grpokit import rundir
 from grpokit.files import ownership
@@ -289,26 +289,6 @@ def test_sigterm_stops_at_the_step_end_with_a_checkpoint_and_resumes(tmp_path):
     assert "This run stopped" not in (run / "report.md").read_text()  # finished: the report is the whole run's
     printed = [normal(line, shown) for line in resumed.stdout.splitlines() if "resumed at step" in line]
     assert [numberless(line) for line in docs_block("resume")] == [numberless(line) for line in printed]
-
-
-def docs_block(name: str) -> list[str]:
-    """The lines of the code block docs/troubleshooting.md marks `<!-- printed: NAME ... -->`."""
-    text = (ROOT / "docs" / "troubleshooting.md").read_text()
-    block = text.split(f"<!-- printed: {name} ", 1)[1].split("```", 2)[1]
-    return [line.strip() for line in block.strip().splitlines()]
-
-
-def normal(line: str, shown: dict) -> str:
-    for real, example in shown.items():
-        line = line.replace(real, example)
-    return line.strip()
-
-
-def numberless(line: str) -> str:
-    """A line with its measured numbers (steps, seconds, rates, losses) as N: the docs' example is of a longer run."""
-    import re
-
-    return re.sub(r"\d+(\.\d+)?", "N", line)
 
 
 # ---------------------------------------------------------------------------------------------------------

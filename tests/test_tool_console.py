@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import write_recipe
+from tests.helpers import docs_block, normal, write_recipe
 from tests.test_tool_limits import tokenizer_for
 from tests.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
 
@@ -73,3 +73,8 @@ def test_a_tool_that_fails_every_call_is_said_on_the_console_and_in_the_report(t
     assert f"{tmp_path / 'env.py'}:{ENV.splitlines().index('        return a // (a - a)') + 1} in half)`" in line
     raised = [text for text in out if text.startswith("[grpokit] tool half raised ZeroDivisionError")]
     assert len(raised) == 1 and "report.md" in raised[0]
+    # docs/troubleshooting.md shows these lines as printed (its paths are an example's)
+    shown = {str(tmp_path): "/home/me/project"}
+    assert docs_block("every-call-failed") == said
+    assert docs_block("failed-calls") == [normal(text, shown) for text in failed.splitlines() if text.startswith("- ")] \
+        + [normal(raised[0], shown)]

@@ -193,7 +193,9 @@ def quiet_known_noise() -> None:
     nothing the recipe does. TRL 1.16 warns that `environment_factory` is experimental at every
     tool run, naming the file and line of grpokit's GRPOTrainer call as its source: it speaks to that call's author,
     who pins TRL and checks what grpokit relies on in `grpokit.trl_compat`, not to a recipe's user, who can do nothing
-    about it (docs/tools.md says the API is TRL's experimental one).
+    about it (docs/tools.md says the API is TRL's experimental one). transformers says once a run that it sets
+    `use_cache=False` for a training forward under gradient checkpointing (TRL's default, and every memory plan's): a
+    forward whose activations are recomputed keeps no cache, by design; generation, without gradients, keeps its own.
     """
     warnings.filterwarnings("ignore", message=r"`(is_gradient_checkpointing|gradient_checkpointing_\w+)` is deprecated",
                             category=FutureWarning)
@@ -202,6 +204,12 @@ def quiet_known_noise() -> None:
                             category=UserWarning)
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     logging.getLogger("kernels._internals.hf_hub").addFilter(_not_trust_check_skipped)
+    logging.getLogger("transformers.utils.generic").addFilter(_not_cache_off_for_checkpointing)
+
+
+def _not_cache_off_for_checkpointing(record: logging.LogRecord) -> bool:
+    """False for transformers' one line that a checkpointed training forward runs without a cache (its others pass)."""
+    return not str(record.msg).startswith("`use_cache=True` is incompatible with gradient checkpointing.")
 
 
 def _not_trust_check_skipped(record: logging.LogRecord) -> bool:

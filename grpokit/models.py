@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from grpokit import trl_compat
 from grpokit.config import Recipe
 from grpokit.config.trainer_args import resolved_dtype
 from grpokit.dist import say
@@ -238,7 +239,10 @@ def load_model(path: str, recipe: Recipe):
     if quant is not None:
         kwargs["quantization_config"] = quant
     _no_loading_weights_bar()
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if recipe.model.get("quantization") == "4bit":
+        trl_compat.keep_4bit_trainable(model)  # on a CPU, generation would leave its layers without a backward
+    return model
 
 
 def _no_loading_weights_bar() -> None:

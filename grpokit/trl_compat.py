@@ -377,6 +377,9 @@ LIBRARY_INTERNALS = {
     "transformers.modeling_layers:GradientCheckpointingLayer._can_checkpoint_with_cache": (
         "checkpointing_layer", "grpokit.shared_prompt: a checkpointed layer keeps the cache it is given when this is "
         "set on it (else it drops it), and a replay in the backward reuses the forward's arguments"),
+    "bitsandbytes.nn.modules:Linear4bit.support_avx512bf16_for_cpu": (
+        "keep_4bit_trainable", "grpokit.models: a 4-bit layer repacks its weight for a CPU's AVX512-BF16 kernel, "
+        "which has no backward, when this is true; cleared on every layer a policy loads with"),
 }
 _KV_UPDATE_PARAMS = ("self", "key_states", "value_states")  # DynamicLayer.update's leading parameters
 
@@ -429,6 +432,22 @@ def torch_dispatch():
     return TorchDispatchMode, tree_map_only
 
 
+def keep_4bit_trainable(model) -> int:
+    """Keep every bitsandbytes 4-bit layer of `model` in the layout its backward reads; returns how many it holds.
+
+    On a CPU with AVX512-BF16, `Linear4bit.forward` repacks its weight for that CPU's fast kernel the first time it
+    runs without gradients in eval mode (generation) and keeps the packing afterwards, in training too, where that
+    kernel has no backward: every gradient through the frozen base is dropped (torch warns "an autograd kernel was not
+    registered"), so the adapters train on the wrong ones. Clearing `support_avx512bf16_for_cpu` keeps the layout
+    (tests/test_train.py); generation on a CPU then runs the layers' plain 4-bit path. Nothing changes on a GPU."""
+    from bitsandbytes.nn import Linear4bit
+
+    layers = [module for module in model.modules() if isinstance(module, Linear4bit)]
+    for layer in layers:
+        layer.support_avx512bf16_for_cpu = False
+    return len(layers)
+
+
 def storage_key(storage) -> int:
     """A live storage's identity (torch's private `UntypedStorage._cdata`, its C address): views share it."""
     return storage._cdata
@@ -447,6 +466,7 @@ def library_internals_problems(names=None) -> list[str]:
         "torch.utils._pytree:tree_map_only": lambda: _check_dispatch(1),
         "torch:UntypedStorage._cdata": _check_storage_key,
         "transformers.modeling_layers:GradientCheckpointingLayer._can_checkpoint_with_cache": _check_checkpointing,
+        "bitsandbytes.nn.modules:Linear4bit.support_avx512bf16_for_cpu": _check_4bit_packing,
     }
     problems = []
     for where in names or LIBRARY_INTERNALS:
@@ -485,6 +505,18 @@ def checkpointing_layer():
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     return GradientCheckpointingLayer
+
+
+def _check_4bit_packing() -> str | None:
+    from bitsandbytes.nn import Linear4bit
+
+    source = inspect.getsource(Linear4bit.forward)
+    for marker in ("and self.support_avx512bf16_for_cpu", "_convert_weight_packed_for_cpu("):
+        if marker not in source:
+            return f"Linear4bit.forward no longer contains `{marker}`"
+    if "self.support_avx512bf16_for_cpu = " not in inspect.getsource(Linear4bit.__init__):
+        return "Linear4bit.__init__ no longer sets `support_avx512bf16_for_cpu`"
+    return None
 
 
 def _check_checkpointing() -> str | None:

@@ -150,6 +150,44 @@ def test_quantized_base_trains_with_lora(tmp_path, quantization, layer):
     assert trainer.state.global_step == 2 and (tmp_path / "run" / "adapter_model.safetensors").exists()
 
 
+def test_a_4bit_base_on_a_cpu_gives_the_same_gradients_after_generating(tiny_model_dir):
+    """bitsandbytes repacks a 4-bit layer for a CPU's AVX512-BF16 kernel the first time it runs without gradients (as
+    GRPO's generation does, before every training pass) and keeps that packing in training, where that kernel has no
+    backward: every gradient through the frozen base is then dropped, and the adapters train on the wrong ones. A
+    policy grpokit loads never repacks: its gradients after a generation are the ones before it. (On a CPU without
+    AVX512-BF16 nothing repacks either way; this machine has it where `has_avx512bf16()` says so.)"""
+    import bitsandbytes as bnb
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from grpokit.models import load_model
+
+    recipe = load(ROOT / "recipes" / "smoke.yaml", ["model.quantization=4bit", "model.dtype=float32"])
+    ids = torch.randint(3, 100, (2, 12), generator=torch.Generator().manual_seed(0))
+
+    def policy():
+        torch.manual_seed(1)
+        return get_peft_model(load_model(str(tiny_model_dir), recipe),
+                              LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+
+    def gradients(model):
+        model.train()
+        model(input_ids=ids, labels=ids).loss.backward()
+        return {name: p.grad for name, p in model.named_parameters() if p.requires_grad}
+
+    before = gradients(policy())
+    generated = policy()
+    generated.eval()
+    with torch.no_grad():
+        generated(input_ids=ids)  # what generation does to every layer
+    layers = [m for m in generated.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert layers and not any(getattr(m.weight.quant_state, "packing_format_for_cpu", False) for m in layers)
+    after = gradients(generated)
+    assert before.keys() == after.keys()
+    for name in before:
+        torch.testing.assert_close(after[name], before[name], msg=name)
+
+
 def test_known_third_party_noise_is_quiet(tiny_model_dir):
     # TRL's calls of transformers' deprecated names warned at every checkpointing toggle; other warnings stay.
     import warnings

@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from anywhere: grpokit is the repo's
 
-from grpokit import files  # noqa: E402
+from grpokit import files, trl_compat  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "plan_vs_measured_cpu.json"
@@ -230,6 +230,8 @@ def build_model(setting: Setting, config: dict, workdir: Path, device: str = "cp
             del model
             gc.collect()
             model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if setting.quantization == "4bit":
+        trl_compat.keep_4bit_trainable(model)  # as grpokit.models.load_model leaves a run's policy
     model.generation_config.eos_token_id = 1
     model.generation_config.pad_token_id = 0
     model.generation_config.bos_token_id = None

@@ -1,5 +1,5 @@
 """Every TRL internal grpokit relies on beyond TRL's public API -- and every internal of the libraries under it
-(transformers, torch) -- listed and checked in one place.
+(transformers, torch, bitsandbytes) -- listed and checked in one place.
 
 TRL is pinned exactly (pyproject.toml). What we use past its public API -- private methods the dynamic-sampling
 trainer overrides or whose behaviour it assumes, lines that must still be in their source, trainer attributes

@@ -27,7 +27,8 @@ from grpokit.fields import Field, validate_fields
 KEY = "warm_start"
 FOLDER = "warm_start"  # <output_dir>/warm_start: the merged model GRPO starts from
 RECORD = "warm_start.json"  # inside it: what it was trained on, how, its losses (written last: the folder is whole)
-WRITTEN_FOR = {"products": "multiply"}  # tasks whose worked exchanges grpokit writes -> the tool they call
+# tasks whose worked exchanges grpokit writes -> the tools (of grpokit.environments:Calculator) they call
+WRITTEN_FOR = {"products": ("multiply",), "chain_sum": ("add", "subtract")}
 
 WARM_START = {
     "examples": Field(str | None, None, "a JSONL file of worked exchanges, one {\"messages\": [...]} a line (chat "
@@ -96,13 +97,14 @@ def _check_from_task(raw, data: dict, problems: Problems, where_set) -> dict:
     names = [t.get("name") if isinstance(t, dict) else t for t in source.get("tasks") or []]
     unwritten = [n for n in names if n not in WRITTEN_FOR]
     if unwritten:
-        problems.add(key, f"grpokit writes worked exchanges only for {', '.join(WRITTEN_FOR)} (with the tool "
-                     f"{', '.join(WRITTEN_FOR.values())}); for {', '.join(map(str, unwritten))} give warm_start.examples: "
-                     "a JSONL file of worked exchanges, one {\"messages\": [...]} a line", unwritten, file=where_set(key))
+        written = ", ".join(f"{task} (with {' and '.join(tools)})" for task, tools in WRITTEN_FOR.items())
+        problems.add(key, f"grpokit writes worked exchanges only for {written}; for {', '.join(map(str, unwritten))} "
+                     "give warm_start.examples: a JSONL file of worked exchanges, one {\"messages\": [...]} a line",
+                     unwritten, file=where_set(key))
     tools = data.get("tools") if isinstance(data.get("tools"), dict) else {}
     if not tools.get("environment"):
-        problems.add(key, "writes exchanges that call the recipe's tools.environment (its multiply), and the recipe names "
-                     "none; give warm_start.examples instead", file=where_set(key))
+        problems.add(key, "writes exchanges that call the recipe's tools.environment (its calculator's tools), and "
+                     "the recipe names none; give warm_start.examples instead", file=where_set(key))
     if not all(isinstance(source.get(k, d), int) for k, d in (("seed", 1), ("size", 1000), ("eval_size", 100))):
         return spec
     train = (source.get("seed", 1), source.get("size", 1000))

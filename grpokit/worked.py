@@ -19,6 +19,7 @@ from grpokit.errors import Problem
 from grpokit.warmstart import KEY, WRITTEN_FOR
 
 _PRODUCT = re.compile(r"-?\d+(?:\s*\*\s*-?\d+)+")
+_CHAIN = re.compile(r"(\d+(?:\s*[+-]\s*\d+)+)\s*=")
 MAX_EXAMPLES = 100_000
 
 
@@ -54,7 +55,29 @@ def product_exchange(prompt: list[dict], question: str, answer: str | None, tool
     return messages + [{"role": "assistant", "content": str(value)}]
 
 
-WRITERS = {"products": product_exchange}  # a task -> the function that works its problems (tool: WRITTEN_FOR)
+def chain_sum_exchange(prompt: list[dict], question: str, answer: str | None, add: str = "add",
+                       subtract: str = "subtract") -> list[dict]:
+    """The value of a reasoning-gym `chain_sum` question (`a + b - c ... =`), worked left to right with two-integer
+    tools `add` and `subtract`: the first two terms, then each result with the next term, each result read back; the
+    last result stated. ValueError when the question holds no such chain or the gold answer differs from it."""
+    found = _CHAIN.search(question)
+    if not found:
+        raise ValueError(f"no chain a + b - ... = in the question {question[:80]!r}")
+    terms = re.findall(r"([+-]?)\s*(\d+)", found.group(1))
+    messages, value = list(prompt), int(terms[0][1])
+    for sign, digits in terms[1:]:
+        tool, term = (subtract, int(digits)) if sign == "-" else (add, int(digits))
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": tool, "arguments": {"a": value, "b": term}}}]})
+        value = value - term if sign == "-" else value + term
+        messages.append({"role": "tool", "name": tool, "content": str(value)})  # as TRL writes a result: str(result)
+    if answer is not None and str(answer).strip() != str(value):
+        raise ValueError(f"the worked sum {value} is not the task's answer {answer!r}")
+    return messages + [{"role": "assistant", "content": str(value)}]
+
+
+# a task -> the function that works its problems, called with the tools WRITTEN_FOR names, in that order
+WRITERS = {"products": product_exchange, "chain_sum": chain_sum_exchange}
 assert set(WRITERS) == set(WRITTEN_FOR)
 
 
@@ -69,18 +92,22 @@ def from_task(spec: dict, dataset: dict, tool_names: list[str]) -> Worked:
     shots = few_shot_messages(dataset.get("few_shot"))
     exchanges = []
     for question, answer, task, _entry in made:
-        tool = WRITTEN_FOR[task]
-        if tool not in tool_names:
-            raise _refused(f"{KEY}.from_task", f"writes {task} exchanges that call the tool {tool}, and the recipe's "
-                           f"tools are {', '.join(tool_names) or 'none'}; give warm_start.examples instead")
+        missing = [tool for tool in WRITTEN_FOR[task] if tool not in tool_names]
+        if missing:
+            raise _refused(f"{KEY}.from_task", f"writes {task} exchanges that call the tools "
+                           f"{', '.join(WRITTEN_FOR[task])}, and the recipe's tools are {', '.join(tool_names) or 'none'}"
+                           "; give warm_start.examples instead")
         content = render(dataset["template"], {"prompt": question}) if dataset.get("template") else question
+        prompt = chat_prompt(dataset.get("system_prompt"), shots, content)
         try:
-            exchanges.append(WRITERS[task](chat_prompt(dataset.get("system_prompt"), shots, content), question, answer, tool))
+            exchanges.append(WRITERS[task](prompt, question, answer, *WRITTEN_FOR[task]))
         except ValueError as err:
             raise _refused(f"{KEY}.from_task", f"cannot work a {task} problem: {err}") from None
-    names = " + ".join(t["name"] for t in source["tasks"])
-    return Worked(exchanges, f"{len(exchanges)} {names} problems from reasoning-gym seeds {spec['seed']}.."
-                             f"{spec['seed'] + spec['size'] - 1}, each worked with the tool {WRITTEN_FOR[source['tasks'][0]['name']]}")
+    names = [t["name"] for t in source["tasks"]]
+    tools = list(dict.fromkeys(tool for name in names for tool in WRITTEN_FOR[name]))
+    return Worked(exchanges, f"{len(exchanges)} {' + '.join(names)} problems from reasoning-gym seeds {spec['seed']}.."
+                             f"{spec['seed'] + spec['size'] - 1}, each worked with the tool{'s' * (len(tools) > 1)} "
+                             f"{' and '.join(tools)}")
 
 
 def from_file(path: str, dataset: dict, tool_names: list[str]) -> Worked:

@@ -50,6 +50,24 @@ def test_a_products_exchange_is_two_calls_that_reach_the_answer():
         examples.product_exchange([], QUESTION, "5", "multiply")
 
 
+CHAIN = "State the final answer to the following arithmetic problem: 205 - 838 + 505 - 7 ="
+
+
+def test_a_chain_sum_exchange_works_left_to_right_with_add_and_subtract():
+    messages = examples.chain_sum_exchange([{"role": "user", "content": CHAIN}], CHAIN, "-135")
+    assert [m["role"] for m in messages] == ["user"] + ["assistant", "tool"] * 3 + ["assistant"]
+    calls = [m["tool_calls"][0]["function"] for m in messages if m.get("tool_calls")]
+    assert calls == [{"name": "subtract", "arguments": {"a": 205, "b": 838}},
+                     {"name": "add", "arguments": {"a": -633, "b": 505}},  # each reads the one before's result
+                     {"name": "subtract", "arguments": {"a": -128, "b": 7}}]
+    assert [m["content"] for m in messages if m["role"] == "tool"] == ["-633", "-128", "-135"]
+    assert messages[-1]["content"] == "-135"
+    with pytest.raises(ValueError, match="not the task's answer"):
+        examples.chain_sum_exchange([], CHAIN, "5")
+    with pytest.raises(ValueError, match="no chain"):
+        examples.chain_sum_exchange([], QUESTION, None)
+
+
 def test_the_loss_falls_on_the_assistant_turns_only(tiny_model_dir):
     from grpokit import models
 
@@ -72,8 +90,9 @@ def test_the_loss_falls_on_the_assistant_turns_only(tiny_model_dir):
 
 @pytest.mark.parametrize("change, fragments", [
     # a task grpokit cannot work a problem of: refused at --check, saying to give a file
-    ({"dataset.reasoning_gym.tasks": [{"name": "chain_sum"}]},
-     ["warm_start.from_task: grpokit writes worked exchanges only for products", "give warm_start.examples"]),
+    ({"dataset.reasoning_gym.tasks": [{"name": "leg_counting"}]},
+     ["warm_start.from_task: grpokit writes worked exchanges only for products (with multiply), chain_sum (with add "
+      "and subtract); for leg_counting give warm_start.examples"]),
     # seeds that meet training's: the warm start would show training problems
     ({"warm_start.from_task": {"size": 4, "seed": 5}}, ["warm_start.from_task.seed: its problems come from seeds 5..8, "
                                                         "which meet training's 1..8", "a seed >= 13"]),
@@ -130,6 +149,19 @@ def test_check_explains_the_warm_start(tmp_path, capsys, no_weights):
     assert "user -> assistant calls multiply -> tool -> assistant calls multiply -> tool -> assistant answers" in section
     assert "2 steps of 2 exchanges: 4 seen" in section and "TRL's SFTTrainer, LoRA r=4" in section
     assert f"kept in       {tmp_path / 'run' / 'warm_start'}" in section and "why " in section
+
+
+def test_chain_sum_problems_are_worked_with_the_calculators_add_and_subtract(tmp_path, capsys, no_weights):
+    data = tiny_recipe(tmp_path)
+    data["dataset"]["reasoning_gym"]["tasks"] = [{"name": "chain_sum", "config": {"min_terms": 3, "max_terms": 3}}]
+    assert main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0
+    section = capsys.readouterr().out.split("# warm start", 1)[1].split("\n\n")[0]
+    assert "4 chain_sum problems from reasoning-gym seeds 13..16, each worked with the tools add and subtract" in section
+    assert "user -> assistant calls " in section and "-> tool -> assistant calls " in section
+    # every exchange reaches reasoning-gym's own answer (a writer that disagrees is refused, above)
+    recipe = validate(config.load(write_recipe(tmp_path, data)))
+    worked = examples.from_task(recipe.warm_start["from_task"], recipe.dataset, ["add", "subtract", "multiply"])
+    assert len(worked.exchanges) == 4 and all(len(e) == 7 for e in worked.exchanges)  # system, user, 2 calls, answer
 
 
 @pytest.mark.slow

@@ -215,7 +215,9 @@ def gated_recipe(tmp_path, **trainer):
 
 
 @pytest.mark.slow
-def test_a_second_run_into_a_training_runs_directory_is_refused(tmp_path):
+def test_a_second_run_into_a_training_runs_directory_is_refused(tmp_path, capsys):
+    from grpokit.cli import main
+
     path = gated_recipe(tmp_path, max_steps=2)
     run = tmp_path / "run"
     ready_r, ready_w = os.pipe()
@@ -227,12 +229,16 @@ def test_a_second_run_into_a_training_runs_directory_is_refused(tmp_path):
     try:
         assert os.read(ready_r, 10) == b"ready", "the first run never reached training"
         saved_recipe = (run / "recipe.yaml").read_text()
-        for flags in ([], ["--overwrite"], ["--resume"]):
-            second = launch("--recipe", str(path), *flags)
-            assert second.returncode == 2, (flags, second.stderr[-2000:])
-            assert f"trainer.output_dir: is in use by another run (pid {first.pid} on " in second.stderr, flags
-            assert "Traceback" not in second.stderr
-            assert (run / "recipe.yaml").read_text() == saved_recipe, f"{flags} touched the running run"
+        second = launch("--recipe", str(path))  # the command a user types, in its own process
+        said = [(second.returncode, second.stderr)]
+        for flags in (["--overwrite"], ["--resume"]):  # the same refusal, the flags that would replace or continue
+            code = main(["--recipe", str(path), *flags])
+            said.append((code, capsys.readouterr().err))
+        for flags, (code, err) in zip(([], ["--overwrite"], ["--resume"]), said):
+            assert code == 2, (flags, err[-2000:])
+            assert f"trainer.output_dir: is in use by another run (pid {first.pid} on " in err, flags
+            assert "Traceback" not in err
+        assert (run / "recipe.yaml").read_text() == saved_recipe, "a refused run touched the running run"
     finally:
         os.write(go_w, b"g")
         os.close(go_w), os.close(ready_r)

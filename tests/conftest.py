@@ -7,6 +7,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Before torch starts its OpenMP pool: idle threads sleep rather than spin, as in grpokit's own runs (grpokit.cpu;
+# bench/README.md "CPU speed"). The suite's two workers share two cores, each with a pool of two threads; spinning,
+# one worker's idle threads took the cores from the other's working ones (test_train, test_shared_prompt and
+# test_generation with -n 2: 90 s spinning, 26 s sleeping, on the 2-core machine). The processes tests start inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import sys  # noqa: E402
 

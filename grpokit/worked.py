@@ -66,7 +66,7 @@ def chain_sum_exchange(prompt: list[dict], question: str, answer: str | None, ad
     terms = re.findall(r"([+-]?)\s*(\d+)", found.group(1))
     messages, value = list(prompt), int(terms[0][1])
     for sign, digits in terms[1:]:
-        tool, term = (subtract, int(digits)) if sign == "-" else (add, int(digits))
+        tool, term = subtract if sign == "-" else add, int(digits)
         messages.append({"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": tool, "arguments": {"a": value, "b": term}}}]})
         value = value - term if sign == "-" else value + term

@@ -161,7 +161,7 @@ def test_chain_sum_problems_are_worked_with_the_calculators_add_and_subtract(tmp
     # every exchange reaches reasoning-gym's own answer (a writer that disagrees is refused, above)
     recipe = validate(config.load(write_recipe(tmp_path, data)))
     worked = examples.from_task(recipe.warm_start["from_task"], recipe.dataset, ["add", "subtract", "multiply"])
-    assert len(worked.exchanges) == 4 and all(len(e) == 7 for e in worked.exchanges)  # system, user, 2 calls, answer
+    assert len(worked.exchanges) == 4 and all(len(e) == 7 for e in worked.exchanges)  # system, user, 2 x (call, result), answer
 
 
 @pytest.mark.slow

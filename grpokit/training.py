@@ -110,6 +110,20 @@ def already_finished(recipe: Recipe, output_dir: Path, request: Request, lock=No
     return True
 
 
+def _final_save(trainer, output_dir: Path, lock) -> None:
+    """The finished run's model and state, claimed as the run's files while they are written (their names are the
+    trainer's to choose) and recorded once whole; a failure is a `SaveFailed` naming what it was writing."""
+    from grpokit.lifecycle import SaveFailed
+
+    lock.pending()  # the final save's files have names the trainer chooses: what appears now is the run's
+    try:
+        trainer.save_model(str(output_dir))
+        trainer.save_state()  # trainer_state.json last: present and readable only once the final save is whole
+    except Exception as err:  # noqa: BLE001
+        raise SaveFailed("the final model", output_dir, err) from err
+    lock.record()  # the final save is whole: its files are the run's by record, no longer by the pending window
+
+
 def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     recipe_path = str(recipe.path)
     previous = rundir.guard_output_dir(output_dir, request.resume, request.overwrite, recipe_path, recipe.path)
@@ -158,13 +172,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
             raise stopped
         # Finished: a signal now waits until the final save and the report are written (seconds).
         stop.finishing = True
-        lock.pending()  # the final save's files have names the trainer chooses: what appears now is the run's
-        try:
-            trainer.save_model(str(output_dir))
-            trainer.save_state()  # trainer_state.json last: present and readable only once the final save is whole
-        except Exception as err:  # noqa: BLE001
-            raise SaveFailed("the final model", output_dir, err) from err
-        lock.record()  # the final save is whole: its files are the run's by record, no longer by the pending window
+        _final_save(trainer, output_dir, lock)
         if is_main_process():
             write_model_card(recipe, output_dir, trainer.state.global_step, resumed_at)
             finish_run(output_dir, recipe, prep.args, trainer, resumed_at=resumed_at)

@@ -73,8 +73,6 @@ def scripted(monkeypatch):
         from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-        from grpokit.models import load_tokenizer
-
         model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_dir))]
         monkeypatch.setattr(model_class, "generate", generate)
         generate.tokenizer = family_tokenizer(family)

@@ -12,6 +12,7 @@ from grpokit import ownpasses
 from grpokit.generation import PrefixStore
 from grpokit.reporting.own_passes import own_passes_section
 from tests.helpers import FAMILIES, family_trainer
+from tests.test_generation import generate
 from tests.test_shared_prompt import LEAD, assert_gradients_close, logps_and_grads, rows
 
 # The families whose caches hold plain keys and values per token: grpokit's passes are compared with TRL's on them.
@@ -30,17 +31,6 @@ def trainers(tmp_path_factory):
         return made[family]
 
     return get
-
-
-def generate(trainer, rows_, copies, store=None):
-    torch.manual_seed(0)
-    trainer._prefix_store = store
-    try:
-        if store is None:
-            return GRPOTrainer._generate_single_turn(trainer, rows_, None, {}, copies)[0]
-        return trainer._generate_single_turn(rows_, None, {}, copies)[0]
-    finally:
-        trainer._prefix_store = None
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

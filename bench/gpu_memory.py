@@ -4,6 +4,9 @@
     python bench/gpu_memory.py --cases 3b-lora,7b-qlora --out $OUT
     python bench/gpu_memory.py --dry-run                # CPU, tiny config: the whole path, measures no GPU
 
+After the cases, a shipped recipe (`--recipe`, default recipes/smoke.yaml) through launch.py: `--probe`, then two
+steps that measure themselves (grpokit.planning.watch), so the first session lent a GPU measures both at once.
+
 The same accounting as bench/plan_vs_measured.py (its models, inputs, trainer and
 `grpokit.planning.measure.LiveTensors`), so a GPU case is one more row of the same table: live tensor bytes
 per moment and component against `memory.plan(device="cuda")`. What the CPU harness cannot see is read
@@ -208,7 +211,7 @@ def pack_deps(target: Path):
     files.remove(target, ownership.entries(target), "--pack-deps")
     target.mkdir(parents=True, exist_ok=True)
     recorder = ownership.Recorder(target)
-    for name in ("trl", "datasets", "dill", "bitsandbytes"):
+    for name in ("trl", "datasets", "dill", "bitsandbytes", "yaml"):  # yaml: launch.py reads recipes
         src = Path(importlib.util.find_spec(name).origin).parent
         dst = target / name
         keep_so = ("libbitsandbytes_cuda130.so", "libbitsandbytes_cpu.so")
@@ -219,6 +222,31 @@ def pack_deps(target: Path):
     recorder.record()
     size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
     print(f"packed into {target}: {size / 2**20:.0f} MiB; add multiprocess for Python 3.12 (see the docstring)")
+
+
+RECIPE = BENCH.parent / "recipes" / "smoke.yaml"  # offline on any machine: the tiny model, built locally
+RECIPE_SECONDS = 120  # --probe, then two steps, each a launch.py of its own (a fresh CUDA context)
+
+
+def run_recipe(recipe: Path, work: Path) -> dict:
+    """A shipped recipe through launch.py on this GPU, as a user runs it: `--probe` (one step at its largest shapes:
+    fits, or the phase that does not), then a two-step run that measures itself (its `memory, step` lines and
+    `memory/*` metrics: CUDA's peaks per phase against the plan at each step's shapes)."""
+    import subprocess
+
+    launch = [sys.executable, str(BENCH.parent / "launch.py"), "--recipe", str(recipe)]
+    env = dict(os.environ, TMPDIR=str(work))
+    probe = subprocess.run([*launch, "--probe"], capture_output=True, text=True, timeout=300, env=env)
+    run_dir = work / "run"
+    run = subprocess.run([*launch, f"trainer.output_dir={run_dir}", "trainer.max_steps=2", "trainer.save_strategy=no"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    state = run_dir / "trainer_state.json"
+    history = files.read_json(state, dict, key="--recipe").get("log_history", []) if state.is_file() else []
+    said = lambda done, mark: [line for line in (done.stdout + done.stderr).splitlines() if mark in line][:20]  # noqa: E731
+    return {"recipe": str(recipe.relative_to(BENCH.parent)), "probe_exit": probe.returncode,
+            "probe_lines": said(probe, "probe"), "run_exit": run.returncode, "run_lines": said(run, "memory"),
+            "run_metrics": [{k: v for k, v in h.items() if k.startswith("memory/")} for h in history
+                            if any(k.startswith("memory/") for k in h)]}
 
 
 @one_line_exit
@@ -232,6 +260,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results folder (default bench/results; a temporary one for --dry-run)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny config, short sequences: the whole path")
     ap.add_argument("--pack-deps", metavar="DIR", help="copy the packages the device image lacks into DIR, and stop")
+    ap.add_argument("--recipe", type=Path, default=RECIPE, help="a shipped recipe run after the cases through "
+                    "launch.py: --probe, then two steps measuring themselves (default recipes/smoke.yaml)")
+    ap.add_argument("--no-recipe", action="store_true", help="skip the recipe's --probe and run")
     a = ap.parse_args(argv)
     if a.pack_deps:
         pack_deps(Path(a.pack_deps))
@@ -274,6 +305,17 @@ def main(argv=None) -> int:
         print(f"         {record['status']}", flush=True)
         results["cases"].append(record)
         write(results, out, stem)
+    if not a.no_recipe and not a.dry_run:  # the per-run measurement and the probe, as a user meets them
+        if time.time() - t0 + RECIPE_SECONDS > a.budget_s:
+            results["recipe"] = {"status": f"skipped: would not end within --budget-s {a.budget_s:g}"}
+        else:
+            with tempfile.TemporaryDirectory(prefix="gpu_memory-recipe-") as work:
+                try:
+                    results["recipe"] = run_recipe(a.recipe.resolve(), Path(work))
+                except Exception as e:  # noqa: BLE001 - the cases' results are kept whatever this does
+                    results["recipe"] = {"status": f"error: {type(e).__name__}: {e}"[:400]}
+            print(json.dumps(results["recipe"], indent=1), flush=True)
+            write(results, out, stem)
     print(f"results: {out / stem}.json and .md")
     bad = [r for r in results["cases"] if not (r["status"] == "ok" or r["status"].startswith(("skipped", "OOM")))]
     return 1 if bad else 0

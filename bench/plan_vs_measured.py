@@ -53,6 +53,7 @@ RESULTS = ROOT / "bench" / "results" / "plan_vs_measured_cpu.json"
 TOLERANCE = 0.10  # the plan's promise: every phase within +-10 % of the measured peak
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOLLM2_ARCH = "HuggingFaceTB/SmolLM2-135M-Instruct (random weights)"  # its shipped config, cut: random weights
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class Setting:
     prompt_length: int = 16
     max_completion_length: int = 16
     note: str = ""
+    # grpokit's own passes (its trainer class, as a run builds it): prompts `lead` tokens alike before their own
+    own: bool = False
+    lead: int = 0
 
     @property
     def generation_batch(self) -> int:
@@ -85,7 +89,8 @@ class Setting:
         opt = self.optim + (" foreach" if self.foreach else "")
         return (f"{how}, {self.dtype}, {opt}, ckpt {'on' if self.gradient_checkpointing else 'off'}, beta {self.beta:g}, "
                 f"B{self.per_device_train_batch_size} GA{self.gradient_accumulation_steps} G{self.num_generations} "
-                f"P{self.prompt_length} C{self.max_completion_length}")
+                f"P{self.prompt_length} C{self.max_completion_length}"
+                + (f", grpokit's passes, lead {self.lead}" if self.own else ""))
 
 
 # The CI test's case (tests/test_plan_measured.py): a Qwen2 of the built-in tiny model's size (seconds)
@@ -140,6 +145,21 @@ SETTINGS = [
             max_completion_length=16, note="a GSM8K-long prompt: the prefill's per-layer inputs, the recipes' peak"),
     TINY,
     TINY_HYBRID,
+    # the tool recipes' shapes (the longest prompt, its lead measured by --check, forced full completions), through
+    # grpokit's own passes as their runs take them: SmolLM2's width and vocabulary, cut to 6 of its 30 layers
+    Setting("smollm2-multi_call-own", SMOLLM2_ARCH, layers=6, dtype="bfloat16", optim="adamw_torch_fused",
+            gradient_checkpointing=False, per_device_train_batch_size=16, num_generations=4, prompt_length=469,
+            max_completion_length=192, own=True, lead=440, note="multi_call.yaml's shapes: 4 prompts x 4, one micro-batch"),
+    Setting("smollm2-calculator-own", SMOLLM2_ARCH, layers=6, dtype="bfloat16", optim="adamw_torch_fused",
+            gradient_checkpointing=False, per_device_train_batch_size=16, num_generations=8, prompt_length=539,
+            max_completion_length=96, own=True, lead=510, note="calculator.yaml's shapes: 2 prompts x 8"),
+    Setting("smollm2-python_tool-own", SMOLLM2_ARCH, layers=6, dtype="bfloat16", optim="adamw_torch_fused",
+            gradient_checkpointing=False, per_device_train_batch_size=8, num_generations=4, prompt_length=420,
+            max_completion_length=192, own=True, lead=380, note="python_tool.yaml's shapes: 2 prompts x 4"),
+    Setting("qwen1.5b-calculator-own-ckpt", "Qwen/Qwen2.5-1.5B-Instruct", layers=2, dtype="bfloat16",
+            optim="adamw_bnb_8bit", per_device_train_batch_size=8, num_generations=8, prompt_length=480,
+            max_completion_length=128, own=True, lead=440,
+            note="a GPU tool recipe's pass under gradient checkpointing: one prompt x 8"),
 ]
 # --------------------------------------------------------------------------------------------------
 # Inputs: shared with bench/gpu_memory.py
@@ -156,13 +176,16 @@ def build_tokenizer(vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<pad>")
 
 
-def build_dataset(prompts: int, prompt_length: int, vocab_size: int, seed: int = 0):
-    """Prompts of prompt_length tokens and a few shorter, so each batch is left-padded to prompt_length."""
+def build_dataset(prompts: int, prompt_length: int, vocab_size: int, seed: int = 0, lead: int = 0):
+    """Prompts of prompt_length tokens and a few shorter, so each batch is left-padded to prompt_length; with `lead`,
+    every prompt opens with the same `lead` tokens (a tool recipe's system text and schemas)."""
     from datasets import Dataset
 
     rng = random.Random(seed)
-    lengths = [max(1, prompt_length - 4 * (i % 4)) for i in range(prompts)]  # every 4 prompts hold a full one
-    return Dataset.from_dict({"prompt": [" ".join(f"w{rng.randrange(2, vocab_size)}" for _ in range(k)) for k in lengths]})
+    shared = [f"w{rng.randrange(2, vocab_size)}" for _ in range(lead)]
+    lengths = [max(1, prompt_length - lead - 4 * (i % 4)) for i in range(prompts)]  # every 4 prompts hold a full one
+    return Dataset.from_dict({"prompt": [" ".join(shared + [f"w{rng.randrange(2, vocab_size)}" for _ in range(k)])
+                                         for k in lengths]})
 
 
 def noisy_reward(completions, **kwargs) -> list[float]:
@@ -180,7 +203,7 @@ def model_config(setting: Setting) -> dict:
         return json.loads(json.dumps(TINY_HYBRID_CONFIG))  # a copy, nested dicts too
     if setting.model == SMOLLM2:
         return files.read_json(smollm2_dir() / "config.json", dict)
-    config, _ = load_model_config(setting.model)
+    config, _ = load_model_config(SMOLLM2 if setting.model == SMOLLM2_ARCH else setting.model)
     return cut_layers(config, setting.layers) if setting.layers else config
 
 
@@ -258,8 +281,15 @@ def build_trainer(setting: Setting, model, config: dict, workdir: Path, steps: i
     prompts = steps * setting.generation_batch // setting.num_generations + 4
     lora = LoraConfig(task_type="CAUSAL_LM", **setting.lora) if setting.lora else None
     vocab = text_config(config)["vocab_size"]  # a multimodal config (Qwen3.5) nests it
-    trainer = GRPOTrainer(model=model, reward_funcs=[noisy_reward], args=args, processing_class=build_tokenizer(vocab),
-                          train_dataset=build_dataset(prompts, setting.prompt_length, vocab), peft_config=lora)
+    if setting.own:  # the trainer class a run builds (grpokit.build.make_trainer): grpokit's passes where they fit
+        from grpokit.generation import PrefixReuseGRPOTrainer as trainer_class
+    else:
+        trainer_class = GRPOTrainer
+    trainer = trainer_class(model=model, reward_funcs=[noisy_reward], args=args, processing_class=build_tokenizer(vocab),
+                            train_dataset=build_dataset(prompts, setting.prompt_length, vocab, lead=setting.lead),
+                            peft_config=lora)
+    if setting.own and not (trainer._share_prompts and trainer._own_generation):
+        raise RuntimeError(f"{setting.name}: grpokit's passes do not run on this model (grpokit.ownpasses)")
     if setting.foreach is not None:  # HF Trainer's adamw_torch takes no foreach argument: build it as it would
         params = [p for p in trainer.model.parameters() if p.requires_grad]
         trainer.optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay,
@@ -294,14 +324,17 @@ def measure(setting: Setting, steps: int = 1, device: str = "cpu", on_moment=Non
 
     config = model_config(setting)
     started = time.time()
+    # grpokit's passes are checked against TRL's method on a run's first step (an extra pass, once): the step
+    # measured is the one after it, as every step after a run's first
+    warmup = 1 if setting.own else 0
     with tempfile.TemporaryDirectory(prefix=f"pvm-{setting.name}-") as tmp:
         model = build_model(setting, config, Path(tmp), device)
-        trainer = build_trainer(setting, model, config, Path(tmp), steps, device)
+        trainer = build_trainer(setting, model, config, Path(tmp), steps + warmup, device)
         del model
         warm_up_optimizer(trainer)
         gc.collect()
         live = LiveTensors(moment="setup", on_moment=on_moment)
-        with live, instrument(trainer, live):
+        with live, instrument(trainer, live, warmup_steps=warmup):
             trainer.train()
         live.moment("done")
         del trainer
@@ -323,7 +356,8 @@ def plan(setting: Setting, device: str = "cpu"):
         per_device_train_batch_size=setting.per_device_train_batch_size, num_generations=setting.num_generations,
         generation_batch_size=setting.generation_batch, gradient_accumulation_steps=setting.gradient_accumulation_steps,
         prompt_length=setting.prompt_length,
-        max_completion_length=setting.max_completion_length, device=device, foreach=setting.foreach, suggest=False)
+        max_completion_length=setting.max_completion_length, device=device, foreach=setting.foreach, suggest=False,
+        own_passes=setting.own, lead=setting.lead)
 
 
 def compare(setting: Setting, measured: dict, device: str = "cpu") -> dict:

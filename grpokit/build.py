@@ -246,3 +246,50 @@ def make_trainer(prep: Prepared, model):
 
         keep_failed_calls(trainer, tally.faults)
     return trainer
+
+
+MEASURED_ROWS = 200_000  # every row up to this; beyond it an evenly spaced sample of this many (said so)
+
+
+def longest_prompt(prep, limit: int = MEASURED_ROWS) -> tuple[int, str] | None:
+    """(tokens of the longest formatted prompt, how it was measured), tokenized as TRL does, in batches."""
+    from grpokit.data import prompt_lengths
+
+    if prep.tokenizer is None or prep.dataset is None or not len(prep.dataset):
+        return None
+    n = len(prep.dataset)
+    rows = None if n <= limit else [i * n // limit for i in range(limit)]
+    longest = max(prompt_lengths(prep.tokenizer, prep.dataset, rows=rows))
+    how = f"all {n:,} rows" if rows is None else f"an evenly spaced sample of {limit:,} of {n:,} rows"
+    return longest, f"the longest formatted prompt ({how}, chat template included)"
+
+
+def planned_passes(prep, recipe: Recipe) -> dict:
+    """The passes a run of this recipe takes, as `memory.plan` reads them: whether grpokit's own passes run
+    (grpokit.ownpasses, one process, no vLLM, non-reentrant checkpointing, `sampling.reuse_prefix`), the lead every
+    prompt shares (measured on the rows, tool schemas included), the tool rounds a rollout may take."""
+    from grpokit import ownpasses
+    from grpokit.data import prompt_lead
+
+    args = prep.args
+    reentrant = bool((args.gradient_checkpointing_kwargs or {}).get("use_reentrant")) and args.gradient_checkpointing
+    own = (recipe.sampling.get("reuse_prefix", True) and not args.use_vllm and not reentrant
+           and max(1, getattr(args, "world_size", 1) or 1) == 1
+           and ownpasses.verdict_for(recipe.model["name_or_path"]).runs)
+    lead = 0
+    if own and prep.tokenizer is not None and prep.dataset is not None:
+        lead = prompt_lead(prep.tokenizer, prep.dataset)
+        if prep.tools is not None and lead and prep.schema_tokens:  # the schemas ride in the shared system turn
+            lead += prep.schema_tokens
+    rounds = int(getattr(args, "max_tool_calling_iterations", 0) or 0) if prep.tools is not None else 0
+    return dict(own_passes=bool(own), lead=lead, tool_rounds=rounds)
+
+
+def planned_shapes(prep, recipe: Recipe) -> dict:
+    """The `memory.plan_for` keywords a run of this recipe is planned at, its worst case: the longest formatted prompt
+    (tool schemas included; else dataset.max_prompt_tokens), the passes that run, the lead, the tool rounds."""
+    measured = longest_prompt(prep)
+    prompt = measured[0] if measured else recipe.dataset.get("max_prompt_tokens")
+    if prompt is not None and prep.tools is not None and prep.schema_tokens:
+        prompt += prep.schema_tokens
+    return dict(prompt_length=prompt, **planned_passes(prep, recipe))

@@ -7,9 +7,9 @@ weights, trains nothing.
 from __future__ import annotations
 
 from grpokit import cpu, tasks, tooluse
-from grpokit.build import prepare
+from grpokit.build import longest_prompt, planned_passes, prepare
 from grpokit.config import Recipe, dump, lint
-from grpokit.data import preparation_of, prompt_lengths, source_name
+from grpokit.data import preparation_of, source_name
 from grpokit.planning import memory, vllm_share
 from grpokit.planning.architecture import ConfigNotFound
 from grpokit.planning.cpu_time import SHAPE, estimate
@@ -20,7 +20,7 @@ from rewards.tasks import audit
 # torch is imported inside the functions that ask it about the GPU: --check's other work needs none.
 
 
-def check(recipe: Recipe, gpu_memory_gb: float = 16.0, full: bool = False) -> int:
+def check(recipe: Recipe, gpu_memory_gb: float | None = None, full: bool = False) -> int:
     """Print --check's report for a validated recipe; returns the exit code (0). Problems raise `RecipeError`.
 
     The one place that orders the report's sections: a section of its own goes in here, where a reader looks for it
@@ -56,7 +56,7 @@ def check(recipe: Recipe, gpu_memory_gb: float = 16.0, full: bool = False) -> in
         if templates.thinks(reader, prep.args.chat_template_kwargs):
             facts["thinking_template"] = templates.shown(recipe.model)
     facts["task_audit"] = _task_audit(prep, recipe)
-    _memory_plan(prep, recipe, prompt_length, prompt_how, gpu_memory_gb, facts)
+    _memory_plan(prep, recipe, prompt_length, prompt_how, gpu_memory_gb, facts, full)
     warnings = lint.lint(recipe, prep.args, answer_lengths=lint.answer_lengths(prep), **facts)
     if warnings:
         print("\n# lint: knobs that cannot act or work against each other (grpokit/config/lint.py)")
@@ -164,44 +164,76 @@ def _tool_use(prep, recipe: Recipe, prompt_length: int | None, prompt_how: str, 
     if prompt_length is None:
         return prompt_length, prompt_how
     schema = prep.schema_tokens
-    return prompt_length + schema, f"{prompt_how}, + {schema} tokens of tool schemas every prompt carries"
+    return prompt_length + schema, f"{prompt_how} + {schema} of tool schemas every prompt carries"
 
 
-def _memory_plan(prep, recipe: Recipe, prompt_length: int | None, prompt_how: str, gpu_memory_gb: float, facts: dict) -> None:
+def _memory_plan(prep, recipe: Recipe, prompt_length: int | None, prompt_how: str, gpu_memory_gb: float | None,
+                 facts: dict, full: bool = False) -> None:
     """Print the memory plan (vLLM's share when it generates, the CPU path on a machine without CUDA) and keep in
     `facts` the plans the lint reads."""
     try:
         import torch
 
-        planner = vllm_share.plan_for if prep.args.use_vllm else memory.plan_for
-        plan = planner(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
-                       gpu_memory_gb=gpu_memory_gb)
-        print("\n".join(plan.render()))
+        passes = planned_passes(prep, recipe)
+        if prep.args.use_vllm:
+            plan = vllm_share.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
+                                       gpu_memory_gb=gpu_memory_gb)
+        else:
+            plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
+                                   gpu_memory_gb=gpu_memory_gb, **passes)
+        print("\n".join(plan.render(full=full)))
         facts["vllm_plan"] = plan if plan.engine is not None else None
         if plan.engine is not None and not plan.engine.sleep:  # what sleep mode would change, for the lint
             facts["vllm_plan_asleep"] = vllm_share.plan_for(prep.args, model=recipe.model, lora=recipe.lora,
                                                             prompt_length=prompt_length, gpu_memory_gb=gpu_memory_gb,
                                                             sleep=True)
         if not prep.args.use_vllm and (prep.args.use_cpu or not torch.cuda.is_available()):
-            # a run here takes other kernels: plan those too (a vLLM run is refused without CUDA)
-            cpu_plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
-                                       gpu_memory_gb=gpu_memory_gb, device="cpu")
-            print(f"  on this machine (no CUDA) a run takes the CPU path ({cpu_plan.settings.dtype}, TRL's head without "
-                  f"Triton scores every position): peak {cpu_plan.allocated_gb:.2f} GiB of host memory in the "
-                  f"{cpu_plan.peak.name} phase ({cpu_plan.peak.moment})")
-            resolved = {k: getattr(prep.args, k, None) for k in ("max_steps", *SHAPE)}  # the GRPOConfig a run gets
-            print("  " + estimate(recipe.model["name_or_path"], resolved, cpu_plan.settings.dtype, cpu.cpu_computes_bf16(),
-                                  cpu.default_threads()))
+            _host_plan(prep, recipe, prompt_length, passes, full)
+        else:
+            print(f"  CUDA: {alloc_conf_note()}")
         if prompt_length is None:
             why = "the environment's reset() makes each prompt" if not recipe.dataset else "dataset not reachable"
             print(f"  note: prompt length not measured ({why}) and not bounded: assumed 256 tokens")
         else:
-            print(f"  note: prompt length = {prompt_how}, {prompt_length} tokens")
+            print(f"  prompt length {prompt_length} tokens: {prompt_how}")
         if prep.tools is not None:
-            print(f"  note: completion = every turn and tool result of a rollout, which max_completion_length "
-                  f"({prep.args.max_completion_length}) bounds as a whole: the plan's completion bound holds for tool use")
+            print(f"  completion: every turn and tool result of a rollout, within max_completion_length "
+                  f"({prep.args.max_completion_length}): the plan's bound holds for tool use")
     except (ConfigNotFound, ValueError) as err:
         print(f"Memory plan: not available -- {err}")
+
+
+def _host_plan(prep, recipe: Recipe, prompt_length: int | None, passes: dict, full: bool) -> None:
+    """On a machine without CUDA a run takes the CPU path: its plan in host memory, with what this process holds now
+    apart from tensors (its libraries), as the run compares its own peak resident memory (grpokit.planning.watch)."""
+    from grpokit.planning import watch
+
+    cpu_plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
+                               gpu_memory_gb=None, device="cpu", **passes)
+    held = watch.resident()
+    total = cpu_plan.peak.bytes + held
+    room, where = watch.capacity("cpu")
+    verdict = "" if room is None else (f"; fits {where}" if total <= room else f"; does NOT fit {where}")
+    print(f"  this machine (no CUDA): host memory <= {total / memory.GIB:.2f} GiB: {cpu_plan.allocated_gb:.2f} planned "
+          f"(CPU path, {cpu_plan.settings.dtype}) + {held / memory.GIB:.2f} held now (libraries){verdict}")
+    resolved = {k: getattr(prep.args, k, None) for k in ("max_steps", *SHAPE)}  # the GRPOConfig a run gets
+    line = estimate(recipe.model["name_or_path"], resolved, cpu_plan.settings.dtype, cpu.cpu_computes_bf16(),
+                    cpu.default_threads())
+    print("  " + (line if full or "not measured" not in line else "time on this CPU: not measured for this shape "
+                                                                  "(--check --full says which are)"))
+
+
+def alloc_conf_note() -> str:
+    """What --check says of PyTorch's CUDA allocator setting, which a run sets (grpokit.cpu.cuda_allocator)."""
+    import os
+
+    from grpokit.cpu import ALLOC_CONF, ALLOC_CONF_VALUE
+
+    for name in (ALLOC_CONF, "PYTORCH_ALLOC_CONF"):
+        if name in os.environ:
+            return f"{name}={os.environ[name]} (yours, kept)"
+    return (f"a run sets {ALLOC_CONF}={ALLOC_CONF_VALUE} (grown segments, not fixed ones: less memory lost to "
+            "fragmentation when batch shapes change); set it yourself to choose another")
 
 
 def gpu_facts() -> dict | None:
@@ -211,20 +243,6 @@ def gpu_facts() -> dict | None:
     if not torch.cuda.is_available():
         return None
     return {"name": torch.cuda.get_device_name(0), "bf16": bool(torch.cuda.is_bf16_supported())}
-
-
-MEASURED_ROWS = 200_000  # every row up to this; beyond it an evenly spaced sample of this many (said so)
-
-
-def longest_prompt(prep, limit: int = MEASURED_ROWS) -> tuple[int, str] | None:
-    """(tokens of the longest formatted prompt, how it was measured), tokenized as TRL does, in batches."""
-    if prep.tokenizer is None or not len(prep.dataset):
-        return None
-    n = len(prep.dataset)
-    rows = None if n <= limit else [i * n // limit for i in range(limit)]
-    longest = max(prompt_lengths(prep.tokenizer, prep.dataset, rows=rows))
-    how = f"all {n:,} rows measured" if rows is None else f"an evenly spaced sample of {limit:,} of {n:,} rows measured"
-    return longest, f"the longest formatted prompt (chat template included; {how})"
 
 
 PROMPT_LINES = 12  # of the first prompt, by default: the start of a long prompt shows its shape

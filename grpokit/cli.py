@@ -31,6 +31,7 @@ overrides:
 examples:
   python launch.py                                   # the offline smoke recipe (tiny model, ~1 min on CPU)
   python launch.py --recipe recipes/smoke.yaml --check
+  python launch.py --recipe recipes/smoke.yaml --probe    # one step at the largest shapes: fits, or what to change
   python launch.py --merge runs/smoke                 # LoRA adapter + base -> runs/smoke/merged
   python launch.py --recipe recipes/smollm2-135m/arithmetic.yaml --eval runs/smollm2-135m/arithmetic   # held-out pass@1
   python launch.py --recipe recipes/qwen2.5-1.5b/dapo.yaml --num-processes 4   # DDP on 4 GPUs, via accelerate
@@ -105,7 +106,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_threads, default=None, metavar="N",
                    help="torch threads on CPU (default: OMP_NUM_THREADS if set, else every core; idle OpenMP threads "
                         "sleep rather than spin: see bench/README.md, CPU speed)")
-    p.add_argument("--gpu-memory", type=_gigabytes, default=16.0, metavar="GB", help="GPU memory for --check's plan (default 16)")
+    p.add_argument("--gpu-memory", type=_gigabytes, default=None, metavar="GB",
+                   help="GPU memory (GiB) for --check's plan (default: a T4's 15 GiB usable, float16)")
     # --resume takes no value: an optional one swallowed the next argument (`--resume trainer.max_steps=40`).
     p.add_argument("--resume", action="store_true", help="continue the run in output_dir from its latest complete checkpoint")
     p.add_argument("--resume-from", metavar="CHECKPOINT", help="continue the run from this checkpoint directory")
@@ -117,6 +119,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--merge", type=Path, metavar="RUN_DIR",
                    help="merge the LoRA adapter of a run (or checkpoint) into its base model; save model + tokenizer")
     p.add_argument("--merge-out", type=Path, metavar="DIR", help="where --merge saves (default: RUN_DIR/merged)")
+    p.add_argument("--probe", action="store_true",
+                   help="one real step at the recipe's largest shapes on this device, in a scratch folder removed "
+                        "after: fits (the measured peak and headroom), or the phase that does not and what to change")
     p.add_argument("--eval", nargs="?", const=EVAL_BASE, default=None, metavar="RUN_DIR",
                    help="score the recipe's base model (or a trained run / checkpoint) on its held-out split: greedy pass@1, "
                         "each reward's mean; writes eval.json (base model: output_dir/eval-base.json)")
@@ -132,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     quiet_known_noise()
     try:
         req = request(args, argv)
-        if req.mode in ("train", "eval", "launch"):  # before torch is imported: its thread pool reads the environment
+        if req.mode in ("train", "eval", "launch", "probe"):  # before torch is imported: its thread pool reads the environment
             from grpokit import cpu
             from grpokit.dist import say
 
@@ -287,6 +292,14 @@ def request(args: argparse.Namespace, argv: list[str]) -> Request:
     if args.full and not args.check:
         raise RecipeError([Problem("--full", "adds the resolved recipe to --check's report: python launch.py --recipe "
                                    "RECIPE --check --full")])
+    if args.probe:
+        clash = [flag for flag, given in (("--check", args.check), ("--resume", args.resume),
+                                          ("--resume-from", args.resume_from), ("--eval", args.eval is not None),
+                                          ("--merge", args.merge), ("--plot", args.plot)) if given]
+        if clash:
+            raise RecipeError([Problem("--probe", f"runs one step of a new run in a scratch folder and keeps nothing: "
+                                       f"it does not combine with {', '.join(clash)}. Probe first: python launch.py "
+                                       "--recipe RECIPE --probe")])
     if args.plot:
         return Request(mode="plot", run_dir=args.plot, compare=tuple(args.compare or ()))
     if args.merge:
@@ -298,6 +311,8 @@ def request(args: argparse.Namespace, argv: list[str]) -> Request:
 
     if args.check:
         mode = "check"
+    elif args.probe:
+        mode = "probe"
     elif evaluated is not None:
         mode = "eval"
     else:
@@ -361,6 +376,10 @@ def run(req: Request) -> int:
                 say(f"{run_dir / 'report.md'} not refreshed: grpokit did not write it (it replaces only its own files)")
         print(evaluate.summary(result))
         return 0
+    if req.mode == "probe":
+        from grpokit.probe import probe
+
+        return probe(recipe)
     if req.mode == "launch":
         from grpokit import launcher
         from grpokit.build import prepare

@@ -15,6 +15,17 @@ from __future__ import annotations
 import os
 
 WAIT_POLICY = "PASSIVE"
+# PyTorch's CUDA allocator: segments that grow in place rather than fixed blocks, so a batch of a new shape (a long
+# prompt, a long completion) reuses memory instead of fragmenting it -- the first remedy PyTorch's own out-of-memory
+# message names. Read when CUDA starts: set before torch is imported; PYTORCH_ALLOC_CONF is its newer name (either
+# set by the user is kept).
+ALLOC_CONF, ALLOC_CONF_VALUE = "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"
+
+
+def cuda_allocator() -> None:
+    """Set ALLOC_CONF where the user set neither it nor PYTORCH_ALLOC_CONF (harmless without CUDA)."""
+    if ALLOC_CONF not in os.environ and "PYTORCH_ALLOC_CONF" not in os.environ:
+        os.environ[ALLOC_CONF] = ALLOC_CONF_VALUE
 
 
 def default_threads() -> int:
@@ -33,6 +44,7 @@ def configure(threads: int | None) -> str:
     policy is set only where the environment does not say one (it must be set before torch is first imported to act).
     """
     said = []
+    cuda_allocator()
     if "OMP_WAIT_POLICY" not in os.environ:
         os.environ["OMP_WAIT_POLICY"] = WAIT_POLICY
     else:

@@ -410,13 +410,32 @@ def prompt_lengths(tokenizer, ds, batch_size: int = 512, rows=None) -> list[int]
     source = ds.select(rows) if rows is not None else ds
     out: list[int] = []
     for batch in source.select_columns(["prompt"]).iter(batch_size=batch_size):
-        prompts = batch["prompt"]
-        if prompts and isinstance(prompts[0], list):
-            ids = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-        else:
-            ids = tokenizer(text=list(prompts))["input_ids"]
-        out.extend(len(x) for x in ids)
+        out.extend(len(x) for x in _token_ids(tokenizer, batch["prompt"]))
     return out
+
+
+def _token_ids(tokenizer, prompts: list) -> list[list[int]]:
+    """Token ids of a batch of prompts, as TRL 1.16 tokenizes them (chat template and generation prompt included)."""
+    if prompts and isinstance(prompts[0], list):
+        return tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    return tokenizer(text=list(prompts))["input_ids"]
+
+
+LEAD_ROWS = 64  # the lead is measured on this many rows, evenly spaced: more can only shorten it, rarely
+
+
+def prompt_lead(tokenizer, ds, rows: int = LEAD_ROWS) -> int:
+    """Leading tokens every prompt of `ds` shares (a system text, a worked call), measured on up to `rows` rows evenly
+    spaced, tokenized as TRL does: what grpokit's own passes compute once for all prompts (grpokit.shared_prompt)."""
+    n = len(ds)
+    if n < 2:
+        return 0
+    picked = sorted({i * n // min(n, rows) for i in range(min(n, rows))})
+    ids = _token_ids(tokenizer, ds.select(picked).select_columns(["prompt"]).to_dict()["prompt"])
+    first, lead = ids[0], min(len(x) for x in ids)
+    for other in ids[1:]:
+        lead = next((i for i, (a, b) in enumerate(zip(first[:lead], other[:lead])) if a != b), lead)
+    return lead
 
 
 def prompt_tokens(tokenizer, prompt) -> int:

@@ -13,7 +13,7 @@ from typing import Literal
 DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "smoke.yaml"
 
 # What the command does: one of these, never a combination of flags read again further down.
-Mode = Literal["list-rewards", "plot", "merge", "check", "eval", "launch", "train"]
+Mode = Literal["list-rewards", "plot", "merge", "check", "eval", "launch", "train", "probe"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Request:
     continue_with: str | None = None  # the whole command that continues this run (`rundir.resume_command`)
     num_processes: int | None = None
     accelerate_config: Path | None = None
-    gpu_memory: float = 16.0  # GB, for --check's plan
+    gpu_memory: float | None = None  # GiB, for --check's plan; None: the default card (planning.memory.DEFAULT_CARD)
     full: bool = False  # --check --full: the resolved recipe and the first rows whole
     run_dir: Path | None = None  # --plot's and --merge's run
     compare: tuple[Path, ...] = ()  # --plot's other runs

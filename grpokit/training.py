@@ -53,6 +53,16 @@ def run(recipe: Recipe, request: Request = NEW_RUN) -> int:
         print(stopped_at(output_dir, request.continue_with), file=sys.stderr)
         code = EXIT_INTERRUPTED if isinstance(err, KeyboardInterrupt) else EXIT_FAILED
         code = getattr(err, "exit_code", code)
+    except (RuntimeError, MemoryError) as err:  # out of memory in any phase: what the plan says, not a traceback
+        from grpokit import trl_compat
+        from grpokit.planning import watch
+
+        if not trl_compat.out_of_memory(err):
+            raise
+        lines = watch.explain(watch.active())
+        print("run stopped: " + "\n".join(lines), file=sys.stderr)
+        print(stopped_at(output_dir, request.continue_with), file=sys.stderr)
+        code = watch.EXIT_OUT_OF_MEMORY
     else:
         code = 0
     end_distributed(code)
@@ -148,6 +158,10 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     for where in events(prep.args):  # before the trainer: it fixes TensorBoard's directory at construction
         say(where)
     trainer = make_trainer(prep, model)
+    from grpokit.build import planned_shapes
+    from grpokit.planning import watch
+
+    watch.install(trainer, recipe, prep.args, say, planned_shapes(prep, recipe))  # the run measures its own memory
     from grpokit.lifecycle import SaveFailed, StopOnSignal, Stopped, signal_name
 
     say(f"training: {planned(prep.args.max_steps, prep.args.num_train_epochs, resumed_at)} -> {output_dir}"

@@ -377,6 +377,9 @@ LIBRARY_INTERNALS = {
     "transformers.modeling_layers:GradientCheckpointingLayer._can_checkpoint_with_cache": (
         "checkpointing_layer", "grpokit.shared_prompt: a checkpointed layer keeps the cache it is given when this is "
         "set on it (else it drops it), and a replay in the backward reuses the forward's arguments"),
+    "torch:DefaultCPUAllocator's refusal": (
+        "out_of_memory", "grpokit.planning.watch: torch's CPU allocator refuses an allocation with a plain "
+        "RuntimeError whose text is the only mark of it (CUDA raises torch.OutOfMemoryError)"),
     "bitsandbytes.nn.modules:Linear4bit.support_avx512bf16_for_cpu": (
         "keep_4bit_trainable", "grpokit.models: a 4-bit layer repacks its weight for a CPU's AVX512-BF16 kernel, "
         "which has no backward, when this is true; cleared on every layer a policy loads with"),
@@ -467,6 +470,7 @@ def library_internals_problems(names=None) -> list[str]:
         "torch:UntypedStorage._cdata": _check_storage_key,
         "transformers.modeling_layers:GradientCheckpointingLayer._can_checkpoint_with_cache": _check_checkpointing,
         "bitsandbytes.nn.modules:Linear4bit.support_avx512bf16_for_cpu": _check_4bit_packing,
+        "torch:DefaultCPUAllocator's refusal": _check_cpu_refusal,
     }
     problems = []
     for where in names or LIBRARY_INTERNALS:
@@ -495,6 +499,28 @@ def _check_nanstd() -> str | None:
         return f"parameters are {params}, expected ('tensor', 'dim', 'keepdim')"
     got = nanstd()(torch.tensor([1.0, 3.0, float("nan")])).item()
     return None if abs(got - 2 ** 0.5) < 1e-6 else f"std of [1, 3, nan] is {got}, expected sqrt(2) (unbiased, NaN ignored)"
+
+
+CPU_REFUSAL = "DefaultCPUAllocator: can't allocate memory"  # torch's text when malloc fails (alloc_cpu.cpp)
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether `err` is a device refusing memory: CUDA's `torch.OutOfMemoryError`, Python's `MemoryError`, or torch's
+    CPU allocator's refusal (a RuntimeError: its text is the mark)."""
+    import torch
+
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(err, RuntimeError) and CPU_REFUSAL in str(err))
+
+
+def _check_cpu_refusal() -> str | None:
+    import torch
+
+    try:
+        torch.empty(2**60, dtype=torch.uint8)  # more than any machine has: refused at once, nothing allocated
+    except RuntimeError as err:
+        return None if out_of_memory(err) else f"an impossible allocation raised {type(err).__name__}: {str(err)[:120]}"
+    return "an allocation of 2**60 bytes succeeded"
 
 
 def checkpointing_layer():

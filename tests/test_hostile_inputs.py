@@ -172,7 +172,7 @@ def test_check_measures_every_row_not_the_first_2000(tmp_path, capsys, tiny_mode
     code, out, err = _check_output(tmp_path, rows, capsys)
     assert code == 0, err
     # the tiny model's tokenizer reads one token a character; its chat template adds <|user|>, <|end|>, <|assistant|>
-    assert "prompt length = the longest formatted prompt (chat template included; all 2,501 rows measured), 603 tokens" in out
+    assert "prompt length 603 tokens: the longest formatted prompt (all 2,501 rows, chat template included)" in out
 
 
 def test_prompts_over_the_context_are_dropped_with_a_count_and_rows_print_short(tmp_path, capsys, tiny_model_dir):

@@ -69,6 +69,29 @@ _OPTIM = {
 _OPTIM_UNKNOWN = (2, 4)  # an optimizer not in the table is planned as AdamW-like with fp32 states
 
 
+@dataclass(frozen=True)
+class Card:
+    """A GPU as the plan reads it: what it is called, the GiB a run can use on it, whether it computes bfloat16."""
+
+    name: str
+    gib: float
+    bf16: bool
+
+
+# The smallest common 16 GB card: a T4 (Colab's free GPU) shows 15 GiB with ECC on (nvidia-smi: 15360 MiB) and computes
+# no bfloat16, so `auto` runs float16 there. The larger cards, by the memory their specifications give, less the same
+# ~6 % a driver and ECC keep: figures to compare a plan with, not measurements.
+DEFAULT_CARD = Card("T4 (16 GB, 15 GiB usable, float16)", 15.0, False)
+CARDS = (DEFAULT_CARD, Card("L4 / A10G (24 GB)", 22.0, True), Card("A100 (40 GB)", 37.5, True),
+         Card("A100 / H100 (80 GB)", 75.0, True))
+
+
+def cards_that_fit(total_gib: float) -> str:
+    """The smallest common card a plan of `total_gib` fits (with its name), or that none of them does."""
+    fit = next((c for c in CARDS if c.gib >= total_gib), None)
+    return f"fits a {fit.name} and larger" if fit else f"needs more than {CARDS[-1].name} offers"
+
+
 # --------------------------------------------------------------------------------------------------
 # The plan
 
@@ -122,26 +145,42 @@ class Plan:
                 "peak_phase": self.peak.name, "allocated_gib": self.allocated_gb, "total_gib": self.total_gb,
                 "fits": self.fits, "headroom_gib": self.headroom_gb, "suggestion": self.suggestion}
 
-    def render(self) -> list[str]:
-        """Lines of a table: one row per component, one column per phase, and how each was derived."""
+    def render(self, full: bool = False) -> list[str]:
+        """Lines of the plan: what it was planned for, the path planned, each phase with its largest components, the
+        verdict; `full` adds the table (one row per component, one column per phase, how each was derived)."""
         s = self.settings
         base = {"4bit": f"4-bit NF4 base ({s.dtype} compute)", "8bit": f"8-bit base ({s.dtype} compute)"}.get(
             s.quantization, f"{s.dtype} base")
         how = (f"LoRA r={s.lora.get('r')} ({_targets_text(s.lora)})" if s.lora else "full fine-tune") + f" on a {base}"
-        where = f"a {s.gpu_memory_gb:g} GiB GPU" if s.device == "cuda" else f"CPU (host memory; {s.gpu_memory_gb:g} GiB budget)"
-        lines = [f"Memory plan: {self.model} on {where} -- estimated from the architecture"
-                 + (f" ({self.source})" if self.source else "") + ", not measured for this recipe",
-                 f"  {how}; optim {s.optim}; beta {s.beta:g}; gradient checkpointing "
-                 f"{'on' if s.gradient_checkpointing else 'off'}; micro-batch {s.per_device_train_batch_size} x "
-                 f"({s.prompt_length} prompt + {s.max_completion_length} completion) tokens; generation batch "
-                 f"{s.gen_batch} ({s.gen_batch // s.num_generations} prompts x {s.num_generations})"
-                 + ("; the training pass planned as TRL's, every copy's prompt computed (grpokit's computes each "
-                    "prompt once where it runs in one process, grpokit/shared_prompt.py; its peak, measured under "
-                    "gradient checkpointing at Qwen2.5-1.5B's shape: 11-13 % less where the prompts share a lead, "
-                    "up to 1 % more where 7 of 8 rows' prompts differ and share none: bench/README.md, "
-                    "\"The shared pass's memory\")"
-                    if s.num_generations > 1 else ""),
-                 f"  validation: {validation_note()}"]
+        where = (f"a {s.card}" if s.card else f"a {s.gpu_memory_gb:g} GiB GPU") if s.device == "cuda" else \
+            f"CPU (host memory; {s.gpu_memory_gb:g} GiB budget)"
+        lines = [f"Memory plan: {self.model} on {where} -- from the architecture, not measured",
+                 f"  {how}; {s.optim}; beta {s.beta:g}; checkpointing {'on' if s.gradient_checkpointing else 'off'}; "
+                 f"B {s.per_device_train_batch_size} x (P {s.prompt_length} + C {s.max_completion_length}); generation "
+                 f"{s.gen_batch} ({s.gen_batch // s.num_generations} x {s.num_generations})",
+                 f"  path planned: {path_text(s)}"]
+        if full:
+            lines += [f"  validation: {validation_note()}", *self._table()]
+        else:
+            for phase in self.phases:
+                top = sorted((c for c in phase.components if c.bytes), key=lambda c: -c.bytes)[:3]
+                lines.append(f"  {phase.name:<10} {_gib(phase.bytes):>9} at its {phase.moment}: "
+                             + ", ".join(f"{c.name} {_gib(c.bytes)}" for c in top))
+        blocked = self.engine.blocking() if self.engine is not None else None
+        if self.engine is not None:
+            lines += self.engine.render()
+        verdict = (f"fits, headroom {self.headroom_gb:.1f} GiB" if self.fits else
+                   f"does NOT fit: {blocked}; first knob to turn: {self.suggestion}" if blocked else
+                   f"does NOT fit: {-self.headroom_gb:.1f} GiB short; first knob to turn: {self.suggestion}")
+        overhead = " with CUDA's context and fragmentation" if s.device == "cuda" else ""
+        lines.append(f"  peak {_gib(self.total_gb * GIB)}{overhead}, {self.peak.name} phase -> {verdict}")
+        if s.device == "cuda" and s.card and not self.fits:
+            lines.append(f"  on other cards: {cards_that_fit(self.total_gb)}")
+        return lines + [f"  note: {n}" for n in self.notes]
+
+    def _table(self) -> list[str]:
+        """One row per component, one column per phase, and how each was derived (`--check --full`)."""
+        lines = []
         names = list(dict.fromkeys(c.name for p in self.phases for c in p.components))
         lines.append(f"  {'component':<20}" + "".join(f"{p.name:>12}" for p in self.phases) + "   how")
         for name in names:
@@ -151,17 +190,19 @@ class Plan:
                          + "   " + " | ".join(hows))
         lines.append(f"  {'phase total':<20}" + "".join(f"{_gib(p.bytes):>12}" for p in self.phases)
                      + "   peak within each phase: " + "; ".join(f"{p.name}: {p.moment}" for p in self.phases))
-        if s.device == "cuda":
+        if self.settings.device == "cuda":
             lines.append(f"  {'overhead':<20}{_gib(self.overhead_bytes):>12}   CUDA context {CONTEXT_BYTES / GIB:.1f} GiB"
                          f" + allocator fragmentation {FRAGMENTATION:.0%} of the peak phase")
-        blocked = self.engine.blocking() if self.engine is not None else None
-        if self.engine is not None:
-            lines += self.engine.render()
-        verdict = (f"fits, headroom {self.headroom_gb:.1f} GiB" if self.fits else
-                   f"does NOT fit: {blocked}; first knob to turn: {self.suggestion}" if blocked else
-                   f"does NOT fit: {-self.headroom_gb:.1f} GiB short; first knob to turn: {self.suggestion}")
-        lines.append(f"  peak {_gib(self.total_gb * GIB)} in the {self.peak.name} phase ({self.peak.moment}) -> {verdict}")
-        return lines + [f"  note: {n}" for n in self.notes]
+        return lines
+
+
+def path_text(s: Settings) -> str:
+    """Which passes the plan describes, in a few words."""
+    if not s.own_passes:
+        return "TRL's passes (every copy of a prompt computed, in the loss pass and in generation)"
+    lead = f", the {s.lead}-token lead once" if s.shared_lead else ""
+    rounds = ", tool rounds from kept keys and values" if s.tool_rounds else ""
+    return f"grpokit's passes: each distinct prompt once{lead}{rounds}"
 
 
 def _gib(n: float) -> str:
@@ -274,14 +315,15 @@ def plan(config: dict, *, model: str = "", source: str = "", suggest: bool = Tru
     return result
 
 
-def _suggest(config: dict, s: Settings, current: Plan) -> str:
-    """The first knob (then the next ones, if one is not enough) that brings the plan under the card."""
+def _changes(s: Settings, peak_phase: str) -> list[tuple[str, dict]]:
+    """The knobs a plan can turn to need less memory, in the order `_suggest` tries them: (the recipe's change, the
+    `Settings` fields it changes)."""
     B = s.per_device_train_batch_size
     smaller_b = [b for b in (B // 2, B // 4, B // 8, 1) if 1 <= b < B]
     steps = []
     if not s.gradient_checkpointing:
         steps.append(("trainer.gradient_checkpointing: true", dict(gradient_checkpointing=True)))
-    if current.peak.name == "generation" and s.gen_batch > s.num_generations:
+    if peak_phase == "generation" and s.gen_batch > s.num_generations:
         steps.append((f"fewer prompts per generation (generation batch {s.gen_batch} -> {s.num_generations})",
                       dict(generation_batch_size=s.num_generations)))
     if s.lora is None:
@@ -293,13 +335,43 @@ def _suggest(config: dict, s: Settings, current: Plan) -> str:
                       "to keep the batch)", dict(per_device_train_batch_size=b)))
     if s.quantization == "none":
         steps.append(("model.quantization: 4bit (QLoRA)", dict(quantization="4bit", lora=s.lora or {"r": 16})))
-    steps.append((f"trainer.max_completion_length: {s.max_completion_length // 2}",
-                  dict(max_completion_length=s.max_completion_length // 2)))
+    if s.max_completion_length > 1:
+        steps.append((f"trainer.max_completion_length: {s.max_completion_length // 2}",
+                      dict(max_completion_length=s.max_completion_length // 2)))
+    return steps
+
+
+def _trial(s: Settings, change: dict) -> Settings:
+    """`s` with one change; a smaller micro-batch keeps the generation batch (the accumulation steps rise)."""
+    trial = replace(s, **change)
+    if "per_device_train_batch_size" in change and s.generation_batch_size is None:
+        trial = replace(trial, generation_batch_size=s.gen_batch)
+    if "per_device_train_batch_size" in change and s.distinct_prompts:
+        trial = replace(trial, distinct_prompts=min(s.distinct_prompts, change["per_device_train_batch_size"]))
+    return trial
+
+
+def ranked_changes(config: dict, s: Settings, capacity: int, held: int = 0) -> list[tuple[str, int, int, bool]]:
+    """Each change alone, planned at `s`'s shapes: (the change, bytes it saves, the peak after it, whether that fits
+    `capacity`), where `held` is what the device holds beyond the plan's tensors (a CPU process's libraries). Ranked:
+    the changes that fit first, the one that saves least (the smallest change enough) first; then the others, the
+    one that saves most first."""
+    now = Plan("", "", s, _compute(config, s)[0])
+    rows = []
+    for text, change in _changes(s, now.peak.name):
+        after = Plan("", "", _trial(s, change), _compute(config, _trial(s, change))[0])
+        total = int(after.total_gb * GIB) + held
+        rows.append((text, int((now.total_gb - after.total_gb) * GIB), total, total <= capacity))
+    rows = [r for r in rows if r[1] > 0]
+    return sorted((r for r in rows if r[3]), key=lambda r: r[1]) + sorted((r for r in rows if not r[3]), key=lambda r: -r[1])
+
+
+def _suggest(config: dict, s: Settings, current: Plan) -> str:
+    """The first knob (then the next ones, if one is not enough) that brings the plan under the card."""
+    steps = _changes(s, current.peak.name)
     taken, settings, best = [], s, current.total_gb
     for text, change in steps:
-        trial = replace(settings, **change)
-        if "per_device_train_batch_size" in change and settings.generation_batch_size is None:
-            trial = replace(trial, generation_batch_size=settings.gen_batch)
+        trial = _trial(settings, change)
         after = Plan("", "", trial, _compute(config, trial)[0])
         if after.total_gb < best:
             if "per_device_train_batch_size" in change and taken and taken[-1].startswith("trainer.per_device"):
@@ -312,34 +384,42 @@ def _suggest(config: dict, s: Settings, current: Plan) -> str:
 
 
 def plan_for(args, *, model: dict, lora: dict | None, prompt_length: int | None = None,
-             gpu_memory_gb: float = 16.0, config: dict | None = None, device: str = "cuda") -> Plan:
+             gpu_memory_gb: float | None = None, config: dict | None = None, device: str = "cuda",
+             **passes) -> Plan:
     """Plan a resolved recipe: `args` is its real `trl.GRPOConfig`, `model` / `lora` its sections; `device`
-    the kernels that will run (`--check` passes the machine's: cpu where there is no CUDA).
+    the kernels that will run (`--check` passes the machine's: cpu where there is no CUDA); `passes`: own_passes,
+    lead, tool_rounds (`Settings`), the path that will run. `gpu_memory_gb` None: the default card (`DEFAULT_CARD`).
 
     Raises `ConfigNotFound` when the model's config.json is not reachable offline.
     """
     config, knobs = plan_knobs(args, model=model, lora=lora, prompt_length=prompt_length, gpu_memory_gb=gpu_memory_gb,
-                               config=config, device=device)
+                               config=config, device=device, **passes)
     return plan(config, **knobs)
 
 
-def plan_knobs(args, *, model: dict, lora: dict | None, prompt_length: int | None = None, gpu_memory_gb: float = 16.0,
-               config: dict | None = None, device: str = "cuda") -> tuple[dict, dict]:
+def plan_knobs(args, *, model: dict, lora: dict | None, prompt_length: int | None = None,
+               gpu_memory_gb: float | None = None, config: dict | None = None, device: str = "cuda",
+               **passes) -> tuple[dict, dict]:
     """(the model's config, the `plan` keyword arguments) for a resolved recipe, as `plan_for` plans it."""
     source = "given config"
     if config is None:
         config, source = load_model_config(model["name_or_path"])
     optim = getattr(args.optim, "value", args.optim)
     world = max(1, getattr(args, "world_size", 1) or 1)
+    card = DEFAULT_CARD if gpu_memory_gb is None else None
+    dtype = planned_dtype(model, device, lora=lora is not None)
+    if card is not None and device == "cuda" and not card.bf16 and dtype == "bfloat16" and model.get("dtype", "auto") == "auto":
+        dtype = "float16"  # what `auto` resolves to on a card without bfloat16 (config.trainer_args.resolved_dtype)
     return config, dict(
-        model=model["name_or_path"], source=source,
-        dtype=planned_dtype(model, device, lora=lora is not None), device=device,
+        model=model["name_or_path"], source=source, **passes,
+        dtype=dtype, device=device, card=card.name if card else None,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         quantization=model.get("quantization", "none"), lora=lora, optim=str(optim), beta=float(args.beta),
         gradient_checkpointing=bool(args.gradient_checkpointing),
         per_device_train_batch_size=args.per_device_train_batch_size, num_generations=args.num_generations,
         generation_batch_size=args.generation_batch_size // world, prompt_length=prompt_length or 256,
-        max_completion_length=args.max_completion_length, gpu_memory_gb=gpu_memory_gb,
+        max_completion_length=args.max_completion_length,
+        gpu_memory_gb=card.gib if card is not None else gpu_memory_gb,
     )
 
 

@@ -26,6 +26,7 @@ from grpokit.planning.architecture import dims, largest_linear, layer_groups, lo
 from grpokit.trl_compat import HEAD_TEMPORARIES, LOGPROB_TILE
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+MIN_LEAD = 16  # grpokit.shared_prompt.MIN_LEAD: a shorter lead gets no pass of its own (tests hold the two equal)
 CHUNK = 64  # transformers' torch_chunk_gated_delta_rule: the sequence is cut (and padded) into 64-token chunks
 
 
@@ -73,13 +74,37 @@ class Settings:
     prompt_length: int = 256
     max_completion_length: int = 512
     gpu_memory_gb: float = 16.0
+    card: str | None = None  # the card planned for, by name (memory.DEFAULT_CARD's when --gpu-memory is not given)
     device: str = "cuda"  # cuda | cpu: which kernels run (TRL's fused head, AdamW's default path)
     foreach: bool | None = None  # AdamW's multi-tensor step; None = torch's default (CUDA yes, CPU no)
     gradient_accumulation_steps: int = 1
+    # grpokit's own passes (grpokit.shared_prompt, grpokit.generation) in place of TRL's: each distinct prompt of a
+    # micro-batch computed once, the lead every prompt shares once, generation from kept prefixes across tool rounds
+    own_passes: bool = False
+    distinct_prompts: int | None = None  # per micro-batch; None = the micro-batch's prompts, B / num_generations
+    lead: int = 0  # leading tokens every prompt shares (system text, tool schemas, a worked call)
+    tool_rounds: int = 0  # tool results fed back within a rollout: each a turn generated from the kept states
 
     @property
     def gen_batch(self) -> int:
         return self.generation_batch_size or self.per_device_train_batch_size
+
+    @property
+    def distinct(self) -> int:
+        """Distinct prompts in a training micro-batch (each `num_generations` rows of one prompt, at worst)."""
+        B = self.per_device_train_batch_size
+        return min(B, self.distinct_prompts or -(-B // max(1, self.num_generations)))
+
+    @property
+    def shared_lead(self) -> int:
+        """The lead own passes compute once: 0 where it is under MIN_LEAD or leaves a prompt less than 2 of its own."""
+        return self.lead if MIN_LEAD <= self.lead <= self.prompt_length - 2 else 0
+
+    @property
+    def shares_prompts(self) -> bool:
+        """Whether the loss pass is grpokit's (`shared_prompt.logps_and_entropies`): prompts repeat, or share a lead."""
+        return self.own_passes and self.prompt_length >= 2 and (self.distinct < self.per_device_train_batch_size
+                                                               or self.shared_lead > 0)
 
 
 def activation_bytes(settings: Settings) -> int:
@@ -211,9 +236,25 @@ def head_bytes(config: dict, settings: Settings, tokens: int, backward: bool) ->
 
 def scored_positions(settings: Settings) -> int:
     """Positions the fused head scores per micro-batch: on CUDA (Triton) the B x C completion tokens; on CPU
-    every position but the last, B x (P + C - 1) (`trl.trainer.utils.add_fused_lm_head`, `compact`)."""
+    every position but the last, B x (P + C - 1) (`trl.trainer.utils.add_fused_lm_head`, `compact`); grpokit's loss
+    pass hands the head each row's last prompt token and its completion, B x C positions scored on either device."""
     B, P, C = settings.per_device_train_batch_size, settings.prompt_length, settings.max_completion_length
-    return B * C if settings.device == "cuda" else B * (P + C - 1)
+    return B * C if settings.device == "cuda" or settings.shares_prompts else B * (P + C - 1)
+
+
+def loss_passes(settings: Settings) -> list[tuple[int, int, int, bool]]:
+    """The forwards one micro-batch's loss pass makes: (rows, query tokens a row, key tokens a row, padded).
+
+    TRL's: every row from its first token, B x (P + C). grpokit's (`shared_prompt.logps_and_entropies`): the lead the
+    prompts share, once (no padding: no mask); each distinct prompt's own tokens but its last, against the lead's keys
+    and values (right-aligned, padded); then every row's last prompt token and completion against its prompt's keys
+    and values. A prompt is planned at the longest prompt's P tokens, the lead at the one measured."""
+    B, P, C = settings.per_device_train_batch_size, settings.prompt_length, settings.max_completion_length
+    if not settings.shares_prompts:
+        return [(B, P + C, P + C, True)]
+    lead, n = settings.shared_lead, settings.distinct
+    prompts = [(1, lead, lead, False), (n, P - lead - 1, P - 1, True)] if lead else [(n, P - 1, P - 1, True)]
+    return prompts + [(B, 1 + C, P + C, True)]
 
 
 def optimizer_step_bytes(settings: Settings, sizes: list[int], state_bytes: int) -> tuple[int, str]:
@@ -274,14 +315,22 @@ def generation_moments(config: dict, settings: Settings, static: list[Component]
     cache = G * (S - 1) * kv_tok  # the last token is sampled, never fed back: P + C - 1 positions
     decode_ws = 2 * G * (S - 1) * kv * a + G * V * (a + 4 * 7)
     layers = f"{n_full} full-attention layers" if d["n_linear"] else "L"
+    prefill_kv, prefill_how, turns, turns_how = G * P * kv_tok, f"G x P x {layers} x (k, v) x kv_dim x {a} B", 0, ""
+    if settings.own_passes:  # grpokit.generation: each distinct prompt prefilled once, then copied into the batch's cache
+        n, lead = -(-G // max(1, settings.num_generations)), settings.shared_lead
+        prefill_ws = int(layer_ws * (lead + n * (P - lead))) + n * (P - lead) * P * a + G * V * (a + 4)
+        prefill_kv += n * P * kv_tok
+        prefill_how = f"G x P + {n} distinct prompts' kept states, x {layers} x (k, v) x kv_dim x {a} B (grpokit's prefill)"
+        if settings.tool_rounds:  # a later turn starts from the previous turn's kept states, alive until it ends
+            turns, turns_how = cache, " + the previous turn's kept states (a tool round, grpokit's generation)"
     return [
         Phase("generation", "prefill", static + [none_grads, optim,
-               Component("KV cache", G * P * kv_tok + state, f"G x P x {layers} x (k, v) x kv_dim x {a} B" + state_how),
+               Component("KV cache", prefill_kv + state, prefill_how + state_how),
                Component("generation workspace", prefill_ws, "one layer's no-grad activations of the prompts + float mask "
                     "+ last-position logits")]),
         Phase("generation", "last decode step", static + [none_grads, optim,
-               Component("KV cache", cache + state, f"G x (P + C - 1) x {layers} x (k, v) x kv_dim x {a} B = {G} x {S - 1} x "
-                         f"{n_full} x 2 x {kv} x {a}" + state_how),
+               Component("KV cache", cache + turns + state, f"G x (P + C - 1) x {layers} x (k, v) x kv_dim x {a} B = {G} x "
+                         f"{S - 1} x {n_full} x 2 x {kv} x {a}" + turns_how + state_how),
                Component("generation workspace", decode_ws, "one layer's grown K/V (torch.cat copies) + logits and ~7 fp32 "
                     "G x V sampling tensors (GQA is packed, not expanded, for one query token)")]),
     ]
@@ -316,12 +365,15 @@ def training_moments(config: dict, settings: Settings, static: list[Component], 
     d = dims(config)
     H, I = d["H"], d["I"]
     a = activation_bytes(settings)
-    T = settings.per_device_train_batch_size * (settings.prompt_length + settings.max_completion_length)
+    T = max(r * n for r, n, _, _ in loss_passes(settings))  # the largest forward's tokens
     held = _held_gradients(settings, grads)
     kept, kept_how, backward_acts, b_how = _saved_activations(config, settings)
     N = scored_positions(settings)
     hf, hf_how = head_bytes(config, settings, N, backward=False)
     hb, hb_how = head_bytes(config, settings, N, backward=True)
+    if settings.shares_prompts and not settings.gradient_checkpointing:  # the prompts' caches live through the forward
+        caches = prompt_caches(config, settings)
+        hf, hf_how = hf + caches, hf_how + " + the prompts' keys and values (grpokit's pass, its forward)"
     # the layers' forward: what is kept so far, plus one layer's transient MLP and a dequantized weight (4/8-bit)
     transient = T * (4 * a * I + 2 * a * H) + dequant
     deq = " + one dequantized weight" if dequant else ""
@@ -352,6 +404,8 @@ def _saved_activations(config: dict, settings: Settings) -> tuple[int, str, int,
     """(bytes the layers keep for backward, how; bytes the layers' backward holds at its peak, how), per micro-batch.
     Layers of several kinds: without checkpointing each kind's layers keep their own; with it the largest kind's
     layer is the one recomputed at the backward's peak."""
+    if settings.shares_prompts:
+        return _own_saved_activations(config, settings)
     d = dims(config)
     H, L = d["H"], d["L"]
     a = activation_bytes(settings)
@@ -376,6 +430,50 @@ def _saved_activations(config: dict, settings: Settings) -> tuple[int, str, int,
     kept = sum(n * T * A for _, n, A, _ in per_kind) + mask + final
     kept_how = " + ".join(f"{n} x T x {A} B/token ({how})" for _, n, A, how in per_kind) + f" + {final_how}"
     return kept, kept_how, kept + T * back, kept_how + f" + backward T x {back} B"
+
+
+def _own_saved_activations(config: dict, settings: Settings) -> tuple[int, str, int, str]:
+    """`_saved_activations` of grpokit's loss pass (`loss_passes`: lead, distinct prompts, rows), whose families
+    (grpokit.ownpasses.PROVEN) have full-attention layers only. Per layer and pass: each query token's activations
+    (`layer_activations` but for its keys and values), the keys and values it attends to expanded to all heads (2 a q
+    per key token), the float padding mask (a x query x key tokens); once a forward, the bool mask. Under gradient
+    checkpointing the layers keep their inputs and the prompts' caches (a replay reads them): the lead's, the distinct
+    prompts' and the rows' copies of them, each L x (k, v) x kv_dim."""
+    d = dims(config)
+    H, L, q = d["H"], d["L"], d["q"]
+    a = activation_bytes(settings)
+    A, how = layer_activations(config, settings, 0, "full")
+    per_query = A - 2 * a * q
+    passes = loss_passes(settings)
+    tokens = sum(r * n for r, n, _, _ in passes)
+
+    def layer(r: int, n: int, k: int, masked: bool) -> int:
+        return r * n * per_query + r * k * 2 * a * q + (r * n * k * a if masked else 0)
+
+    masks = sum(r * n * k for r, n, k, masked in passes if masked)
+    final = tokens * (4 * H + 4 + a * H)
+    back = layer_backward(config, settings)
+    shape = " + ".join(f"{r}x{n}" for r, n, _, _ in passes)
+    how_tokens = f"grpokit's pass, {shape} = {tokens} tokens (lead, prompts, rows)"
+    if settings.gradient_checkpointing:
+        kept = L * tokens * a * H + masks + final + prompt_caches(config, settings)
+        kept_how = f"checkpoints L x {tokens} tokens x {a}H ({how_tokens}) + the prompts' caches + final norm"
+        r, n, k, m = max(passes, key=lambda p: layer(*p))
+        recompute = layer(r, n, k, m) + r * n * back
+        return kept, kept_how, kept + recompute, kept_how + f" + the rows' layer recomputed and its backward ({r}x{n})"
+    kept = L * sum(layer(*p) for p in passes) + masks + final
+    kept_how = f"L x ({per_query} B/query token + {2 * a}q per key token + float masks), {how_tokens} + final norm"
+    r, n, _, _ = passes[-1]
+    return kept, kept_how, kept + r * n * back, kept_how + f" + backward {r}x{n} x {back} B"
+
+
+def prompt_caches(config: dict, settings: Settings) -> int:
+    """Keys and values of grpokit's loss pass's prompts, unexpanded (kv_dim wide): the lead's (one row), the distinct
+    prompts' after it, and the rows' copies (`index_select`), alive while the pass's forward runs."""
+    d = dims(config)
+    P, lead = settings.prompt_length, settings.shared_lead
+    tokens = lead + (settings.distinct + settings.per_device_train_batch_size) * (P - 1)
+    return d["L"] * 2 * d["kv"] * activation_bytes(settings) * tokens
 
 
 def _backward_peak(config: dict, settings: Settings, held: Component, grads: Component, optim: Component,

@@ -199,7 +199,7 @@ def plan_colocate(config: dict, *, utilization: float, sleep: bool, max_model_le
     return result
 
 
-def plan_for(args, *, model: dict, lora: dict | None, prompt_length: int | None = None, gpu_memory_gb: float = 16.0,
+def plan_for(args, *, model: dict, lora: dict | None, prompt_length: int | None = None, gpu_memory_gb: float | None = None,
              config: dict | None = None, sleep: bool | None = None, utilization: float | None = None) -> Plan:
     """The plan of a resolved recipe whose `args` (its `GRPOConfig`) set `use_vllm`: colocate adds vLLM's share
     (`sleep` / `utilization` override the recipe's, for --check's comparisons); server mode generates on another

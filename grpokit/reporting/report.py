@@ -24,6 +24,7 @@ from pathlib import Path
 from grpokit import files
 from grpokit.reporting.failed_calls import failed_calls_section
 from grpokit.reporting.messages import plain, text, visible
+from grpokit.reporting.memory_use import memory_section
 from grpokit.reporting.own_passes import own_passes_section
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.scoring import scoring_section
@@ -397,6 +398,7 @@ def write_report(
     lines += failed_calls_section(record["failed_calls"])  # nothing for a run whose tool calls never failed
     lines += scoring_section(state["log_history"])  # nothing for a run without task_score
     lines += own_passes_section(state["log_history"])  # nothing where TRL's method ran throughout
+    lines += memory_section(state["log_history"])  # nothing for a run that measured no memory
     lines += _curves_section(run_dir, plots, flat_reasons(state["log_history"], args))
     if compare:
         from grpokit.reporting.compare import compare_section

@@ -71,7 +71,7 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     reward_funcs = [rewards.build(r["name"], **r["args"]) for r in recipe.rewards]
     toolset = tooluse.resolve(recipe.tools) if recipe.tools else None
     model_path, readable = _model_path(recipe, found)
-    readable = _config_proven(recipe, found) and readable
+    readable = readable and _config_proven(recipe, found)  # a folder refused already is not read further
     tokenizer = _tokenizer(recipe, model_path, found, log) if readable else None
     schema, per_round = None, None
     if toolset is not None and tokenizer is None:

@@ -2,7 +2,7 @@
 before it is believed -- every size the memory plan reads a whole number within bounds, then the architecture built
 by transformers on the meta device within a time bound, then counted by the plan -- and refuses a hostile one in one
 line naming the key and the file, exit 2, no traceback, never a hang, never a negative plan. The folders hold
-config.json alone: the proof reads nothing else."""
+config.json alone (and a weights file where --check asks for one): the proof reads nothing else."""
 
 from __future__ import annotations
 
@@ -74,6 +74,7 @@ def test_a_build_past_its_time_bound_is_refused_not_waited_for(tmp_path, monkeyp
 
 def test_check_refuses_a_hostile_local_model_with_exit_2_and_no_traceback(tmp_path, capsys):
     model = folder(tmp_path, num_hidden_layers=10**9)
+    (model / "model.safetensors").write_bytes(b"")  # a folder with weights, as --check asks of a local model
     data = recipe_dict()
     data["model"] = {"name_or_path": str(model)}
     data["trainer"]["output_dir"] = str(tmp_path / "run")

@@ -73,3 +73,63 @@ def test_two_calls_a_template_cannot_render_are_one_problem_not_a_template_trace
     assert "1 problem found:" in err and "Traceback" not in err
     assert ("warm_start.examples: line 2: the chat template (model.chat_template) cannot render it (TemplateError: "
             "This model only supports single tool-calls at once!)") in err
+
+
+def _whole_warm_start(run):
+    """A warm-start folder as a run makes it: built whole (files.build_folder), recorded as the run's."""
+    from grpokit import files
+    from grpokit.files import ownership
+
+    run.mkdir(exist_ok=True)
+    recorder = ownership.Recorder(run)
+
+    def build(tmp):
+        (tmp / "config.json").write_text(json.dumps({"model_type": "llama"}))
+        (tmp / "model.safetensors").write_bytes(b"weights")
+        (tmp / "warm_start.json").write_text(json.dumps({"examples": 4}))
+
+    files.build_folder(run / "warm_start", build)
+    recorder.record()
+    return run / "warm_start"
+
+
+@pytest.mark.parametrize("damage", ["model.safetensors", "warm_start.json"])
+def test_a_half_made_warm_start_is_not_trusted_but_removed_and_made_again(tmp_path, monkeypatch, damage):
+    from grpokit import files, supervised, warmstart
+
+    run = tmp_path / "run"
+    folder = _whole_warm_start(run)
+    assert warmstart.made(run) == folder
+    (folder / damage).unlink()  # weights gone, or the record written last never written
+    assert warmstart.made(run) is None  # never loaded: from_pretrained would fail on it, or train from half a model
+
+    made_again = []
+
+    def make(prep, model, target):
+        made_again.append(target)
+        return files.build_folder(target, lambda tmp: [(tmp / n).write_text("{}") for n in
+                                                       ("config.json", "model.safetensors", "warm_start.json")])
+
+    monkeypatch.setattr(supervised, "make", make)
+    assert supervised.ensure(None, run, base=None) == str(folder)
+    assert made_again == [folder] and warmstart.made(run) == folder
+
+
+def test_a_record_that_is_not_json_is_not_whole(tmp_path):
+    from grpokit import warmstart
+
+    folder = _whole_warm_start(tmp_path / "run")
+    (folder / "warm_start.json").write_text("{cut short")
+    assert warmstart.made(tmp_path / "run") is None
+
+
+def test_a_warm_start_folder_grpokit_did_not_make_is_never_removed(tmp_path, monkeypatch):
+    from grpokit import supervised
+
+    run = tmp_path / "run"
+    (run / "warm_start").mkdir(parents=True)
+    (run / "warm_start" / "notes.txt").write_text("the user's")
+    monkeypatch.setattr(supervised, "make", lambda *a: pytest.fail("made over the user's folder"))
+    with pytest.raises(RecipeError, match="grpokit did not make it: nothing was removed"):
+        supervised.ensure(None, run, base=None)
+    assert (run / "warm_start" / "notes.txt").read_text() == "the user's"

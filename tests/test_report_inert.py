@@ -100,3 +100,29 @@ def test_a_failed_calls_message_stays_on_its_line(text):
     lines = failed_calls_section(rows)
     assert "\n".join(lines).split("\n") == lines  # each of the section's lines is one line of report.md
     assert not any(LINE_BREAKS.search(line) for line in lines)
+
+
+@pytest.mark.parametrize("text", [t for t in CORPUS if t and len(t) < 1000])
+def test_the_whole_report_keeps_its_own_structure(tmp_path, text):
+    """A tool's exception, a reward's name and a completion with the corpus in them: every heading of report.md is
+    the report's own and every fence it opens is closed."""
+    from grpokit.reporting.report import store_record
+
+    history = [{"step": s, "loss": 0.1, "reward": 0.5, "rewards/r/mean": 0.5, f"rewards/{text}/mean": 1.0,
+                "tools/call_frequency": 1.0, "tools/failure_frequency": 1.0} for s in (1, 2)]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history, "global_step": 2, "max_steps": 2}))
+    calls = [{"step": 1, "tool": "t", "call": f"t({text})", "read": f"{{'error': {text!r}}}", "author": f"E: {text}"}]
+    rows = [{"prompt": text, "completion": text, "rewards": {"r": 1.0}, "advantage": 0.0, "step": 1}]
+    store_record(tmp_path, rows, failed_calls=calls, recipe_name="t")
+    report = write_report(tmp_path, recipe_name="t", plots=[]).read_text()
+    own = {"# GRPO run report: t", "## Recipe", "## Final figures", "## What the curves say", "## Tool use",
+           "## Failed tool calls", "## Curves", "## Sampled completions", "### Sampled: step 1 (1 completions, 1 distinct)",
+           "#### 1. r 1 · advantage +0.000"}
+    inside, heads = None, []
+    for line in report.splitlines():
+        fence = re.fullmatch(r"(`{3,})(text)?", line)
+        if fence and (inside is None or fence.group(1) == inside):
+            inside = fence.group(1) if inside is None else None
+        elif inside is None and line.startswith("#"):
+            heads.append(line)
+    assert inside is None and set(heads) <= own, heads

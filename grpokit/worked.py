@@ -125,8 +125,8 @@ def from_file(path: str, dataset: dict, tool_names: list[str]) -> Worked:
         few_shot_messages(dataset.get("few_shot"))
     for number, raw in enumerate(files.read_lines(path, MAX_LINE_BYTES, key=key), 1):
         if raw is None:
-            faults.append((number, f" is longer than {MAX_LINE_BYTES // 2**20} MiB (or past the file's {files.MAX_BYTES:,} "
-                                   "bytes); refused unread, with every line after it"))
+            faults.append((number, f" is longer than {MAX_LINE_BYTES // 2**20} MiB (MAX_LINE_BYTES); refused unread, with "
+                                   "every line after it: an exchange is a few chat messages"))
             break
         if not raw.strip():
             continue

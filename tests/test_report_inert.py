@@ -1,6 +1,8 @@
 """report.md shows the model's and the tools' text, never executes it (grpokit/reporting/report.py): control
 characters appear as visible escapes (an ESC or BEL from a tool's output would clear or retitle the terminal of
-whoever runs `cat report.md`), bidirectional overrides too, and the text stays inside a fence it cannot close."""
+whoever runs `cat report.md`), bidirectional overrides too, and the text stays inside a fence it cannot close. Each
+context outside text lands in has one function (grpokit/reporting/messages.py: `inline_code`, `cell`, `fenced`), each
+tested with one hostile corpus."""
 
 from __future__ import annotations
 

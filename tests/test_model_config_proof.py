@@ -44,6 +44,7 @@ def test_a_sound_config_is_built_and_passes(tmp_path):
     ({"intermediate_size": True}, "intermediate_size"),        # a boolean
     ({"num_key_value_heads": 3}, "num_key_value_heads"),       # does not divide the heads
     ({"head_dim": "16"}, "head_dim"),                          # text
+    ({"head_dim": None, "num_attention_heads": 128, "num_key_value_heads": 128}, "num_attention_heads"),  # 0-wide heads
     ({"vocab_size": ...}, "vocab_size"),                       # missing
     ({"model_type": "nosuchmodel"}, "model_type"),             # transformers has no such architecture
     ({"model_type": None}, "model_type"),                      # none named

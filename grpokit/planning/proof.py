@@ -82,6 +82,10 @@ def size_problems(config: dict, file: str, aliases: dict | None = None) -> list[
     heads, kv = sizes.get("num_attention_heads"), sizes.get("num_key_value_heads")
     if not found and isinstance(heads, int) and kv is not None and heads % kv:
         found.append(Problem("num_key_value_heads", f"must divide num_attention_heads ({heads})", kv, file=file))
+    hidden = sizes.get("hidden_size")
+    if not found and isinstance(heads, int) and isinstance(hidden, int) and sizes.get("head_dim") is None and hidden < heads:
+        found.append(Problem("num_attention_heads", f"is more than hidden_size ({hidden}) and head_dim is not set: "
+                             "each head would be 0 wide", heads, file=file))
     return found
 
 

@@ -58,6 +58,18 @@ def test_a_hostile_config_is_refused_in_one_line_naming_key_and_file(tmp_path, c
     assert lines[0].startswith(f"{model / 'config.json'}: {key}: "), lines
 
 
+@pytest.mark.parametrize("config, key", [
+    ({"model_type": "gpt2", "n_layer": 10**9, "n_embd": 64, "n_head": 4, "vocab_size": 100}, "n_layer"),  # its own name
+    ({"model_type": "qwen3_5", "text_config": {**SOUND, "hidden_size": -1}}, "text_config.hidden_size"),  # nested
+])
+def test_a_size_is_named_as_the_file_writes_it(tmp_path, config, key):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    lines = said(problems(str(model)))
+    assert len(lines) == 1 and lines[0].startswith(f"{model / 'config.json'}: {key}: must be a whole number"), lines
+
+
 def test_a_build_past_its_time_bound_is_refused_not_waited_for(tmp_path, monkeypatch):
     import threading
 

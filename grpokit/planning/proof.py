@@ -21,7 +21,8 @@ from grpokit.planning import architecture
 BUILD_SECONDS = 60.0  # building a decoder of 1,000 layers on the meta device takes a few seconds on a slow core
 # The sizes the plan reads (grpokit.planning.architecture.dims), each a whole number from 1 to its bound: far above
 # any released model (the largest have ~130 layers, a hidden size of ~25,000, vocabularies of ~260,000), far below
-# what hangs the plan or overflows its sums. None: the key may be absent or null (the config derives it).
+# what hangs the plan or overflows its sums. SIZES are required where the plan counts the family; OPTIONAL_SIZES may
+# be absent or null (the config class derives them).
 SIZES = {
     "num_hidden_layers": 1_000,
     "hidden_size": 1 << 17,
@@ -50,10 +51,13 @@ def _one_line(err: BaseException) -> str:
 
 
 def _text(config: dict, aliases: dict) -> dict:
-    """The decoder's keys under their canonical names: a composite config's `text_config`, and a family's own names
-    for them (GPT-2's `n_layer` for `num_hidden_layers`, from transformers' `attribute_map`)."""
-    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    return {aliases.get(k, k): v for k, v in inner.items()}
+    """The decoder's keys under their canonical names, each (the key as the file writes it, its value): a composite
+    config's `text_config`, and a family's own names (GPT-2's `n_layer` for `num_hidden_layers`, from transformers'
+    `attribute_map`)."""
+    nested = isinstance(config.get("text_config"), dict)
+    own = {stored: canonical for canonical, stored in aliases.items() if isinstance(stored, str)}
+    return {own.get(k, k): (f"text_config.{k}" if nested else k, v)
+            for k, v in (config["text_config"] if nested else config).items()}
 
 
 def size_problems(config: dict, file: str, aliases: dict | None = None) -> list[Problem]:
@@ -62,30 +66,29 @@ def size_problems(config: dict, file: str, aliases: dict | None = None) -> list[
 
     >>> size_problems({"num_hidden_layers": 10**9}, "config.json")[0].format()
     'config.json: num_hidden_layers: must be a whole number from 1 to 1,000 (got 1000000000)'
-
     """
     sizes = _text(config, aliases or {})
-    try:
-        architecture.family(architecture.text_config(config))
-        required = SIZES  # a family the plan counts: it reads each of these
-    except architecture.NotModelled:
-        required = {}  # the plan is not available for it: a size it has is still bounded, for transformers' build
+    try:  # a family the plan counts needs each of SIZES; for another, a size it has is still bounded for the build
+        planned = isinstance(config.get("model_type"), str) and bool(architecture.family(architecture.text_config(config)))
+    except Exception:  # noqa: BLE001 - NotModelled, or a value the family's own reading trips on: the build says which
+        planned = False
+    required = SIZES if planned else {}
     found = []
     for key, high in {**SIZES, **OPTIONAL_SIZES}.items():
-        value = sizes.get(key)
+        written, value = sizes.get(key, (key, None))
         if value is None and key not in required:
             continue
         if key not in sizes:
             found.append(Problem(key, "is missing: the memory plan reads it", file=file))
         elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-            found.append(Problem(key, f"must be a whole number from 1 to {high:,}", value, file=file))
-    heads, kv = sizes.get("num_attention_heads"), sizes.get("num_key_value_heads")
+            found.append(Problem(written, f"must be a whole number from 1 to {high:,}", value, file=file))
+    (_, heads), (_, kv), (_, hidden), (_, head_dim) = (sizes.get(k, (k, None)) for k in
+                                                       ("num_attention_heads", "num_key_value_heads", "hidden_size", "head_dim"))
     if not found and isinstance(heads, int) and kv is not None and heads % kv:
-        found.append(Problem("num_key_value_heads", f"must divide num_attention_heads ({heads})", kv, file=file))
-    hidden = sizes.get("hidden_size")
-    if not found and isinstance(heads, int) and isinstance(hidden, int) and sizes.get("head_dim") is None and hidden < heads:
-        found.append(Problem("num_attention_heads", f"is more than hidden_size ({hidden}) and head_dim is not set: "
-                             "each head would be 0 wide", heads, file=file))
+        found.append(Problem(sizes["num_key_value_heads"][0], f"must divide num_attention_heads ({heads})", kv, file=file))
+    if not found and isinstance(heads, int) and isinstance(hidden, int) and head_dim is None and hidden < heads:
+        found.append(Problem(sizes["num_attention_heads"][0], f"is more than hidden_size ({hidden}) and head_dim is not "
+                             "set: each head would be 0 wide", heads, file=file))
     return found
 
 

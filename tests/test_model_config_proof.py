@@ -70,6 +70,15 @@ def test_a_size_is_named_as_the_file_writes_it(tmp_path, config, key):
     assert len(lines) == 1 and lines[0].startswith(f"{model / 'config.json'}: {key}: must be a whole number"), lines
 
 
+@pytest.mark.parametrize("text", ["{cut short", "[1, 2]", "[" * 100_000])
+def test_a_config_that_is_not_a_json_object_is_one_line(tmp_path, text):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(text)
+    lines = said(problems(str(model)))
+    assert len(lines) == 1 and lines[0].startswith(f"{model / 'config.json'}: model.name_or_path: "), lines
+
+
 def test_a_build_past_its_time_bound_is_refused_not_waited_for(tmp_path, monkeypatch):
     import threading
 

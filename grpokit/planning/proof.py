@@ -121,13 +121,17 @@ def problems(name_or_path: str, trust_remote_code: bool = False, timeout: float 
     """What is wrong with the config.json of the model at `name_or_path` (a local folder or a cached hub model), each
     one line naming the key and the file; [] when it is sound, or when it is grpokit's own or not reachable offline
     (the plan says so itself). A `trust_remote_code` model's own code is not run to prove it: its sizes are checked."""
+    from grpokit import files
+    from grpokit.errors import RecipeError
+
+    path = architecture.outside_config_file(name_or_path)
+    if path is None:
+        return []
+    file = str(path)
     try:
-        config, source = architecture.load_model_config(name_or_path)
-    except architecture.ConfigNotFound:
-        return []
-    if not (source.startswith("local config") or source.startswith("Hugging Face cache")):
-        return []
-    file = source[source.index("(") + 1:-1]
+        config = files.read_json(path, key="model.name_or_path")  # a regular file, bounded, a JSON object
+    except RecipeError as err:
+        return err.problems
     from transformers import CONFIG_MAPPING
 
     kind = config.get("model_type")

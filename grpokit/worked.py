@@ -9,7 +9,6 @@ exactly as TRL's tool loop renders a rollout; its labels are the assistant turns
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -19,6 +19,7 @@ from grpokit.config.reward_entries import reward_column_problems
 from grpokit.dist import say
 from grpokit.errors import Problems, RecipeError
 from grpokit.models import describe_error, is_gguf_file, load_tokenizer, model_source, not_cached
+from grpokit.planning import proof
 from grpokit.trl_compat import vllm_version
 
 # Who prepares: `--check` (notes what it cannot reach offline), a run in this process, or the process about to
@@ -70,6 +71,7 @@ def prepare(recipe: Recipe, log=say, mode: Purpose = "check") -> Prepared:
     reward_funcs = [rewards.build(r["name"], **r["args"]) for r in recipe.rewards]
     toolset = tooluse.resolve(recipe.tools) if recipe.tools else None
     model_path, readable = _model_path(recipe, found)
+    readable = readable and _config_proven(recipe, found)  # a folder refused already is not read further
     tokenizer = _tokenizer(recipe, model_path, found, log) if readable else None
     schema, per_round = None, None
     if toolset is not None and tokenizer is None:
@@ -137,6 +139,16 @@ def _model_path(recipe: Recipe, found: _Findings) -> tuple[str | None, bool]:
     if unreachable:
         found.out_of_reach("model.name_or_path", unreachable, "its tokenizer and prompt lengths are not checked")
     return model_path, bool(model_path) and not unreachable
+
+
+def _config_proven(recipe: Recipe, found: _Findings) -> bool:
+    """Whether the model's config.json is sound (`planning.proof`: its sizes in range, its architecture built on the
+    meta device, counted by the plan); a fault is a problem, and nothing that reads the model folder runs after it."""
+    if recipe.model.get("gguf_file"):  # a GGUF's config is its metadata, checked by grpokit.gguf
+        return True
+    faults = proof.problems(recipe.model["name_or_path"], bool(recipe.model.get("trust_remote_code")))
+    found.problems.extend(faults)
+    return not faults
 
 
 def _tokenizer(recipe: Recipe, model_path: str, found: _Findings, log):

@@ -16,6 +16,7 @@ from grpokit.config import Recipe
 from grpokit.config.trainer_args import resolved_dtype
 from grpokit.dist import say
 from grpokit.errors import Problem, RecipeError
+from grpokit.rundir import missing_weights
 
 _HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 # Why this process reads the hub's cache only (set by grpokit.cli, read by `not_cached`); an environment variable
@@ -80,31 +81,6 @@ def model_source(recipe: Recipe, convert: bool = True) -> tuple[str | None, str 
     if os.environ.get("HF_HUB_OFFLINE") == "1":  # always so under --check, and when the hub cannot be reached
         return name, not_cached("model", name)
     return name, None
-
-
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-
-
-def missing_weights(folder: Path) -> str | None:
-    """What a local model folder lacks of its weights, in words (None: they are there): no weight file at all (a warm
-    start copied without its safetensors), or the shards its index names that are not there."""
-    from grpokit import files
-
-    for name in WEIGHT_INDEXES:
-        if (folder / name).is_file():
-            index = files.try_json(folder / name)[0]
-            shards = sorted({v for v in (index or {}).get("weight_map", {}).values() if isinstance(v, str)})
-            if not shards:
-                return f"its {name} names no weight files"
-            gone = [s for s in shards if not (folder / s).is_file()]
-            if gone:
-                return (f"{len(gone)} of the {len(shards)} weight files its {name} names are not there: "
-                        f"{', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}")
-            return None
-    if any((folder / name).is_file() for name in WEIGHT_FILES) or any(folder.glob("*.safetensors")):
-        return None
-    return f"no weights: none of {', '.join(WEIGHT_FILES + WEIGHT_INDEXES)} is there"
 
 
 def hub_endpoint() -> str:

@@ -1,4 +1,5 @@
-"""The run directory (`trainer.output_dir`): its checkpoints, which one to resume, and guarding a previous run.
+"""The run directory (`trainer.output_dir`): its checkpoints, which one to resume, guarding a previous run, and
+whether a model folder in it (or anywhere) holds its weights.
 
 A leaf: imports only grpokit's other leaves (errors, dist, files).
 """
@@ -396,3 +397,26 @@ def writable_problems(output_dir: Path, recipe_path: str) -> list[Problem]:
         except OSError as err:
             why = f"{folder}: {err.strerror or err}"
     return [Problem("trainer.output_dir", f"cannot be written: {why}; choose a writable trainer.output_dir=...", file=recipe_path)]
+
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def missing_weights(folder: Path) -> str | None:
+    """What a local model folder lacks of its weights, in words (None: they are there): no weight file at all (a warm
+    start copied without its safetensors), or the shards its index names that are not there."""
+    for name in WEIGHT_INDEXES:
+        if (folder / name).is_file():
+            weight_map = (files.try_json(folder / name)[0] or {}).get("weight_map")
+            shards = sorted({v for v in weight_map.values() if isinstance(v, str)} if isinstance(weight_map, dict) else ())
+            if not shards:
+                return f"its {name} names no weight files"
+            gone = [s for s in shards if not (folder / s).is_file()]
+            if gone:
+                return (f"{len(gone)} of the {len(shards)} weight files its {name} names are not there: "
+                        f"{', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}")
+            return None
+    if any((folder / name).is_file() for name in WEIGHT_FILES) or any(folder.glob("*.safetensors")):
+        return None
+    return f"no weights: none of {', '.join(WEIGHT_FILES + WEIGHT_INDEXES)} is there"

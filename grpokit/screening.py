@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grpokit import datavalues
+from grpokit import datavalues, files
 from grpokit.datavalues import SHOWN_ROWS, Checker, kind
 from grpokit.errors import Problem, RecipeError
 
@@ -126,44 +126,33 @@ def _screen_json(path: Path, spec: dict, set_in: str, fail) -> None:
                 check.row(row, n)
         check.raise_if_any()
         return
-    with path.open("rb") as f:
-        for n, raw in enumerate(_bounded_lines(f), 1):
-            if raw is None:
-                fail(f"line {n} is longer than {datavalues.MAX_LINE_BYTES // 2**20} MiB (MAX_LINE_BYTES); refused unread: a "
-                     f"row is a prompt and its answer, each at most {datavalues.MAX_CELL_CHARS:,} characters")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                fail(f"line {n} is not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1})", "save the file as UTF-8")
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line.lstrip("\ufeff") if n == 1 else line)
-            except json.JSONDecodeError as err:
-                bad_json.append((n, f"is not valid JSON: {err.msg} (column {err.colno})"))
-                continue
-            except RecursionError:
-                bad_json.append((n, "nests JSON arrays or objects deeper than Python's JSON reader can follow; a row is "
-                                    "a flat {...} of columns"))
-                continue
-            if not isinstance(row, dict):
-                bad_json.append((n, f"is not a JSON object ({{...}}, one row): it holds {'null' if row is None else kind(row)}"))
-                continue
-            if not bad_json:
-                check.row(row, n)
+    for n, raw in enumerate(files.read_lines(path, datavalues.MAX_LINE_BYTES, key="dataset.path", limit=None), 1):
+        if raw is None:
+            fail(f"line {n} is longer than {datavalues.MAX_LINE_BYTES // 2**20} MiB (MAX_LINE_BYTES); refused unread: a "
+                 f"row is a prompt and its answer, each at most {datavalues.MAX_CELL_CHARS:,} characters")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            fail(f"line {n} is not UTF-8 text (byte 0x{raw[err.start]:02x} at column {err.start + 1})", "save the file as UTF-8")
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line.lstrip("\ufeff") if n == 1 else line)
+        except json.JSONDecodeError as err:
+            bad_json.append((n, f"is not valid JSON: {err.msg} (column {err.colno})"))
+            continue
+        except RecursionError:
+            bad_json.append((n, "nests JSON arrays or objects deeper than Python's JSON reader can follow; a row is "
+                                "a flat {...} of columns"))
+            continue
+        if not isinstance(row, dict):
+            bad_json.append((n, f"is not a JSON object ({{...}}, one row): it holds {'null' if row is None else kind(row)}"))
+            continue
+        if not bad_json:
+            check.row(row, n)
     if bad_json:
         n, why = bad_json[0]
         later = [str(b[0]) for b in bad_json[1:]]
         more = f" (and {len(later)} more bad line{'s' if len(later) > 1 else ''}: {', '.join(later[:SHOWN_ROWS])}{', ...' if len(later) > SHOWN_ROWS else ''})" if later else ""
         fail(f"line {n} {why}{more}")
     check.raise_if_any()
-
-
-def _bounded_lines(f):
-    """The lines of a binary file, each read with at most datavalues.MAX_LINE_BYTES + 1 bytes in memory; None for a longer
-    line (and the iteration ends: nothing after it is read)."""
-    while line := f.readline(datavalues.MAX_LINE_BYTES + 1):
-        if len(line) > datavalues.MAX_LINE_BYTES:
-            yield None
-            return
-        yield line

@@ -20,7 +20,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from grpokit import files
 from grpokit.dist import say
-from grpokit.warmstart import FOLDER, RECORD, made
+from grpokit.warmstart import FOLDER, KEY, RECORD, made
 
 
 def load_base(prep):
@@ -32,9 +32,28 @@ def load_base(prep):
 
 
 def ensure(prep, output_dir: Path, base) -> str:
-    """The warm start in `output_dir` (made from the loaded model `base` when it is not there yet); its path."""
+    """The warm start in `output_dir` (made from the loaded model `base` when it is not there whole); its path. A
+    half-made one grpokit made is removed first; anything else at its name refuses the run, removing nothing."""
     found = made(output_dir)
-    return str(found) if found is not None else str(make(prep, base, Path(output_dir) / FOLDER))
+    if found is not None:
+        return str(found)
+    target = Path(output_dir) / FOLDER
+    if target.exists() or target.is_symlink():
+        _remove_half_made(Path(output_dir), target)
+    return str(make(prep, base, target))
+
+
+def _remove_half_made(output_dir: Path, target: Path) -> None:
+    """Remove the half-made warm start at `target`, only as grpokit wrote it (`files.remove`: recorded in the run
+    folder's manifest, nothing inside it the user's); a `RecipeError` naming it, with nothing removed, otherwise."""
+    from grpokit.errors import Problem, RecipeError
+
+    files.remove(output_dir, [FOLDER], key=KEY)
+    if target.exists() or target.is_symlink():
+        raise RecipeError([Problem(KEY, f"{target} is not a whole warm start (its record, config.json or weights are "
+                                   "missing) and grpokit did not make it: nothing was removed; move it out of the run "
+                                   "folder, and the run makes its own")])
+    say(f"warm start: {target} was half-made (its record, config.json or weights missing): removed, made again")
 
 
 def adapter(section: dict, recipe_lora: dict | None) -> dict:

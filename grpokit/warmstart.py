@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grpokit import files, rundir
 from grpokit.errors import Problems
 from grpokit.fields import Field, validate_fields
 
@@ -136,9 +137,13 @@ def folder(output_dir) -> Path:
 
 
 def made(output_dir) -> Path | None:
-    """The warm start the run folder `output_dir` holds, whole (its record is written last), or None."""
+    """The warm start the run folder `output_dir` holds, whole, or None: whole is its record there and readable (it
+    is written last), its config.json and every weight file it names (`rundir.missing_weights`). A folder short of
+    any is half-made, never loaded: `supervised.ensure` removes it (when grpokit made it) and makes it again."""
     path = folder(output_dir)
-    return path if (path / RECORD).is_file() and (path / "config.json").is_file() else None
+    whole = (files.try_json(path / RECORD)[0] is not None and (path / "config.json").is_file()
+             and rundir.missing_weights(path) is None)
+    return path if whole else None
 
 
 def of_run(run_dir) -> Path | None:

@@ -9,7 +9,6 @@ exactly as TRL's tool loop renders a rollout; its labels are the assistant turns
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ class Worked:
     exchanges: list[list[dict]]
     source: str
     rows: list[tuple[list[int], list[int]]] = field(default_factory=list)  # (input_ids, assistant mask) each
+    lines: list[int] = field(default_factory=list)  # each exchange's line of its file; [] for exchanges written here
 
     @property
     def trained_tokens(self) -> int:
@@ -112,36 +112,63 @@ def from_task(spec: dict, dataset: dict, tool_names: list[str]) -> Worked:
 
 def from_file(path: str, dataset: dict, tool_names: list[str]) -> Worked:
     """`warm_start.examples`: one {"messages": [...]} a line; an exchange that starts at the user's turn is put after
-    the recipe's own prompt (system prompt, few-shot), as a training prompt is. Every fault named with its line."""
+    the recipe's own prompt (system prompt, few-shot), as a training prompt is. Read bounded, as the dataset screen
+    reads a data file (`screening`): each line's size before it is parsed (`datavalues.MAX_LINE_BYTES`), its nesting as
+    it is (the file door's `MAX_DEPTH`), at most `MAX_EXAMPLES` exchanges; the first faults named with their line,
+    the rest counted."""
     from grpokit.data import few_shot_messages
-    from grpokit.datavalues import few_shot_fault
+    from grpokit.datavalues import MAX_LINE_BYTES, few_shot_fault
 
-    key, problems, exchanges = f"{KEY}.examples", [], []
-    lines = files.read_text(path, key=key).splitlines()
+    key, faults, exchanges, numbers = f"{KEY}.examples", [], [], []
     head = ([{"role": "system", "content": dataset["system_prompt"]}] if dataset.get("system_prompt") else []) + \
         few_shot_messages(dataset.get("few_shot"))
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    for number, raw in enumerate(files.read_lines(path, MAX_LINE_BYTES, key=key), 1):
+        if raw is None:
+            faults.append((number, f" is longer than {MAX_LINE_BYTES // 2**20} MiB (MAX_LINE_BYTES); refused unread, with "
+                                   "every line after it: an exchange is a few chat messages"))
+            break
+        if not raw.strip():
             continue
+        if len(exchanges) + len(faults) >= MAX_EXAMPLES:
+            faults.append((number, f" is past the {MAX_EXAMPLES:,} exchanges a warm start reads; refused unread, with "
+                                   "every line after it"))
+            break
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            problems.append(Problem(key, f"line {number} is not JSON ({err.msg})", path))
+            row = files.parse_json(raw, expect=dict)
+        except files.Unreadable as err:
+            faults.append((number, f" {err}"))
             continue
-        messages = row.get("messages") if isinstance(row, dict) else None
+        messages = row.get("messages")
         fault = _exchange_fault(messages, tool_names, few_shot_fault)
         if fault:
-            problems.append(Problem(key, f"line {number}: {fault}", path))
+            faults.append((number, f": {fault}"))
             continue
         messages = few_shot_messages([_shorthand(m) for m in messages])
         exchanges.append(head + messages if messages[0]["role"] == "user" else messages)
-    if not exchanges and not problems:
-        problems.append(Problem(key, "holds no exchange", path))
-    if len(exchanges) > MAX_EXAMPLES:
-        problems.append(Problem(key, f"holds {len(exchanges)} exchanges, more than the {MAX_EXAMPLES} a warm start reads", path))
-    if problems:
-        raise _refused(problems=problems)
-    return Worked(exchanges, f"{len(exchanges)} exchanges from {Path(path).name}")
+        numbers.append(number)
+    if faults:
+        raise _refused(problems=counted(key, path, faults))
+    if not exchanges:
+        raise _refused(problems=[Problem(key, "holds no exchange", path)])
+    return Worked(exchanges, f"{len(exchanges)} exchanges from {Path(path).name}", lines=numbers)
+
+
+def counted(key: str, path: str, faults: list[tuple[int, str]], unit: str = "line") -> list[Problem]:
+    """Faults by line (or another `unit`), (number, what follows "line N"), as problems: the first `SHOWN_ROWS` said
+    whole, the rest counted in one more with their first numbers (a file of 100,000 bad lines is a few lines of
+    messages).
+
+    >>> [p.message for p in counted("k", "f", [(n, " is not JSON") for n in range(1, 9)])][-2:]
+    ['line 5 is not JSON', 'and 3 more lines with faults: 6, 7, 8']
+    """
+    from grpokit.datavalues import SHOWN_ROWS
+
+    said = [Problem(key, f"{unit} {number}{what}", path) for number, what in faults[:SHOWN_ROWS]]
+    rest = [str(number) for number, _ in faults[SHOWN_ROWS:]]
+    if rest:
+        said.append(Problem(key, f"and {len(rest):,} more {unit}{'s' * (len(rest) > 1)} with faults: "
+                            f"{', '.join(rest[:SHOWN_ROWS])}{', ...' if len(rest) > SHOWN_ROWS else ''}", path))
+    return said
 
 
 def _shorthand(message: dict) -> dict:
@@ -175,6 +202,10 @@ def _refused(key: str = KEY, message: str = "", problems: list[Problem] | None =
     return RecipeError(problems or [Problem(key, message)])
 
 
+class NotAPrefix(ValueError):
+    """A chat template that renders a conversation's start differently from its whole: no turn's tokens can be found."""
+
+
 def tokens_and_labels(tokenizer, messages: list[dict], tools: list | None) -> tuple[list[int], list[int]]:
     """The exchange's tokens as the chat template renders it, and its assistant mask: 1 on the assistant turns' own
     tokens (their role header excluded, their end marker included), 0 elsewhere. Each turn's span is the difference
@@ -191,7 +222,7 @@ def tokens_and_labels(tokenizer, messages: list[dict], tools: list | None) -> tu
             continue
         start, end = len(render(k, True)), len(render(k + 1, False))
         if ids[:end] != render(k + 1, False):
-            raise ValueError("the chat template renders a conversation's start differently from its whole: the "
+            raise NotAPrefix("the chat template renders a conversation's start differently from its whole: the "
                              "assistant turns' tokens cannot be found")
         mask[start:end] = [1] * (end - start)
     return ids, mask
@@ -219,11 +250,25 @@ def prepare(recipe, tokenizer, toolset, dataset) -> Worked:
         raise _refused(KEY, f"{len(hits)} of its exchanges ask a training or held-out question, e.g. {hits[0][:80]!r}: "
                        "the warm start would show the model problems it is then trained or scored on")
     tools = tooluse.template_tools(toolset) if toolset else None
-    try:
-        worked.rows = [tokens_and_labels(tokenizer, exchange, tools) for exchange in worked.exchanges]
-    except ValueError as err:
-        raise _refused(KEY, f"{err} (model.chat_template)") from None
+    faults = []
+    for i, exchange in enumerate(worked.exchanges):
+        try:
+            worked.rows.append(tokens_and_labels(tokenizer, exchange, tools))
+        except Exception as err:  # noqa: BLE001 - the chat template is the user's code: whatever it raises is refused
+            # (jinja's "only supports single tool-calls at once" among them), said with the exchange it could not render
+            faults.append((worked.lines[i] if worked.lines else i + 1, _template_fault(err)))
+    if faults:  # a file's exchanges by their line; those written here by their number
+        raise _refused(problems=counted(f"{KEY}.examples", section["examples"], faults) if worked.lines else
+                       counted(f"{KEY}.from_task", "", faults, unit="exchange"))
     return worked
+
+
+def _template_fault(err: Exception) -> str:
+    """A chat template's failure on one exchange, as what follows "line N" in its problem."""
+    if isinstance(err, NotAPrefix):
+        return f": {err} (model.chat_template)"
+    said = " ".join(str(err).split())[:200]
+    return f": the chat template (model.chat_template) cannot render it ({type(err).__name__}: {said})"
 
 
 def _asked(recipe, dataset) -> set[str]:

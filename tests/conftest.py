@@ -100,18 +100,43 @@ def _whole_suite(config) -> bool:
     return config.args_source == pytest.Config.ArgsSource.TESTPATHS and not hasattr(config, "workerinput")
 
 
-def _measured() -> str:
+SUITE_TIME = "bench/results/suite_time.json"
+# What the start line quotes from it, each checked before it is said (the file is data: a hand edit or a cut write
+# must not stop the suite before its first test): key -> (types, lowest, highest).
+_QUOTED = {"wall_s": ((int, float), 0, 86_400), "cores": ((int,), 1, 100_000), "idle": ((bool,), None, None),
+           "others_cpu_share": ((int, float), 0, 1), "date": ((str,), None, None)}
+
+
+def _unquotable(result: dict) -> str | None:
+    """Why `result` cannot be quoted (the first key missing, of the wrong type or out of range), None when it can."""
+    import math
+
+    for key, (types, low, high) in _QUOTED.items():
+        value = result.get(key)
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            return f"{key} is {type(value).__name__ if key in result else 'missing'}, not {types[0].__name__}"
+        if low is not None and not (math.isfinite(value) and low <= value <= high):
+            return f"{key} is {value!r}, outside {low}-{high}"
+        if isinstance(value, str) and not (len(value) <= 40 and value.isprintable()):
+            return f"{key} is not a short printable line"
+    return None
+
+
+def measured(path=None) -> str:
+    """The idle machine's suite time as the start line says it, or why bench/results/suite_time.json cannot say it
+    (missing, damaged, or a value of the wrong type or range); never raises for what the file holds."""
     from pathlib import Path
 
     from grpokit.files import try_json
 
-    result, why = try_json(Path(__file__).resolve().parents[1] / "bench" / "results" / "suite_time.json")
-    if result is None:
-        return f"not timed on an idle machine yet (bench/results/suite_time.json: {why})"
+    path = Path(__file__).resolve().parents[1] / SUITE_TIME if path is None else Path(path)
+    result, why = try_json(path)
+    why = why or _unquotable(result)
+    if why:
+        return f"not known ({SUITE_TIME} cannot be quoted: {why})"
     minutes, seconds = divmod(round(result["wall_s"]), 60)
     idle = "idle" if result["idle"] else f"busy ({result['others_cpu_share']:.0%} of the CPU taken by other work)"
-    return (f"{minutes} min {seconds} s on {result['cores']} {idle} cores ({result['date']}, "
-            "bench/results/suite_time.json)")
+    return f"{minutes} min {seconds} s on {result['cores']} {idle} cores ({result['date']}, {SUITE_TIME})"
 
 
 def pytest_sessionstart(session):
@@ -124,7 +149,7 @@ def pytest_sessionstart(session):
     free = (cores or 1) - load  # the suite keeps two workers busy (-n 2): fewer free cores than that slows it
     busy = "fewer than 2 cores free: expect it slower" if free < 2 else "2 cores free or more"
     session.config.pluginmanager.get_plugin("terminalreporter").write_line(
-        f"The whole suite: {_measured()}; this machine now: {cores} cores, load average {load:.1f} ({busy}).")
+        f"The whole suite: {measured()}; this machine now: {cores} cores, load average {load:.1f} ({busy}).")
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -134,7 +159,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
     minutes, seconds = divmod(round(time.monotonic() - config.stash[_STARTED]), 60)
     terminalreporter.write_line(f"This run took {minutes} min {seconds} s, the load average now "
-                                f"{os.getloadavg()[0]:.1f}; the whole suite: {_measured()}.")
+                                f"{os.getloadavg()[0]:.1f}; the whole suite: {measured()}.")
 
 
 _STARTED = pytest.StashKey[float]()

@@ -97,7 +97,7 @@ CASES = {
     "warm_start_zero_steps": ["warm_start.steps: is out of range", "got 0"],
     "warm_start_from_task_without_task": ["warm_start.from_task: writes worked exchanges for the recipe's reasoning-gym "
                                           "task", "give warm_start.examples"],
-    "warm_start_broken_examples": ["warm_start.examples: line 2 is not JSON", "broken_exchanges.jsonl"],
+    "warm_start_broken_examples": ["warm_start.examples: line 2 is not valid JSON", "broken_exchanges.jsonl"],
     "warm_start_quantized": ["warm_start: merges its adapter into the model's weights", "got '4bit'"],
 }
 PROBLEM_COUNT = {"empty_file": 3}  # every other case is exactly one problem

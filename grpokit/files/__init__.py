@@ -9,7 +9,7 @@ fresh clone (where inodes and times are new) for as long as their content is wha
 
 Removing (`remove`, `remove_build`): only what grpokit wrote and the manifest lists, as it left it.
 
-Reading (`read_json`, `read_text`, `read_bytes`, `try_json`; see `reading`): regular files only, bounded in
+Reading (`read_json`, `read_text`, `read_lines`, `read_bytes`, `try_json`; see `reading`): regular files only, bounded in
 size and nesting, of the expected type, or one line naming the file and what is wrong (a `RecipeError`, exit 2).
 
 A test (tests/test_file_door.py) forbids the raw forms -- `open(..., "w")`, `write_text`, `json.load` of a
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from grpokit.files import ownership
 from grpokit.files.reading import (MAX_BYTES, MAX_DEPTH, Unreadable, parse_json, problem, read_bytes,
-                                   read_json, read_text, try_bytes, try_json)
+                                   read_json, read_lines, read_text, try_bytes, try_json)
 
 
 def write_bytes(path, data: bytes | str, key: str = "", recipe_path: str | None = None, root=None) -> None:
@@ -157,5 +157,5 @@ def remove_bookkeeping(folder, names) -> None:
 
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "Unreadable", "build_folder", "copy_file", "open_lock", "open_log", "ownership", "parse_json",
-           "problem", "read_bytes", "read_json", "read_text", "remove", "remove_bookkeeping", "remove_build",
+           "problem", "read_bytes", "read_json", "read_lines", "read_text", "remove", "remove_bookkeeping", "remove_build",
            "replace_section", "save_figure", "try_bytes", "try_json", "write_bytes", "write_csv", "write_text"]

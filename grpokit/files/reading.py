@@ -40,7 +40,9 @@ class Unreadable(Exception):
     """Why a file cannot be used, as a fragment of a sentence ("is a FIFO, not a regular file")."""
 
 
-def _bytes(path, limit: int) -> bytes:
+def _open(path) -> int:
+    """A descriptor of the regular file at `path`, opened without blocking and checked on the descriptor itself;
+    `Unreadable` for anything else at the name, FileNotFoundError when nothing is there."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
@@ -51,8 +53,22 @@ def _bytes(path, limit: int) -> bytes:
         raise Unreadable(f"cannot be read ({err.strerror or err})") from None
     try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise Unreadable(f"is {_KINDS.get(stat.S_IFMT(mode), 'not a regular file')}, not a regular file")
+    except OSError as err:
+        os.close(fd)
+        raise Unreadable(f"cannot be read ({err.strerror or err})") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise Unreadable(f"is {_KINDS.get(stat.S_IFMT(mode), 'not a regular file')}, not a regular file")
+    return fd
+
+
+def _too_large(limit: int) -> Unreadable:
+    return Unreadable(f"is larger than {limit:,} bytes, the most grpokit reads of such a file")
+
+
+def _bytes(path, limit: int) -> bytes:
+    fd = _open(path)
+    try:
         chunks, size = [], 0
         while size <= limit:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))
@@ -61,7 +77,7 @@ def _bytes(path, limit: int) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
-            raise Unreadable(f"is larger than {limit:,} bytes, the most grpokit reads of such a file")
+            raise _too_large(limit)
         return b"".join(chunks)
     except OSError as err:
         raise Unreadable(f"cannot be read ({err.strerror or err})") from None
@@ -145,6 +161,38 @@ def read_bytes(path, key: str = "", limit: int = MAX_BYTES, fix: str = "") -> by
     return data
 
 
+def read_lines(path, line_limit: int, key: str = "", limit: int | None = MAX_BYTES, fix: str = ""):
+    """The lines of the regular file at `path`, as bytes, one at a time: a line is read with at most `line_limit` + 1
+    bytes in memory, and one longer (or one past `limit` bytes in all; None lifts it) comes as None, after which
+    nothing more is read. A file that is not regular, or larger than `limit`, is refused before its first line: a
+    `RecipeError` naming it, as `read_bytes` refuses.
+
+    >>> import tempfile, os; d = tempfile.mkdtemp(); p = os.path.join(d, "x.jsonl")
+    >>> _ = open(p, "w").write("{}" + chr(10) + "x" * 10 + chr(10) + "{}" + chr(10))
+    >>> list(read_lines(p, line_limit=5))
+    [b'{}\\n', None]
+    """
+    try:
+        fd = _open(path)
+    except FileNotFoundError:
+        raise problem(path, "does not exist", key, fix) from None
+    except Unreadable as err:
+        raise problem(path, str(err), key, fix) from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if limit is not None and os.fstat(f.fileno()).st_size > limit:
+                raise problem(path, str(_too_large(limit)), key, fix)
+            read = 0
+            while line := f.readline(line_limit + 1):
+                read += len(line)
+                if len(line) > line_limit or (limit is not None and read > limit):
+                    yield None
+                    return
+                yield line
+    except OSError as err:
+        raise problem(path, f"cannot be read ({err.strerror or err})", key, fix) from None
+
+
 def read_text(path, key: str = "", limit: int = MAX_BYTES, fix: str = "") -> str:
     """The UTF-8 text of the regular file at `path`, or a `RecipeError` naming it."""
     data = read_bytes(path, key, limit, fix)
@@ -172,4 +220,4 @@ def read_json(path, expect: type | None = dict, key: str = "", limit: int = MAX_
 
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "Unreadable", "parse_json", "problem", "read_bytes", "read_json",
-           "read_text", "try_bytes", "try_json"]
+           "read_lines", "read_text", "try_bytes", "try_json"]

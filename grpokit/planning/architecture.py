@@ -65,6 +65,30 @@ def load_model_config(name_or_path: str) -> tuple[dict, str]:
     Looks in order at: the built-in tiny model, the configs shipped in grpokit/assets/model_configs, a
     local directory, the Hugging Face cache. Raises `ConfigNotFound` saying so when none has it.
     """
+    own = _own_config(name_or_path)
+    if own is not None:
+        return own
+    outside = _outside_config(name_or_path)
+    if outside is not None:
+        return files.read_json(outside[0], key="model.name_or_path"), outside[1]
+    raise ConfigNotFound(
+        f"the config.json of {name_or_path!r} is not reachable offline: it is not shipped (shipped: "
+        f"{', '.join(shipped_models())}), not a local directory, not in the Hugging Face cache; "
+        "fetch it once (`hf download <id> config.json`) to plan its memory"
+    )
+
+
+def outside_config_file(name_or_path: str) -> Path | None:
+    """The config.json `load_model_config` reads for this model when it comes from outside grpokit (a local folder's,
+    the Hugging Face cache's); None for grpokit's own (the built-in models, the shipped configs) or none offline."""
+    if _own_config(name_or_path) is not None:
+        return None
+    outside = _outside_config(name_or_path)
+    return outside[0] if outside is not None else None
+
+
+def _own_config(name_or_path: str) -> tuple[dict, str] | None:
+    """(config, source) of a model grpokit ships or builds itself, else None."""
     from grpokit import tiny
 
     if name_or_path == tiny.BUILTIN_PREFIX + tiny.TINY_NAME:
@@ -77,9 +101,14 @@ def load_model_config(name_or_path: str) -> tuple[dict, str]:
     shipped = CONFIG_DIR / name_or_path.replace("/", "__") / "config.json"
     if shipped.is_file():
         return files.read_json(shipped), f"shipped config ({shipped.relative_to(CONFIG_DIR.parent.parent)})"
+    return None
+
+
+def _outside_config(name_or_path: str) -> tuple[Path, str] | None:
+    """(the config.json's path, source) of a local folder's model or a cached hub model, else None."""
     local = Path(name_or_path).expanduser() / "config.json"
     if local.is_file():
-        return files.read_json(local, key="model.name_or_path"), f"local config ({local})"
+        return local, f"local config ({local})"
     try:
         from huggingface_hub import try_to_load_from_cache
 
@@ -87,12 +116,8 @@ def load_model_config(name_or_path: str) -> tuple[dict, str]:
     except Exception:  # not a repo id (a path that does not exist, say): nothing cached under it
         cached = None
     if isinstance(cached, str) and Path(cached).is_file():
-        return files.read_json(cached, key="model.name_or_path"), f"Hugging Face cache ({cached})"
-    raise ConfigNotFound(
-        f"the config.json of {name_or_path!r} is not reachable offline: it is not shipped (shipped: "
-        f"{', '.join(shipped_models())}), not a local directory, not in the Hugging Face cache; "
-        "fetch it once (`hf download <id> config.json`) to plan its memory"
-    )
+        return Path(cached), f"Hugging Face cache ({cached})"
+    return None
 
 
 def text_config(config: dict) -> dict:

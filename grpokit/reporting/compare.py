@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grpokit import files
 from grpokit.errors import Problem, RecipeError
+from grpokit.reporting.messages import cell, inline_code
 from grpokit.reporting.plots import PLOTS_DIR, load_log_history, reward_names, series
 from grpokit.reporting.tool_calls import CALLS, ends, over
 from grpokit.reporting.verdict import heldout, heldout_fall, window, windows, zero_spread
@@ -159,8 +160,7 @@ def table(runs: list[Run]) -> list[str]:
         _, lengths = series(run.history, "completions/mean_length")
         z = zero_spread(run.history)
         dead = f"{z['dead']} of {z['logged']}" if z else "—"
-        label = run.label.replace("|", "\\|").replace("`", "'")  # a folder name cannot break the table
-        lines.append(f"| `{label}` | {run.state.get('global_step', '—')} | {_cell(rewards[-1] if rewards else None)} "
+        lines.append(f"| {cell(run.label)} | {run.state.get('global_step', '—')} | {_cell(rewards[-1] if rewards else None)} "
                      f"| {_span(max(means, key=lambda m: m[2])) if means else '—'} | {_span(means[-1]) if means else '—'} "
                      f"| {_cell(lengths[-1] if lengths else None, 4)} | {dead} | {_heldout(run)} |"
                      + (f" {_tool_calls(run)} |" if tools else ""))
@@ -179,7 +179,7 @@ def different_rewards(runs: list[Run]) -> list[str]:
     paid = [(run.label, reward_names(run.history)) for run in runs]
     if len({tuple(sorted(names)) for _, names in paid}) < 2:
         return []
-    each = "; ".join(f"`{label}`: " + (", ".join(f"`{n}`" for n in names) or "none logged") for label, names in paid)
+    each = "; ".join(f"{inline_code(label)}: " + (", ".join(inline_code(n) for n in names) or "none logged") for label, names in paid)
     return [f"**Different rewards**: {each}. Their mean rewards share the axis but not a scale or a meaning: compare "
             "the curves' shapes, not their heights, and the runs by held-out pass@1 on the same prompts (`--eval`)."]
 
@@ -190,7 +190,7 @@ def compare_section(run_dir: Path, runs: list[Run]) -> list[str]:
     png = plot_compare(run_dir, runs)
     warning = different_rewards(runs)
     return ["", "## Compared with other runs", "",
-            f"This run and {', '.join(f'`{r.label}`' for r in runs[1:])}, on shared axes (one colour per run folder):",
+            f"This run and {', '.join(inline_code(r.label) for r in runs[1:])}, on shared axes (one colour per run folder):",
             *(["", *warning] if warning else []),
             "", f"![compare]({Path(os.path.relpath(png, run_dir)).as_posix()})", "", *table(runs), "",
             "Window means average the logged steps of each run's window (an eighth of the run, at least 3); "

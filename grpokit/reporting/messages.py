@@ -79,8 +79,10 @@ def text(value) -> str:
 
 
 # Characters a terminal or a viewer acts on rather than shows: C0 controls but tab and newline, DEL, C1 controls
-# (8-bit CSI among them), and the bidirectional overrides and isolates that reorder what is shown.
-_ACTING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# (8-bit CSI and NEL among them), the bidirectional overrides and isolates that reorder what is shown, and the
+# Unicode line and paragraph separators some viewers break lines at.
+_ACTING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+INLINE_LIMIT = 300  # characters of a value shown in a line of report.md (inline code, a table cell)
 
 
 def visible(text: str) -> str:
@@ -94,13 +96,60 @@ def visible(text: str) -> str:
                        text)
 
 
-def inline_code(value: str, limit: int = 300) -> str:
-    """Text in a line of report.md as inline code, cut to `limit` characters, whatever backticks or acting characters
-    it holds (`visible`).
+def _cut(value, limit: int | None) -> str:
+    """`value` as text, cut to `limit` characters with how many more it had (the report is a glance, not a dump)."""
+    value = value if isinstance(value, str) else str(value)
+    return value if limit is None or len(value) <= limit else value[:limit] + f"… [{len(value) - limit} more characters]"
 
-    >>> inline_code("a`b"), inline_code("x" * 5, limit=3)
-    ('`` a`b ``', '`xxx…`')
-    """
-    shown = visible(value if len(value) <= limit else value[:limit] + "…")
+
+def _in_ticks(shown: str) -> str:
+    """One-line text as inline code, its backtick fence longer than any run of backticks inside."""
     ticks = "`" * (max((len(m) for m in re.findall(r"`+", shown)), default=0) + 1)
     return f"{ticks} {shown} {ticks}" if "`" in shown else f"{ticks}{shown}{ticks}"
+
+
+def one_line(value, limit: int | None = INLINE_LIMIT) -> str:
+    """Text that stays on its line of report.md: cut to `limit`, acting characters and every line break escaped,
+    so it can neither end the line it is in nor start a heading, a list or a fence on the next.
+
+    >>> print(one_line("a" + chr(10) + "# b"))
+    a\\n# b
+    """
+    return visible(_cut(value, limit)).replace("\n", "\\n")
+
+
+def inline_code(value, limit: int = INLINE_LIMIT) -> str:
+    """Text in a line of report.md as inline code (`one_line`): whatever backticks, newlines or acting characters
+    it holds, it stays inside its span.
+
+    >>> inline_code("a`b"), inline_code("x" * 5, limit=3)
+    ('`` a`b ``', '`xxx… [2 more characters]`')
+    """
+    return _in_ticks(one_line(value, limit))
+
+
+def cell(value, limit: int = INLINE_LIMIT) -> str:
+    """Text in a cell of a report.md table, as inline code (`inline_code`) whose pipes are escaped: GitHub's tables
+    split a row at every unescaped `|`, inside code spans too, and a backslash of the text's own just before a pipe
+    would escape the escape, so it shows as `\\x5c`.
+
+    >>> print(cell("a|b"))
+    `a\\|b`
+    """
+    shown = re.sub(r"\\+(?=\|)", lambda m: "\\x5c" * len(m.group()), inline_code(value, limit))
+    return shown.replace("|", "\\|")
+
+
+def fenced(value, limit: int | None = None) -> str:
+    """Text as a fenced block of report.md, cut to `limit` characters: acting characters escaped (`visible`) and a
+    fence longer than any run of backticks inside, so the text can neither close it nor act on the reader's terminal.
+
+    >>> print(fenced("a" + chr(10) + "```"))
+    ````text
+    a
+    ```
+    ````
+    """
+    shown = visible(_cut(value, limit))
+    fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", shown)), default=0) + 1)
+    return f"{fence}text\n{shown}\n{fence}"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpokit import files
+from grpokit.reporting.messages import inline_code
 from grpokit.rundir import STATE_FILE, latest_checkpoint
 
 
@@ -247,7 +248,7 @@ def flat_reasons(history: list[dict], args=None) -> dict[str, str]:
         else:
             reasons[panel.title] = f"flat, {value:g} at every logged step"
     for name, value in never_varied(history).items():  # one line of a panel whose other lines move
-        reasons[f"Reward `{name}`"] = (f"flat, {value:g} at every logged step: it scored every completion alike, so it "
+        reasons[f"Reward {inline_code(name)}"] = (f"flat, {value:g} at every logged step: it scored every completion alike, so it "
                                        "gave no gradient (see \"What the curves say\")")
     return reasons
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import weakref
 from pathlib import Path
 
 from grpokit import files
 from grpokit.reporting.failed_calls import failed_calls_section
-from grpokit.reporting.messages import plain, text, visible
 from grpokit.reporting.memory_use import memory_section
+from grpokit.reporting.messages import cell, fenced, inline_code, one_line, plain, text
 from grpokit.reporting.own_passes import own_passes_section
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.scoring import scoring_section
@@ -49,19 +48,6 @@ FIGURES = (
     ("learning_rate", "learning rate"),
     ("loss", "loss"),
 )
-
-
-def _clip(text: str, limit: int = TEXT_LIMIT) -> str:
-    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit} more characters]"
-
-
-def _fence(text: str) -> str:
-    """A code block that survives any backticks inside the text, showing what the text holds without acting on it
-    (`visible`): the model's or a tool's output is read, never run by the reader's terminal."""
-    text = visible(text)
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
 
 
 def _number(value) -> str:
@@ -225,7 +211,7 @@ def pick_completions(rows: list[dict], k: int = 4) -> list[dict]:
 
 def _figures(state: dict) -> list[str]:
     history = state["log_history"]
-    per_reward = [(f"rewards/{n}/mean", f"reward: {n}") for n in reward_names(history)]
+    per_reward = [(f"rewards/{n}/mean", f"reward {cell(n)}") for n in reward_names(history)]
     keys = [FIGURES[0], *per_reward, *FIGURES[1:]]
     lines = ["| metric | first logged | last logged | change |", "|---|---:|---:|---:|"]
     for key, label in keys:
@@ -234,7 +220,7 @@ def _figures(state: dict) -> list[str]:
             continue
         change = values[-1] - values[0]
         lines.append(
-            f"| {label} (`{key}`) | {_number(values[0])} (step {steps[0]}) | {_number(values[-1])} "
+            f"| {label} ({cell(key)}) | {_number(values[0])} (step {steps[0]}) | {_number(values[-1])} "
             f"(step {steps[-1]}) | {'+' if change >= 0 else ''}{_number(change)} |"
         )
     return lines if len(lines) > 2 else ["No training metrics were logged."]
@@ -276,8 +262,8 @@ def _stage(rows: list[dict], per: int, number: int) -> tuple[list[str], int]:
         facts += [f"{name} {_number(v)}" for name, v in (row.get("rewards") or {}).items()]
         if row.get("advantage") is not None:
             facts.append(f"advantage {float(row['advantage']):+.3f}")
-        out += [f"#### {number}. " + " · ".join(facts), "", "Prompt:", "", _fence(_clip(text(row.get("prompt") or ""))),
-                "", "Completion:", "", _fence(_clip(text(row.get("completion") or ""))), ""]
+        out += [f"#### {number}. " + " · ".join(facts), "", "Prompt:", "", fenced(text(row.get("prompt") or ""), TEXT_LIMIT),
+                "", "Completion:", "", fenced(text(row.get("completion") or ""), TEXT_LIMIT), ""]
         number += 1
     return out, number
 
@@ -326,8 +312,8 @@ def eval_section(run_dir: Path) -> list[str]:
         lines += ["| model | pass@1 (greedy) | prompts passed | mean reward | file |", "|---|---|---|---|---|"]
         for r in rows:
             passed = f"{r['passed']}/{r['prompts']}" if r["passed"] is not None else "—"
-            lines.append(f"| {names.get(r['label'], r['label'])} | {r['pass@1']:.3f} | {passed} | {_number(r['reward'])} "
-                         f"| `{r['file']}` |")
+            label = names.get(r["label"], one_line(r["label"]))
+            lines.append(f"| {label} | {r['pass@1']:.3f} | {passed} | {_number(r['reward'])} | {cell(r['file'])} |")
         base, final = (next((r for r in rows if r["label"] == k), None) for k in ("base model", "final"))
         if base and final:
             lines.append(f"| change | {final['pass@1'] - base['pass@1']:+.3f} | | | |")
@@ -344,12 +330,12 @@ def eval_section(run_dir: Path) -> list[str]:
                              "steps did; train the rest (`--resume`) before judging the recipe.")
         if len({(r["prompts"], r["heldout"]) for r in rows}) > 1:
             lines.append("\nNote: these were scored on different held-out prompts; compare with care.")
-        lines += ["", f"Measured by `--eval`: {rows[-1].get('measured') or ''}."]
+        lines += ["", f"Measured by `--eval`: {one_line(rows[-1].get('measured') or '')}."]
         if len(rows) - (base is not None) < 2:
             lines += ["", "Score a checkpoint too (`python launch.py --recipe ... --eval RUN_DIR/checkpoint-N`) to see "
                       "whether the run was better before its end; each one scored gets a row here."]
     if unread:
-        lines += ["", "Not read (not `--eval` output): " + ", ".join(f"`{u}`" for u in unread)]
+        lines += ["", "Not read (not `--eval` output): " + ", ".join(inline_code(u) for u in unread)]
     return lines
 
 
@@ -385,10 +371,10 @@ def write_report(
     if completions is None:
         completions = record["completions"] or completions_from_disk(run_dir, reward_names(state["log_history"]) or None)
 
-    lines = [f"# GRPO run report: {recipe_name}", "", f"Run directory: `{run_dir}`", ""]
+    lines = [f"# GRPO run report: {one_line(recipe_name)}", "", f"Run directory: {inline_code(str(run_dir))}", ""]
     lines += [stopped, ""] if stopped else []
     lines += ["## Recipe", ""]
-    lines += [_fence("\n".join(explain_lines))] if explain_lines else ["(no explain summary given)"]
+    lines += [fenced("\n".join(explain_lines))] if explain_lines else ["(no explain summary given)"]
     lines += ["", "## Final figures", ""] + _summary(state, record["resumed_at"]) + [""] + _figures(state)
     lines += ["", f"Source: `{Path(os.path.relpath(state_path, run_dir)).as_posix()}`"]
     found = diagnosis(state["log_history"], heldout(run_dir)[0], run_dir, tools_failed=failed_at_end(state["log_history"]))

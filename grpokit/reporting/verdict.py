@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from grpokit import files
+from grpokit.reporting.messages import inline_code
 from grpokit.reporting.plots import never_varied, reward_names, series
 from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE
 
@@ -285,7 +286,7 @@ def heldout_lines(rows: list[dict], run_dir: str | Path | None = None) -> list[s
         return []
     best, last = fell["best"], fell["last"]
     after = f"step {best['step']}" if best["step"] is not None else best["label"]
-    where = f" (`{Path(run_dir, best['label']).as_posix()}`)" if run_dir is not None and best["step"] is not None else ""
+    where = f" ({inline_code(Path(run_dir, best['label']).as_posix())})" if run_dir is not None and best["step"] is not None else ""
     text = (f"**Held-out pass@1 fell from {best['pass@1']:.3f} ({best['label']}) to {last['pass@1']:.3f} "
             f"({last['label']})**: the run overfit or collapsed after {after}; use {best['label']}{where}"
             + (", not the final model." if last["label"] == "final" else f", not {last['label']}."))
@@ -316,7 +317,7 @@ def _no_gradient(z: dict) -> str:
 
 
 def _names(names) -> str:
-    names = [f"`{n}`" for n in names]
+    names = [inline_code(n) for n in names]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
@@ -327,7 +328,7 @@ def _constant(history: list[dict]) -> list[str]:
         return []
     moving = [n for n in reward_names(history) if n not in flat]
     logged = len(series(history, f"rewards/{next(iter(flat))}/mean")[1])
-    values = "; ".join(f"`{n}` {_number(v)}" for n, v in flat.items())
+    values = "; ".join(f"{inline_code(n)} {_number(v)}" for n, v in flat.items())
     text = (f"**{'Reward' if len(flat) == 1 else 'Rewards'} {_names(flat)} never varied**: "
             f"{'it was' if len(flat) == 1 else 'they were'} the same at every one of {logged} logged steps ({values}), "
             "for every completion, so no completion scored better than another on "
@@ -400,7 +401,7 @@ def _falls(history: list[dict]) -> list[str]:
     """A paragraph per logged reward that fell from its best; a reward function's is left out when it says exactly
     what the total's says (a recipe with one reward)."""
     lines, total = [], fall_from_best(history, "reward")
-    for key, name in [("reward", "The mean reward")] + [(f"rewards/{n}/mean", f"Reward `{n}`") for n in reward_names(history)]:
+    for key, name in [("reward", "The mean reward")] + [(f"rewards/{n}/mean", f"Reward {inline_code(n)}") for n in reward_names(history)]:
         f = fall_from_best(history, key)
         if f is None or (key != "reward" and total is not None and (f["best"], f["end"]) == (total["best"], total["end"])):
             continue

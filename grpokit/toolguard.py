@@ -1,32 +1,39 @@
 """Every call TRL makes into a user's tools and environment, bounded and blamed.
 
 TRL 1.16 calls a tool inline, in the training process's main thread, and writes whatever the tool raises as the
-call's result (`{'error': ...}`, counted in `tools/failure_frequency`). Around each call this module adds:
+call's result (`{'error': str(exception)}`, counted in `tools/failure_frequency`). Around each call this module adds:
 
 * a time limit (`tools.timeout_seconds`): at the deadline a watchdog thread sends CUT_SIGNAL (a signal of grpokit's
   own, not the alarm clock a tool may use for itself) to the main thread, whose handler raises `ToolCut` inside the
   tool -- a `BaseException`, so a tool's own `except Exception` does not swallow it -- and the call fails with an
-  error naming the limit; turning the result into text counts against it;
-* a size limit on the result's text (`tools.max_result_chars`): a 10 MB string is refused before TRL tokenizes it
-  (the tokenizer would abort the process allocating gigabytes); the text made valid (no lone surrogates);
-* an exception of the tool's own, which TRL makes the call's result (the model reads `{'error': message}`), is kept
-  for the tool's author too: its type, message and the tool file's line (grpokit.toolfaults), said once on the
-  console and shown with the step's failed calls in report.md;
+  error naming the limit. The signal is how the limit usually holds; the clock is why it always does: each call's
+  elapsed time is measured, and whatever came back past the limit (a tool that ignored, blocked or swallowed its
+  cut) is refused the same way;
+* every text read from what the call handed back -- its result, its exception's message -- is read while the
+  deadline is open (grpokit.tooltext: a `__str__` is the tool's code; one that never returns is cut, one that raises
+  is the call's failure), cut to `tools.max_result_chars` and made valid (no lone surrogates): a 10 MB string is
+  refused or cut before TRL tokenizes it (the tokenizer would abort the process allocating gigabytes). TRL gets the
+  exception as a `ToolError` holding that text, so its own `str()` of it runs nothing of the tool's;
+* an exception of the tool's own, which TRL makes the call's result, is kept for the tool's author too: its type,
+  message and the tool file's line (grpokit.toolfaults), said once on the console and shown with the step's failed
+  calls in report.md;
+* the tool gets a copy of its arguments as parsed: one that changes them leaves the completion's record of the call
+  (what report.md shows) as the model wrote it;
 * a stop signal during a call (Ctrl-C, SIGTERM) goes first to the handler the run had (`lifecycle.StopOnSignal`
   records it; a second one stops at once), then cuts the call; later calls are refused without running, so the step
   ends and the run stops at its end, with a checkpoint, within seconds;
 * an environment's own faults -- `__init__` or `reset` raising, a tool raising what is not an answer to the call
-  (`SystemExit`), `reset` returning what TRL cannot add to a prompt, `get_reward` returning what is not a finite
-  real number (a string, an array, an int too large for a float, NaN, inf) -- end the run with
-  `EnvironmentFailure`, one line naming the environment, the method, the value's type and the sample
-  (the environment's side: grpokit.envguard).
+  (a `BaseException`: `SystemExit`, its own `KeyboardInterrupt`, `GeneratorExit`), `reset` returning what TRL
+  cannot add to a prompt, `get_reward` returning what is not a finite real number (a string, an array, an int too
+  large for a float, NaN, inf) -- end the run with `EnvironmentFailure`, one line naming the environment, the
+  method, the value's type and the sample (the environment's side: grpokit.envguard).
 
-Signals reach only the main thread: a tool called from another thread has its result bounded but not its time. An
-async tool, which TRL runs on its event loop, is cut by `asyncio.wait_for` where it awaits; one that blocks the loop
-past the limit has its result dropped when it returns. A tool stuck in C code that never returns to the interpreter
-cannot be cut from inside the process; SIGKILL ends it.
+Signals reach only the main thread: a tool called from another thread is not cut, but what it brings back late is
+refused. An async tool, which TRL runs on its event loop thread, is cut by `asyncio.wait_for` where it awaits; one
+that blocks the loop past the limit has what it brought dropped when it returns; whatever it raises (SystemExit
+included: leaving its task, it would end TRL's event loop) is a failed call. A tool stuck in C code that never
+returns to the interpreter cannot be cut from inside the process; SIGKILL ends it.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -370,16 +377,15 @@ async def _call_async(function: Callable, name: str, limits: Limits, args, kwarg
         limits.tally.record(timed_out=True)
         raise ToolLimitError(f"{name}: no result within tools.timeout_seconds ({limits.timeout_seconds:g} s); the call "
                              "was stopped") from None
+    most = limits.max_result_chars
     if err is None:
         kind, value = "result", result
         try:
             value = as_result(result)
         except Exception as why:  # noqa: BLE001 - a result that cannot be written is the call's failure
-            kind, value, err = "raised", f"its result cannot be written as text ({named(why, limits.max_result_chars)})", why
+            kind, value, err = "raised", f"its result cannot be written as text ({named(why, most)})", why
     else:
-        kind = "raised"
-        value = message(err, limits.max_result_chars) if isinstance(err, Exception) else \
-            named(err, limits.max_result_chars)
+        kind, value = "raised", message(err, most) if isinstance(err, Exception) else named(err, most)
     took = time.monotonic() - started
     if took > limits.timeout_seconds:
         limits.tally.record(timed_out=True)
@@ -395,7 +401,8 @@ async def _call_async(function: Callable, name: str, limits: Limits, args, kwarg
 
 async def _caught(coroutine) -> tuple:
     """(result, None) or (None, what the coroutine raised): caught in the coroutine's own task, before a SystemExit or
-    KeyboardInterrupt can leave it (asyncio re-raises those out of the event loop). Its cancel (the deadline) goes on."""
+    KeyboardInterrupt can leave it (asyncio re-raises those out of the event loop). Its cancel (the deadline) goes
+    on."""
     try:
         return await coroutine, None
     except asyncio.CancelledError:
@@ -405,10 +412,8 @@ async def _caught(coroutine) -> tuple:
 
 
 def _error(err: BaseException) -> str:
-    try:
-        return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-    except Exception:  # noqa: BLE001 - an exception whose str() raises still gets named
-        return type(err).__name__
+    """An environment's own fault as its `run stopped:` line names it (`SystemExit: 3`)."""
+    return named(err, 500)
 
 
 def _wrap(function: Callable, name: str, shown: str, limits: Limits, sample: Callable[[], str]):

@@ -10,17 +10,19 @@ pipes of its own; the pool's pipes, the deadline and the reply format stay here,
                the job ends "timeout". Nothing the runner sends moves a deadline.
     replies    one per job, read within the deadline and the size bound (REPLY_BYTES), each naming the job by the
                number the keeper gave it (random, new per job: a reply left over from an earlier job, or made for a
-               later one, names another), and only what the phase allows: {"prepared"} or {"fail"} during the trusted part, {"taint"} during the job's own, then
-               {"result"} -- checked by the kind's `check(job, value)` (its type, range and size; text made valid:
-               no lone surrogates) -- or {"error"}. Anything else ends the job "invalid" and the runner with it.
-    quiet      the runner must be back waiting for a job: one thread, no process of its own left, blocked reading
-               its own job pipe (the read system call on a descriptor of that very pipe, where the kernel shows it;
-               else the wait channel of a pipe's read), no signal handler beyond those it started with (it resets
-               those a job set, and its timers, before replying), and nothing more sent after its one reply (the
-               keeper drains its pipe once the runner is back, and again before the next job). A Python-tool call's reply is sent only once
-               it is (a runner still busy after IDLE_WAIT_S -- a thread left running, code that sent a reply of its
-               own and ran on -- is killed, and the reply says so: "ended"); a scorer's runner is checked before its
-               next job (a busy one is killed, the pool told "ended", and the job it would have run goes elsewhere).
+               later one, names another), and only what the phase allows: {"prepared"} or {"fail"} during the
+               trusted part, {"taint"} during the job's own, then {"result"} -- checked by the kind's
+               `check(job, value)` (its type, range and size; text made valid: no lone surrogates) -- or {"error"}.
+               Anything else ends the job "invalid" and the runner with it.
+    quiet      the runner must be back waiting for a job: one thread, no process of its own left, blocked in the read
+               call on its own job pipe (the call and a descriptor of that very pipe, where the kernel shows them;
+               else the wait channel of any pipe's read), catching no signal it did not catch before its first job
+               (it puts back the handlers and timers a job set before replying), and nothing sent beyond its one
+               reply (its pipe drained once it is back, and again before the next job). A Python-tool call's reply
+               is sent only once it is (a runner still busy after IDLE_WAIT_S -- a thread left running, code that
+               sent a reply of its own and ran on -- is killed, and the reply says so: "ended"); a scorer's runner
+               is checked before its next job (a busy one is killed, the pool told "ended", and the job it would
+               have run goes elsewhere).
     memory     the runner and everything it starts share one cgroup (where this machine lets the cage make them):
                at most the warm worker's resident size plus the kind's `memory_mb` and `file_mb`; `processes` + 1
                tasks. Without cgroups, each process is bounded alone (RLIMIT_AS) and the uid's count of processes.
@@ -47,6 +49,7 @@ from multiprocessing.connection import Connection
 
 from grpokit.untrusted import child as layers
 from grpokit.untrusted import runner
+from grpokit.untrusted.groups import make_groups
 
 STARTUP_TIMEOUT_S = 120.0  # importing nothing (the runner is forked warm), but a loaded 2-core box can be slow
 SLOW_PREPARE_S = 0.05  # a job's trusted part past this is said to the pool, whose backstop deadline then allows for it
@@ -93,7 +96,7 @@ def keep(kind, fds: list, limits: dict, entered: list, uid: int, gid: int, cage_
     if limits.get("scratch") and "tmpfs" in entered:
         _own_tmp(limits["file_mb"], uid, gid)
     apart = "pid" in entered and layers._libc.unshare(layers.CLONE_NEWPID) == 0
-    groups = _make_groups(cage_groups, limits, me)
+    groups = make_groups(cage_groups, limits, me)
     job_r, job_w = os.pipe()
     reply_r, reply_w = os.pipe()
     lifeline_r, lifeline_w = os.pipe()
@@ -424,91 +427,3 @@ def _own_tmp(file_mb: int, uid: int, gid: int) -> None:
     layers._mount("tmpfs", "/tmp", "tmpfs", layers.MS_NOSUID | layers.MS_NODEV, f"size={file_mb}m,mode=0700")
     os.chown("/tmp", uid, gid)
     os.chdir("/tmp")
-
-
-def group_name(keeper: int) -> str:
-    """The name of a worker's cgroup, under the cage's: its keeper's pid (the zygote removes it once that is gone)."""
-    return f"w{keeper}"
-
-
-def _make_groups(cage_groups: list, limits: dict, me: int) -> list:
-    """The worker's cgroups, one per hierarchy the cage made one in: `[(folder, name)]` for the runner to join."""
-    if not cage_groups:
-        return []
-    with open("/proc/self/statm") as f:
-        resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # the warm worker, as forked
-    values = {"memory": resident + ((limits["memory_mb"] + limits["file_mb"]) << 20), "pids": limits["processes"] + 1}
-    made, name = [], group_name(me)
-    try:
-        for folder, version, controllers in cage_groups:
-            _remove_group(folder, name)  # a leftover of an earlier keeper with this pid
-            os.mkdir(name, dir_fd=folder)
-            made.append((folder, name))
-            layers._cgroup_limit(folder, name, version, controllers, values)
-    except OSError:  # no half a layer: the worker runs without cgroups, and its layers say so
-        for folder, made_name in made:
-            _remove_group(folder, made_name)
-        return []
-    return made
-
-
-def _remove_group(folder: int, name: str) -> bool:
-    """Kill what is left in a worker's cgroup and remove it; False while the kernel still counts a process there."""
-    try:
-        os.rmdir(name, dir_fd=folder)
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        layers._kill_members(folder, name)
-        return False
-
-
-def sweep(cage_groups: list, keepers: set) -> bool:
-    """Remove the cgroups of workers whose keeper is gone (the zygote calls this as it reaps); whether all went."""
-    live, done = {group_name(pid) for pid in keepers}, True
-    for folder, _, _ in cage_groups:
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            if re.fullmatch(r"w\d+", name) and name not in live:
-                done = _remove_group(folder, name) and done
-    return done
-
-
-def remove_cage_group(name: str) -> None:
-    """Remove the cage's cgroup `name` and its workers' (from the trainer's side: for a cage killed before it could).
-    Only that name, and only empty groups (the kernel refuses the rest); a little wait for a dying worker's last
-    processes to leave."""
-    try:
-        places = layers._cgroup_places()
-    except (OSError, ValueError):
-        return
-    for parent, _, _ in places:
-        try:
-            folder = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            inside = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=folder)
-        except OSError:
-            os.close(folder)
-            continue
-        drop_cage_group(folder, name, inside, tries=50)
-
-
-def drop_cage_group(folder: int, name: str, inside: int, tries: int = 100) -> None:
-    """Remove a cage's cgroup (`name` in `folder`, open as `inside`) once its workers' groups are gone, waiting a
-    little for a dying worker's last processes to leave; closes both descriptors."""
-    for _ in range(tries):
-        if sweep([(inside, None, None)], set()):
-            break
-        time.sleep(0.01)
-    os.close(inside)
-    try:
-        os.rmdir(name, dir_fd=folder)
-    except OSError:
-        pass
-    os.close(folder)

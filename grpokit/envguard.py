@@ -15,8 +15,8 @@ import signal
 from typing import Callable
 
 from grpokit.errors import show
-from grpokit.toolguard import (EnvironmentFailure, Limits, ToolCut, _as_text, _call, _call_async, _Deadline, _error,
-                               _inside, _wrap)
+from grpokit.toolguard import EnvironmentFailure, Limits, ToolCut, _call, _call_async, _Deadline, _error, _inside, _wrap
+from grpokit.tooltext import as_text
 
 
 
@@ -126,7 +126,7 @@ def _observation(value, label: str, where: str):
     if value is None:
         return None
     if isinstance(value, str):
-        return _as_text(value)
+        return as_text(value)
     if isinstance(value, list) and all(isinstance(part, dict) and isinstance(part.get("type"), str) for part in value):
         return value
     raise EnvironmentFailure(f"environment {label}.reset returned {_shown(value)} (a {type(value).__name__}){where}; "

@@ -159,6 +159,8 @@ class PythonTool:
             if reply.ended:  # it left something running: ended with the interpreter, and the model is told
                 output += (f"\n[the interpreter was restarted after this call: {reply.ended}; names defined before "
                            "are gone]")
+            if reply.fresh:  # the interpreter before was ended where no result said so: said now
+                output += f"\n[a fresh interpreter ran this call: {reply.fresh}; names defined before are gone]"
             return output
         self.calls.append("timeout" if reply.how == "timeout" else "crash")
         if reply.how == "timeout":
@@ -168,7 +170,7 @@ class PythonTool:
             raise ValueError(f"the code was not run: {reply.value}")
         if reply.how == "invalid":
             raise RuntimeError("the interpreter's answer was not a cell's output (the code replaced how a call "
-                               "returns); it restarted, so names defined before are gone")
+                               "returns, or answered out of turn); it restarted, so names defined before are gone")
         raise RuntimeError("the interpreter stopped (out of memory, or killed); it restarted, so names defined before "
                            "are gone")
 

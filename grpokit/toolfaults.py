@@ -23,6 +23,7 @@ from typing import Callable
 # needs its first few read, not a thousand lines.
 MAX_KEPT = 200
 MAX_SAID = 5
+SAID_CHARS = 300  # of what the model read, on the console (report.md shows it whole)
 _GRPOKIT = Path(__file__).resolve().parent
 
 
@@ -39,16 +40,18 @@ class Fault:
         return f"{self.kind}: {self.message} ({self.where})" if self.message else f"{self.kind} ({self.where})"
 
 
-def fault_of(err: BaseException, function: Callable) -> Fault | None:
+def fault_of(err: BaseException, function: Callable, message: str) -> Fault | None:
     """The fault `err` is of the tool `function`: its deepest frame in the tool's own file (a library it called may
-    have raised below it), else its deepest frame; None for a tool grpokit ships.
+    have raised below it), else its deepest frame; None for a tool grpokit ships. `message` is its text as the model
+    read it (grpokit.tooltext.message, read within the call's bounds): `str(err)` is the tool's code, never run here.
 
     >>> def divide(a, b):
     ...     return a / b
     >>> try:
     ...     divide(1, 0)
     ... except ZeroDivisionError as err:
-    ...     fault_of(err, divide).kind, fault_of(err, divide).where.endswith("in divide")
+    ...     fault = fault_of(err, divide, str(err))
+    >>> fault.kind, fault.where.endswith("in divide")
     ('ZeroDivisionError', True)
     """
     source = _source(function)
@@ -59,10 +62,6 @@ def fault_of(err: BaseException, function: Callable) -> Fault | None:
         return None
     own = [f for f in frames if source is not None and Path(f[0].co_filename).resolve() == source]
     code, line = (own or frames)[-1]
-    try:
-        message = str(err)
-    except Exception:  # noqa: BLE001 - an exception whose str() raises is still named
-        message = "(its message cannot be printed)"
     return Fault(type(err).__name__, message[:500], f"{_shown_path(code.co_filename)}:{line} in {code.co_name}")
 
 
@@ -112,7 +111,8 @@ class Faults:
             self.kept.setdefault((tool, read), fault)
         if fault.where not in self.said and len(self.said) < MAX_SAID:
             self.said.add(fault.where)
-            self.say(f"[grpokit] tool {tool} raised {fault.text()}; the model read {read} as the call's result and "
+            shown = read if len(read) <= SAID_CHARS else read[:SAID_CHARS] + "..."  # the console line stays one line
+            self.say(f"[grpokit] tool {tool} raised {fault.text()}; the model read {shown} as the call's result and "
                      "the run goes on. report.md lists each step's failed calls (a new place this raises is said "
                      "here once)")
 

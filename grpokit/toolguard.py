@@ -1,32 +1,39 @@
 """Every call TRL makes into a user's tools and environment, bounded and blamed.
 
 TRL 1.16 calls a tool inline, in the training process's main thread, and writes whatever the tool raises as the
-call's result (`{'error': ...}`, counted in `tools/failure_frequency`). Around each call this module adds:
+call's result (`{'error': str(exception)}`, counted in `tools/failure_frequency`). Around each call this module adds:
 
 * a time limit (`tools.timeout_seconds`): at the deadline a watchdog thread sends CUT_SIGNAL (a signal of grpokit's
   own, not the alarm clock a tool may use for itself) to the main thread, whose handler raises `ToolCut` inside the
   tool -- a `BaseException`, so a tool's own `except Exception` does not swallow it -- and the call fails with an
-  error naming the limit; turning the result into text counts against it;
-* a size limit on the result's text (`tools.max_result_chars`): a 10 MB string is refused before TRL tokenizes it
-  (the tokenizer would abort the process allocating gigabytes); the text made valid (no lone surrogates);
-* an exception of the tool's own, which TRL makes the call's result (the model reads `{'error': message}`), is kept
-  for the tool's author too: its type, message and the tool file's line (grpokit.toolfaults), said once on the
-  console and shown with the step's failed calls in report.md;
+  error naming the limit. The signal is how the limit usually holds; the clock is why it always does: each call's
+  elapsed time is measured, and whatever came back past the limit (a tool that ignored, blocked or swallowed its
+  cut) is refused the same way;
+* every text read from what the call handed back -- its result, its exception's message -- is read while the
+  deadline is open (grpokit.tooltext: a `__str__` is the tool's code; one that never returns is cut, one that raises
+  is the call's failure), cut to `tools.max_result_chars` and made valid (no lone surrogates): a 10 MB string is
+  refused or cut before TRL tokenizes it (the tokenizer would abort the process allocating gigabytes). TRL gets the
+  exception as a `ToolError` holding that text, so its own `str()` of it runs nothing of the tool's;
+* an exception of the tool's own, which TRL makes the call's result, is kept for the tool's author too: its type,
+  message and the tool file's line (grpokit.toolfaults), said once on the console and shown with the step's failed
+  calls in report.md;
+* the tool gets a copy of its arguments as parsed: one that changes them leaves the completion's record of the call
+  (what report.md shows) as the model wrote it;
 * a stop signal during a call (Ctrl-C, SIGTERM) goes first to the handler the run had (`lifecycle.StopOnSignal`
   records it; a second one stops at once), then cuts the call; later calls are refused without running, so the step
   ends and the run stops at its end, with a checkpoint, within seconds;
 * an environment's own faults -- `__init__` or `reset` raising, a tool raising what is not an answer to the call
-  (`SystemExit`), `reset` returning what TRL cannot add to a prompt, `get_reward` returning what is not a finite
-  real number (a string, an array, an int too large for a float, NaN, inf) -- end the run with
-  `EnvironmentFailure`, one line naming the environment, the method, the value's type and the sample
-  (the environment's side: grpokit.envguard).
+  (a `BaseException`: `SystemExit`, its own `KeyboardInterrupt`, `GeneratorExit`), `reset` returning what TRL
+  cannot add to a prompt, `get_reward` returning what is not a finite real number (a string, an array, an int too
+  large for a float, NaN, inf) -- end the run with `EnvironmentFailure`, one line naming the environment, the
+  method, the value's type and the sample (the environment's side: grpokit.envguard).
 
-Signals reach only the main thread: a tool called from another thread has its result bounded but not its time. An
-async tool, which TRL runs on its event loop, is cut by `asyncio.wait_for` where it awaits; one that blocks the loop
-past the limit has its result dropped when it returns. A tool stuck in C code that never returns to the interpreter
-cannot be cut from inside the process; SIGKILL ends it.
+Signals reach only the main thread: a tool called from another thread is not cut, but what it brings back late is
+refused. An async tool, which TRL runs on its event loop thread, is cut by `asyncio.wait_for` where it awaits; one
+that blocks the loop past the limit has what it brought dropped when it returns; whatever it raises (SystemExit
+included: leaving its task, it would end TRL's event loop) is a failed call. A tool stuck in C code that never
+returns to the interpreter cannot be cut from inside the process; SIGKILL ends it.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -39,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from grpokit.toolfaults import Faults, fault_of
-from grpokit.untrusted.keeper import valid_text
+from grpokit.tooltext import as_parsed, as_result, message, named, text_size
 
 # Should a tool swallow the first cut (a bare `except:` in a retry loop), the timer fires again this often; after
 # RECUTS_BEFORE_NOTICE of them the console is told why the call does not end.
@@ -56,6 +63,12 @@ class EnvironmentFailure(BaseException):
 class ToolLimitError(RuntimeError):
     """A call that ran past a limit or met a stopping run: TRL writes the message as the call's result (what the model
     reads) and counts a failed call."""
+
+
+class ToolError(RuntimeError):
+    """A tool's own exception as TRL gets it: its message, read within the call's bounds, cut to
+    tools.max_result_chars and made valid, so that the `str()` TRL takes of it (what the model reads) runs no code
+    of the tool's."""
 
 
 class ToolCut(BaseException):
@@ -97,15 +110,12 @@ class Tally:
         elif now - self.since >= NOTICE_EVERY_S:  # mostly generation between the calls: the step line will do
             self.since, self.calls, self.seconds = now, 0, 0.0
 
-    def raised(self, tool: str, err: Exception, function: Callable) -> None:
-        """A tool's own exception, which TRL makes the call's result: kept with the text the model reads of it."""
+    def raised(self, tool: str, text: str, fault) -> None:
+        """A tool's own exception, which TRL makes the call's result (`text`, as `message` read it): its `fault`
+        (toolfaults.fault_of) kept with what the model reads of it."""
         from rewards.tools import failure_text
 
-        try:
-            read = failure_text(str(err))
-        except Exception:  # noqa: BLE001 - a message that cannot be written: TRL fails on it too, nothing to match
-            return
-        self.faults.add(tool, read, fault_of(err, function))
+        self.faults.add(tool, failure_text(text), fault)
 
     def record(self, timed_out: bool = False, oversized: bool = False, bad_arguments: bool = False) -> None:
         if self.sink is not None:
@@ -210,9 +220,11 @@ class _Deadline:
             raise ToolCut(self.why)
 
     def _stop(self, signum, frame) -> None:
+        if self.live:  # first: a stop at once, raised by the handler below, is then told from a tool's own raise
+            self.signum = signum
         self.previous[signum](signum, frame)  # the run's own handler: records the stop, or stops at once by raising
         if self.live:
-            self.why, self.signum = f"the run is stopping ({signal.Signals(signum).name})", signum
+            self.why = f"the run is stopping ({signal.Signals(signum).name})"
             raise ToolCut(self.why)
 
     def close(self) -> None:
@@ -238,34 +250,9 @@ def _on_cut(signum, frame) -> None:
         deadline._alarm(signum, frame)
 
 
-def _as_text(value) -> str:
-    """`str(value)` as the tokenizer can take it (the cage's rule, grpokit.untrusted.keeper.valid_text)."""
-    return valid_text(str(value))
-
-
-def _as_result(result):
-    """A result as TRL writes it for the model, made inside the call's time: text, or for content blocks (a list)
-    each block's text (`{"type": "text", "text": ...}`; a part that is not a block becomes a text block)."""
-    if not isinstance(result, list):
-        return _as_text(result)
-    blocks = []
-    for part in result:
-        if isinstance(part, dict) and part.get("type", "text") != "text":
-            blocks.append(part)  # an image or another block TRL takes as it is
-        else:
-            blocks.append({"type": "text", "text": _as_text(part.get("text", "") if isinstance(part, dict) else part)})
-    return blocks
-
-
-def _text_size(result) -> int:
-    """Characters of a result as `_as_result` made it: its text, or the text of each block."""
-    if isinstance(result, list):
-        return sum(len(part.get("text", "")) for part in result)
-    return len(result)
-
-
 def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Callable[[], str], args, kwargs):
-    """One bounded call of `function`; what TRL sees: the result's text, `ToolLimitError`, or the tool's own error."""
+    """One bounded call of `function`; what TRL sees: the result's text, `ToolLimitError`, `ToolError` (the tool's own
+    exception as text) or `EnvironmentFailure` (it raised what is not an answer to the call)."""
     from grpokit.lifecycle import stop_requested
 
     if getattr(_inside, "depth", 0):
@@ -274,36 +261,68 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
     if stopping is not None:
         raise ToolLimitError(f"{name}: not run, the run is stopping ({signal.Signals(stopping).name})")
     _check_arguments(function, name, limits, args, kwargs)
+    args, kwargs = as_parsed(args), as_parsed(kwargs)  # the call's record (the completion) is what the model wrote
     deadline = _Deadline(limits.timeout_seconds)
     _inside.depth = 1
     started = time.monotonic()
     try:
         deadline.open()
         try:
-            result = function(*args, **kwargs)
-            # Its text inside the bound: a huge object takes time to write out too, and its __str__ is the tool's code
-            result = _as_result(result)
+            kind, value, err = _outcome(function, args, kwargs, deadline, limits.max_result_chars)
         finally:
             deadline.close()
-    except KeyboardInterrupt:
-        raise  # the run's stop (lifecycle.Stopped), at once
-    except BaseException as err:  # noqa: BLE001 - sorted below: a cut, the tool's answer, or its own fault
-        if deadline.why or isinstance(err, ToolCut):
-            limits.tally.record(timed_out=deadline.signum is None)
-            raise ToolLimitError(f"{name}: {deadline.why or err}; the call was stopped") from None
-        if isinstance(err, Exception):
-            limits.tally.record()
-            limits.tally.raised(name, err, function)
-            raise  # the tool's answer to a bad call: TRL writes it for the model and counts a failed call
-        raise EnvironmentFailure(f"tool {shown} raised {_error(err)}{sample()}") from None
+    except ToolCut as cut:  # the deadline, or a stop signal; the run's own stop (KeyboardInterrupt) goes on up
+        limits.tally.record(timed_out=deadline.signum is None)
+        raise ToolLimitError(f"{name}: {deadline.why or cut}; the call was stopped") from None
     finally:
         deadline.close()  # again: a cut landing as the first close began leaves the timer armed
         _inside.depth = 0
-        limits.tally.spent(time.monotonic() - started)
-    if deadline.why:  # the tool swallowed its cut and returned anyway
+        took = time.monotonic() - started
+        limits.tally.spent(took)
+    # The signal is how the limit usually holds; the clock is why it always does: a tool that swallowed, ignored or
+    # blocked its cut and came back late has what it brought refused.
+    late = bool(limits.timeout_seconds) and took > limits.timeout_seconds
+    if deadline.why or late:
         limits.tally.record(timed_out=deadline.signum is None)
-        raise ToolLimitError(f"{name}: {deadline.why}; the call was stopped")
-    return _sized(result, name, limits)
+        raise ToolLimitError(f"{name}: {deadline.why}; the call was stopped" if deadline.why else
+                             f"{name}: no result within tools.timeout_seconds ({limits.timeout_seconds:g} s; it came "
+                             f"back after {took:.1f} s); what it returned was dropped")
+    if kind == "fatal":
+        raise EnvironmentFailure(f"tool {shown} raised {value}{sample()}")
+    if kind == "raised":
+        limits.tally.record()
+        limits.tally.raised(name, value, fault_of(err, function, value))
+        raise ToolError(value)  # the tool's answer to a bad call: TRL writes it for the model and counts a failed call
+    return _sized(value, name, limits)
+
+
+def _outcome(function: Callable, args, kwargs, deadline: _Deadline, most: int) -> tuple:
+    """The call, and every text read from what it handed back, within its bounds (the caller holds the deadline
+    open): ("result", its text or blocks, None), ("raised", the text the model reads, err) for an `Exception` of the
+    tool's -- or one raised writing its result as text --, ("fatal", what it raised, err) for any other
+    BaseException. A cut (ToolCut) and the run's own stop propagate."""
+    try:
+        result = function(*args, **kwargs)
+    except BaseException as err:  # noqa: BLE001 - sorted here, its text read while the bound holds
+        if isinstance(err, ToolCut) or _run_stopping(err, deadline):
+            raise
+        if isinstance(err, Exception):
+            return "raised", message(err, most), err
+        return "fatal", named(err, most), err
+    try:
+        # Its text inside the bound: a huge object takes time to write out too, and its __str__ is the tool's code
+        return "result", as_result(result), None
+    except BaseException as err:  # noqa: BLE001 - a result that cannot be written is the call's failure
+        if isinstance(err, ToolCut) or _run_stopping(err, deadline):
+            raise
+        return "raised", f"its result cannot be written as text ({named(err, most)})", err
+
+
+def _run_stopping(err: BaseException, deadline: _Deadline) -> bool:
+    """Whether `err` is the run's own stop (a stop signal's handler raised it), not something a tool raised."""
+    from grpokit.lifecycle import Stopped
+
+    return isinstance(err, KeyboardInterrupt) and (isinstance(err, Stopped) or deadline.signum is not None)
 
 
 def _check_arguments(function: Callable, name: str, limits: Limits, args, kwargs) -> None:
@@ -336,7 +355,7 @@ def _check_arguments(function: Callable, name: str, limits: Limits, args, kwargs
 def _sized(result, name: str, limits: Limits):
     """The result as `_as_result` made it (plain text: its size takes no time of the tool's), counted; refused past
     tools.max_result_chars."""
-    size = _text_size(result)
+    size = text_size(result)
     limits.tally.record(oversized=size > limits.max_result_chars)
     if size > limits.max_result_chars:
         raise ToolLimitError(f"{name}: its result is {size} characters, over tools.max_result_chars "
@@ -347,33 +366,54 @@ def _sized(result, name: str, limits: Limits):
 async def _call_async(function: Callable, name: str, limits: Limits, args, kwargs):
     """An async tool, on TRL's event loop thread: `asyncio.wait_for` cuts it where it awaits, then the same size rule.
     One that blocks the loop (a `time.sleep`, a CPU loop) cannot be cut there, where no signal comes: past the limit
-    its result is dropped and the call fails, naming why."""
+    what it brought (its result or its error) is dropped and the call fails, naming why. Whatever it raises, SystemExit
+    included, is a failed call: a BaseException leaving a task ends the event loop, and TRL's with it."""
     _check_arguments(function, name, limits, args, kwargs)
+    args, kwargs = as_parsed(args), as_parsed(kwargs)
     started = time.monotonic()
     try:
-        result = await asyncio.wait_for(function(*args, **kwargs), limits.timeout_seconds)
+        result, err = await asyncio.wait_for(_caught(function(*args, **kwargs)), limits.timeout_seconds)
     except asyncio.TimeoutError:
         limits.tally.record(timed_out=True)
         raise ToolLimitError(f"{name}: no result within tools.timeout_seconds ({limits.timeout_seconds:g} s); the call "
                              "was stopped") from None
-    except Exception as err:
-        limits.tally.record()
-        limits.tally.raised(name, err, function)
-        raise
+    most = limits.max_result_chars
+    if err is None:
+        kind, value = "result", result
+        try:
+            value = as_result(result)
+        except Exception as why:  # noqa: BLE001 - a result that cannot be written is the call's failure
+            kind, value, err = "raised", f"its result cannot be written as text ({named(why, most)})", why
+    else:
+        kind, value = "raised", message(err, most) if isinstance(err, Exception) else named(err, most)
     took = time.monotonic() - started
     if took > limits.timeout_seconds:
         limits.tally.record(timed_out=True)
         raise ToolLimitError(f"{name}: it blocked its event loop past tools.timeout_seconds "
                              f"({limits.timeout_seconds:g} s; {took:.1f} s without awaiting: time.sleep, not "
-                             "asyncio.sleep?); its result was dropped")
-    return _sized(_as_result(result), name, limits)
+                             "asyncio.sleep?); what it returned was dropped")
+    if kind == "raised":
+        limits.tally.record()
+        limits.tally.raised(name, value, fault_of(err, function, value))
+        raise ToolError(value)
+    return _sized(value, name, limits)
+
+
+async def _caught(coroutine) -> tuple:
+    """(result, None) or (None, what the coroutine raised): caught in the coroutine's own task, before a SystemExit or
+    KeyboardInterrupt can leave it (asyncio re-raises those out of the event loop). Its cancel (the deadline) goes
+    on."""
+    try:
+        return await coroutine, None
+    except asyncio.CancelledError:
+        raise
+    except BaseException as err:  # noqa: BLE001 - every other way it ends is the call's failure
+        return None, err
 
 
 def _error(err: BaseException) -> str:
-    try:
-        return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-    except Exception:  # noqa: BLE001 - an exception whose str() raises still gets named
-        return type(err).__name__
+    """An environment's own fault as its `run stopped:` line names it (`SystemExit: 3`)."""
+    return named(err, 500)
 
 
 def _wrap(function: Callable, name: str, shown: str, limits: Limits, sample: Callable[[], str]):

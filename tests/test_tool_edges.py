@@ -155,3 +155,107 @@ def test_a_reset_that_returns_what_trl_cannot_add_to_the_prompt_stops_the_run_in
 ])
 def test_a_reset_returns_text_content_blocks_or_nothing(value, expected):
     assert environment(reset_value=value).reset(prompt=[{"role": "user", "content": "q"}]) == expected
+
+
+# --- a deadline is a fact: the elapsed time is checked, every text a call hands back is read within it ----------------
+
+@pytest.fixture
+def cut_signal_unblocked():
+    """Whatever a tool did to the cut signal's mask, the next test finds it unblocked (a pending cut is ignored)."""
+    from grpokit.toolguard import CUT_SIGNAL
+
+    yield
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {CUT_SIGNAL})
+
+
+@pytest.mark.parametrize("deafen", ["ignore", "block"])
+def test_a_result_that_comes_back_past_the_limit_is_refused_whatever_the_signal_did(deafen, cut_signal_unblocked):
+    import time
+
+    from grpokit.toolguard import CUT_SIGNAL
+
+    def deaf() -> str:
+        """Return late, with the cut signal ignored or blocked."""
+        if deafen == "ignore":
+            signal.signal(CUT_SIGNAL, signal.SIG_IGN)
+        else:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {CUT_SIGNAL})
+        time.sleep(0.5)
+        return "late"
+
+    with pytest.raises(ToolLimitError, match=r"no result within tools.timeout_seconds \(0.2 s; it came back after "):
+        bounded_function(deaf, Limits(0.2, 1000))()
+
+
+class HangsError(Exception):
+    def __str__(self):
+        threading.Event().wait(20)  # bounded only so that an unbounded grpokit fails this test, not hangs it
+        return "late"
+
+
+class RaisesError(Exception):
+    def __str__(self):
+        raise RuntimeError("no text")
+
+
+class HugeError(Exception):
+    def __str__(self):
+        return "x" * 10_000_000
+
+
+def raising(err: BaseException):
+    def tool() -> str:
+        """Raise."""
+        raise err
+    return tool
+
+
+@pytest.mark.parametrize("err, read", [
+    (HangsError(), r"no result within tools.timeout_seconds \(0.3 s\)"),     # its text never comes: cut at the deadline
+    (RaisesError(), r"RaisesError \(its message cannot be read: RuntimeError\)"),  # its text raises
+    (HugeError(), r"^x{1000} \[9999000 more characters cut\]$"),              # 10 MB of text: cut to the limit
+], ids=["text that never comes", "text that raises", "10 MB of text"])
+def test_an_exceptions_text_is_read_within_the_calls_bounds_and_what_trl_reads_is_plain_text(err, read):
+    # What TRL does with a tool's exception: str() it, outside any bound of grpokit's (the model reads that).
+    with pytest.raises(Exception) as raised:
+        bounded_function(raising(err), Limits(0.3, 1000))()
+    assert type(raised.value).__str__ is Exception.__str__  # its text is already read: nothing runs when TRL reads it
+    import re
+
+    assert re.search(read, str(raised.value)), str(raised.value)[:200]
+
+
+@pytest.mark.parametrize("err", [SystemExit(3), KeyboardInterrupt(), GeneratorExit()], ids=type)
+def test_a_sync_tools_base_exception_stops_the_run_in_one_line(err):
+    with pytest.raises(EnvironmentFailure, match=rf"tool tool \(tools.functions\) raised {type(err).__name__}"):
+        bounded_function(raising(err), Limits(1.0, 1000))()
+
+
+@pytest.mark.parametrize("err", [SystemExit(3), KeyboardInterrupt(), GeneratorExit()], ids=type)
+def test_an_async_tools_base_exception_is_a_failed_call_and_the_event_loop_lives_on(err):
+    async def quits() -> str:
+        """Quit."""
+        raise err
+
+    async def trl_calls(tool):  # as TRL 1.16 runs async tools: gathered on its loop, exceptions returned
+        return await asyncio.gather(tool(), return_exceptions=True)
+
+    loop = asyncio.new_event_loop()
+    try:
+        [got] = loop.run_until_complete(trl_calls(bounded_function(quits, Limits(1.0, 1000))))
+        assert isinstance(got, Exception) and type(err).__name__ in str(got)  # TRL counts a failed call
+        assert loop.run_until_complete(asyncio.sleep(0, "alive")) == "alive"
+    finally:
+        loop.close()
+
+
+def test_the_record_of_a_call_is_the_call_as_parsed_not_as_the_tool_left_it():
+    def take(items: list, box: dict) -> str:
+        """Take."""
+        items.append("taken")
+        box["seen"] = True
+        return "ok"
+
+    arguments = {"items": [1, [2]], "box": {"k": "v"}}  # TRL passes the parsed call's arguments as **kwargs
+    bounded_function(take, Limits(1.0, 1000))(**arguments)
+    assert arguments == {"items": [1, [2]], "box": {"k": "v"}}

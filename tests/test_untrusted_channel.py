@@ -31,6 +31,30 @@ def forge(message):
 """
 
 
+# Python for a cell that forges its call's reply with everything the runner was told of the job it runs (read from
+# the runner's own frames: the code shares its process), then goes on.
+FORGE_REPLY = FORGE + """
+import sys
+def told():
+    frame = sys._getframe()
+    while frame is not None:
+        seen = frame.f_locals.get('message')
+        if isinstance(seen, dict) and 'job' in seen:
+            return {k: v for k, v in seen.items() if k not in ('job', 'timeout', 'cpu_s')}
+        frame = frame.f_back
+    return {}
+def forge_reply(output):
+    forge({'result': {'output': output, 'failed': False}, **told()})
+def job_pipe():
+    frame = sys._getframe()
+    while frame is not None:
+        inbox = frame.f_locals.get('inbox')
+        if inbox is not None and hasattr(inbox, 'fileno'):
+            return inbox.fileno()
+        frame = frame.f_back
+"""
+
+
 def answer_running(code: str) -> str:
     """A countdown answer that sympy's parse_expr (countdown's scorer) evaluates: it runs `code` (in a namespace of
     its own: parse_expr's locals are not its functions' globals)."""
@@ -98,7 +122,7 @@ def test_a_job_over_the_message_bound_is_refused_once_and_never_sent():
 def test_a_cell_that_replies_for_itself_and_runs_on_is_ended_and_the_model_told(tool):
     t = tool()
     t.python("kept = 1")
-    out = t.python(FORGE + "forge({'result': {'output': 'forged', 'failed': False}})\nwhile True:\n    pass\n")
+    out = t.python(FORGE_REPLY + "forge_reply('forged')\nwhile True:\n    pass\n")
     assert "the interpreter was restarted after this call" in out  # its loop did not run on
     assert "NameError" in t.python("kept")  # a fresh interpreter
 
@@ -185,3 +209,49 @@ def test_multibyte_output_at_the_character_limit_fits_and_keeps_the_interpreter(
     out = t.python("print('\\U0001F600' * 100_000, end='')")  # twelve bytes each in JSON
     assert out == "\U0001F600" * 100_000
     assert t.python("kept") == "1\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A reply is bound to its job: by the number its keeper gave the job, never by the order replies arrive in
+
+
+def test_a_cell_that_forges_its_reply_and_returns_never_answers_the_next_call(tool):
+    t = tool()
+    out = t.python(FORGE_REPLY + "forge_reply('forged')\nprint('its real output')")
+    assert "the interpreter was restarted after this call" in out  # it spoke twice: ended, and the model told
+    assert t.python("1 + 1") == "2\n"  # its real reply is never read as this call's
+
+
+@pytest.mark.parametrize("wait", [
+    "r, w = os.pipe()\nos.read(r, 1)",                                  # a pipe of its own
+    "r, w = os.pipe()\nos.dup2(r, job_pipe())\nos.read(job_pipe(), 1)",  # ... under the job pipe's number
+], ids=["own pipe", "own pipe, job pipe's number"])
+def test_a_cell_blocked_on_a_pipe_of_its_own_is_not_back_waiting_for_its_job(tool, wait):
+    t = tool()
+    out = t.python(FORGE_REPLY + f"forge_reply('forged')\nimport os\n{wait}")
+    assert "the interpreter was restarted after this call" in out
+    assert t.python("1 + 1") == "2\n"
+
+
+@pytest.mark.parametrize("arm", ["signal.setitimer(signal.ITIMER_REAL, 0.3)", "signal.alarm(1)"])
+def test_a_timer_or_handler_a_call_set_never_fires_during_the_next(tool, arm):
+    t = tool()
+    t.python(f"import signal\ndef late(*_):\n    raise RuntimeError('from an earlier call')\n"
+             f"signal.signal(signal.SIGALRM, late)\n{arm}\nkept = 1")
+    out = t.python("import time\ntime.sleep(1.2)\nprint('quiet', kept)")
+    assert out == "quiet 1\n"  # nothing fired, and the interpreter (its names) was kept
+
+
+def test_an_interpreter_replaced_for_any_reason_is_said_in_the_next_result(tool):
+    from grpokit.toolguard import Limits, ToolLimitError, bounded_function
+
+    t = tool(timeout_seconds=5.0)
+    t.python("kept = 1")
+    with pytest.raises(ToolLimitError):  # the tools section's limit cuts the call from outside the interpreter
+        bounded_function(t.python, Limits(0.3, 1000))(code="import time\ntime.sleep(3)")
+    out = t.python("1 + 1")
+    assert out.startswith("2\n") and "names defined before are gone" in out
+    # After a taint (a message only a scorer's audit hook sends): the worker is replaced, and the next call says so.
+    t.python(FORGE_REPLY + "kept = 1\nforge({'taint': 'x', **told()})")
+    out = t.python("1 + 1")
+    assert out.startswith("2\n") and "names defined before are gone" in out

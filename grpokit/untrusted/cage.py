@@ -33,6 +33,7 @@ import socket
 
 from grpokit.untrusted import child as layers
 from grpokit.untrusted import keeper
+from grpokit.untrusted.groups import drop_cage_group, sweep
 from grpokit.untrusted.pool import FRAME
 
 REAP_EVERY_S = 0.5  # how often an idle zygote reaps the processes that have exited (zombies hold a pid each)
@@ -117,7 +118,7 @@ def _cage_groups(name: str) -> list:
 def _remove_cage_groups(groups: list) -> None:
     """Once every process of the cage is gone: its workers' groups, then its own."""
     for folder, name, inside, _, _ in groups:
-        keeper.drop_cage_group(folder, name, inside)
+        drop_cage_group(folder, name, inside)
 
 
 def zygote(root: str, module: str, control_fd: int, limits: dict, entered: list, groups: list) -> None:
@@ -136,7 +137,7 @@ def zygote(root: str, module: str, control_fd: int, limits: dict, entered: list,
     keepers: set[int] = set()
     while True:
         _reap(keepers)
-        keeper.sweep(groups, keepers)
+        sweep(groups, keepers)
         if not select.select([control], [], [], REAP_EVERY_S)[0]:
             continue
         message, fds = _recv_frame(control)

@@ -8,15 +8,21 @@ pipes of its own; the pool's pipes, the deadline and the reply format stay here,
                gold) gets `PREPARE_S` seconds for it (the job's own limit where that is None), timed here; the job's
                own limit starts when the runner says the part is done, once. Past either, the runner is killed and
                the job ends "timeout". Nothing the runner sends moves a deadline.
-    replies    one per job, read within the deadline and the size bound (REPLY_BYTES), and only what the phase
-               allows: {"prepared"} or {"fail"} during the trusted part, {"taint"} during the job's own, then
-               {"result"} -- checked by the kind's `check(job, value)` (its type, range and size; text made valid:
-               no lone surrogates) -- or {"error"}. Anything else ends the job "invalid" and the runner with it.
-    quiet      the runner must be back waiting for a job: one thread, no process of its own left, blocked reading
-               its pipe (the kernel's wait channel, where it shows one). A Python-tool call's reply is sent only once
-               it is (a runner still busy after IDLE_WAIT_S -- a thread left running, code that sent a reply of its
-               own and ran on -- is killed, and the reply says so: "ended"); a scorer's runner is checked before its
-               next job (a busy one is killed, the pool told "ended", and the job it would have run goes elsewhere).
+    replies    one per job, read within the deadline and the size bound (REPLY_BYTES), each naming the job by the
+               number the keeper gave it (random, new per job: a reply left over from an earlier job, or made for a
+               later one, names another), and only what the phase allows: {"prepared"} or {"fail"} during the
+               trusted part, {"taint"} during the job's own, then {"result"} -- checked by the kind's
+               `check(job, value)` (its type, range and size; text made valid: no lone surrogates) -- or {"error"}.
+               Anything else ends the job "invalid" and the runner with it.
+    quiet      the runner must be back waiting for a job: one thread, no process of its own left, blocked in the read
+               call on its own job pipe (the call and a descriptor of that very pipe, where the kernel shows them;
+               else the wait channel of any pipe's read), catching no signal it did not catch before its first job
+               (it puts back the handlers and timers a job set before replying), and nothing sent beyond its one
+               reply (its pipe drained once it is back, and again before the next job). A Python-tool call's reply
+               is sent only once it is (a runner still busy after IDLE_WAIT_S -- a thread left running, code that
+               sent a reply of its own and ran on -- is killed, and the reply says so: "ended"); a scorer's runner
+               is checked before its next job (a busy one is killed, the pool told "ended", and the job it would
+               have run goes elsewhere).
     memory     the runner and everything it starts share one cgroup (where this machine lets the cage make them):
                at most the warm worker's resident size plus the kind's `memory_mb` and `file_mb`; `processes` + 1
                tasks. Without cgroups, each process is bounded alone (RLIMIT_AS) and the uid's count of processes.
@@ -43,6 +49,7 @@ from multiprocessing.connection import Connection
 
 from grpokit.untrusted import child as layers
 from grpokit.untrusted import runner
+from grpokit.untrusted.groups import make_groups
 
 STARTUP_TIMEOUT_S = 120.0  # importing nothing (the runner is forked warm), but a loaded 2-core box can be slow
 SLOW_PREPARE_S = 0.05  # a job's trusted part past this is said to the pool, whose backstop deadline then allows for it
@@ -89,7 +96,7 @@ def keep(kind, fds: list, limits: dict, entered: list, uid: int, gid: int, cage_
     if limits.get("scratch") and "tmpfs" in entered:
         _own_tmp(limits["file_mb"], uid, gid)
     apart = "pid" in entered and layers._libc.unshare(layers.CLONE_NEWPID) == 0
-    groups = _make_groups(cage_groups, limits, me)
+    groups = make_groups(cage_groups, limits, me)
     job_r, job_w = os.pipe()
     reply_r, reply_w = os.pipe()
     lifeline_r, lifeline_w = os.pipe()
@@ -141,7 +148,7 @@ class _Keeper:
 
     def serve(self) -> None:
         try:
-            hello = _one_key(self.line.recv(REPLY_BYTES, time.monotonic() + STARTUP_TIMEOUT_S))
+            hello = _reply(self.line.recv(REPLY_BYTES, time.monotonic() + STARTUP_TIMEOUT_S), 0)
         except (_Late, _Gone):
             return  # the pool sees our pipe close: the worker did not start
         if hello is None or hello[0] != "ready" or not isinstance(hello[1], list):
@@ -149,7 +156,8 @@ class _Keeper:
         held = {str(layer) for layer in hello[1]}
         # Read again for every reply (a /proc file is made anew at each read from its start): opened once.
         self.proc = {}
-        for name, path in (("stat", "stat"), ("wchan", "wchan"), ("children", f"task/{self.pid}/children")):
+        for name, path in (("stat", "stat"), ("wchan", "wchan"), ("children", f"task/{self.pid}/children"),
+                           ("syscall", "syscall"), ("status", "status")):
             try:
                 self.proc[name] = os.open(f"/proc/{self.pid}/{path}", os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
@@ -161,6 +169,14 @@ class _Keeper:
         self.wchan = _waiting(self.wait_channel())
         if self.wchan:
             held.add("quiet-checked")
+        # As it waits for its first job (nothing of a job's has run): the read call it waits in, on its job pipe, and
+        # the signals it catches. Each is checked after every job where this machine shows it.
+        self.caught = self.handlers()
+        self.read_call = self.syscall()[0] if self.wchan else None
+        if self.read_call is not None and not self.reading_job():
+            self.read_call = None
+        if self.read_call is not None:
+            held.add("job-pipe-checked")
         self.tell({"ready": self.ident, "layers": sorted(held)})
         while True:
             try:
@@ -168,7 +184,13 @@ class _Keeper:
             except (EOFError, OSError):
                 return
             message = json.loads(raw)
-            final = self.one(raw, message["job"], float(message["timeout"]))
+            spoke = self.line.pending()
+            if spoke:  # it sent something while waiting for this job: that job never started here
+                self.tell({"ended": spoke})
+                return
+            number = int.from_bytes(os.urandom(8), "big") >> 1  # JSON's and the runner's int alike
+            raw = raw[:-1] + b', "n": %d}' % number  # the pool's JSON object (worker.encode), one key more
+            final = self.one(raw, message["job"], float(message["timeout"]), number)
             self.tell(final)
             if not (ANSWERED & set(final)) or "ended" in final or "taint" in final:
                 return  # the runner is gone or not to be trusted with another job: the pool replaces this worker
@@ -178,7 +200,7 @@ class _Keeper:
                     self.tell({"ended": busy})  # before reading the next job: that one never started here
                     return
 
-    def one(self, raw: bytes, job, timeout: float) -> dict:
+    def one(self, raw: bytes, job, timeout: float, number: int) -> dict:
         """One job, from handing it to the runner to the message for the pool: how it ended, whether its own part
         had begun ("marked"), what the answer's code ran ("taint"), and why the runner was ended after it ("ended")."""
         now = time.monotonic()
@@ -187,7 +209,7 @@ class _Keeper:
             phase, deadline = "prepare", now + cap
         else:
             phase, deadline = "run", now + timeout
-        final, phase, taint = self.exchange(raw, job, timeout, phase, deadline, now)
+        final, phase, taint = self.exchange(raw, job, timeout, phase, deadline, now, number)
         if self.eager and ANSWERED & set(final):
             busy = self.left_running()
             if busy:
@@ -197,7 +219,7 @@ class _Keeper:
             final["taint"] = taint
         return final
 
-    def exchange(self, raw: bytes, job, timeout: float, phase: str, deadline: float, start: float):
+    def exchange(self, raw: bytes, job, timeout: float, phase: str, deadline: float, start: float, number: int):
         """Hand the job over and read the runner's messages until its one reply: (final message, the phase it ended
         in, the first thing the answer's code ran)."""
         told, taint = False, ""  # whether the pool heard of a slow trusted part
@@ -207,7 +229,7 @@ class _Keeper:
                 # A trusted part that takes a while is said to the pool (its backstop deadline follows), once.
                 soon = start + SLOW_PREPARE_S if phase == "prepare" and not told else deadline
                 try:
-                    got = _one_key(self.line.recv(REPLY_BYTES, min(soon, deadline)))
+                    got = _reply(self.line.recv(REPLY_BYTES, min(soon, deadline)), number)
                 except _Late:
                     if time.monotonic() >= deadline:
                         raise
@@ -215,8 +237,11 @@ class _Keeper:
                     told = True
                     continue
                 if got is None:
-                    return {"invalid": "a message that is not one JSON object of one key"}, phase, taint
+                    return {"invalid": "a message that is not one JSON object of its job's number and one key"}, \
+                        phase, taint
                 key, value = got
+                if key == "n":
+                    return {"invalid": "a message naming another job (not the number this job was given)"}, phase, taint
                 if key == "taint" and phase == "run":
                     taint = taint or valid_text(str(value), 200)
                 elif key == "prepared" and phase == "prepare":
@@ -253,7 +278,8 @@ class _Keeper:
             time.sleep(pause)
             pause = min(2 * pause, 0.01)
             why = self.busy()
-        return why
+        # Back and quiet, it has sent all it will: anything in its pipe beyond the one reply was sent out of turn.
+        return why or self.line.pending()
 
     def wait_channel(self) -> str:
         """Where in the kernel the runner waits ("" where this machine does not show it, or it is gone)."""
@@ -270,26 +296,61 @@ class _Keeper:
                 return f"it left {threads - 1} thread(s) running"
             if state != b"S" or (self.wchan and not _waiting(self.wait_channel())):
                 return "its code was still running after its reply"
+            if self.read_call is not None and not self.reading_job():
+                return "it was waiting on something other than its job pipe after its reply"
             children = os.pread(self.proc["children"], 4096, 0).split()
         except (OSError, ValueError, IndexError, KeyError):
             return "it is gone"
         if children:
             return f"it left {len(children)} process(es) running"
+        if self.handlers() != self.caught:
+            return "it left a signal handler set"
         return ""
+
+    def syscall(self) -> list:
+        """The system call the runner is in and its arguments, as the kernel shows them ([] where it does not)."""
+        try:
+            return os.pread(self.proc["syscall"], 512, 0).split()
+        except (OSError, KeyError):
+            return []
+
+    def reading_job(self) -> bool:
+        """Whether the runner is in the read call it waits for jobs in, on a descriptor of its own job pipe (a job
+        cannot stand in for it: a pipe of its own, even under the job pipe's number, is another pipe)."""
+        call = self.syscall()
+        if len(call) < 2 or call[0] != self.read_call:
+            return False
+        try:
+            return os.readlink(f"/proc/{self.pid}/fd/{int(call[1], 16)}") == self.line.out_link
+        except (OSError, ValueError):
+            return False
+
+    def handlers(self) -> bytes:
+        """The signals the runner catches (a handler of its own runs on them), as the kernel shows them."""
+        try:
+            status = os.pread(self.proc["status"], 8192, 0)
+        except (OSError, KeyError):
+            return b""
+        start = status.find(b"SigCgt:")
+        return status[start:status.find(b"\n", start)] if start >= 0 else b""
 
 
 _PHASES = {"prepare": "its trusted part runs", "run": "it runs"}
 ANSWERED = {"result", "error", "fail"}  # a job's replies after which its runner may take another
 
 
-def _one_key(data: bytes):
-    """(key, value) of a message that is one JSON object of one key, else None."""
+def _reply(data: bytes, number: int):
+    """(key, value) of a runner's message for the job given `number` (0: before any job): one JSON object holding
+    "n", that number, and one key more; ("n", the number it named) for a message naming another; else None."""
     try:
         message = json.loads(data)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
-    if not isinstance(message, dict) or len(message) != 1:
+    if not isinstance(message, dict) or len(message) != 2 or "n" not in message:
         return None
+    named = message.pop("n")
+    if type(named) is not int or named != number:
+        return "n", named
     return next(iter(message.items()))
 
 
@@ -306,8 +367,15 @@ class _Line:
 
     def __init__(self, out_fd: int, in_fd: int):
         self.out_fd, self.in_fd, self.buffer = out_fd, in_fd, bytearray()
+        self.out_link = os.readlink(f"/proc/self/fd/{out_fd}")  # "pipe:[inode]": both ends of a pipe show one
         os.set_blocking(out_fd, False)
         os.set_blocking(in_fd, False)
+
+    def pending(self) -> str:
+        """Why the runner's pipe is not empty now ("" when it is): something sent and not read, or its end closed."""
+        if self.buffer or select.select([self.in_fd], [], [], 0)[0]:
+            return "it sent more than its reply, or out of turn"
+        return ""
 
     def send(self, payload: bytes, deadline: float) -> None:
         view = memoryview(struct.pack("!i", len(payload)) + payload)
@@ -359,91 +427,3 @@ def _own_tmp(file_mb: int, uid: int, gid: int) -> None:
     layers._mount("tmpfs", "/tmp", "tmpfs", layers.MS_NOSUID | layers.MS_NODEV, f"size={file_mb}m,mode=0700")
     os.chown("/tmp", uid, gid)
     os.chdir("/tmp")
-
-
-def group_name(keeper: int) -> str:
-    """The name of a worker's cgroup, under the cage's: its keeper's pid (the zygote removes it once that is gone)."""
-    return f"w{keeper}"
-
-
-def _make_groups(cage_groups: list, limits: dict, me: int) -> list:
-    """The worker's cgroups, one per hierarchy the cage made one in: `[(folder, name)]` for the runner to join."""
-    if not cage_groups:
-        return []
-    with open("/proc/self/statm") as f:
-        resident = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")  # the warm worker, as forked
-    values = {"memory": resident + ((limits["memory_mb"] + limits["file_mb"]) << 20), "pids": limits["processes"] + 1}
-    made, name = [], group_name(me)
-    try:
-        for folder, version, controllers in cage_groups:
-            _remove_group(folder, name)  # a leftover of an earlier keeper with this pid
-            os.mkdir(name, dir_fd=folder)
-            made.append((folder, name))
-            layers._cgroup_limit(folder, name, version, controllers, values)
-    except OSError:  # no half a layer: the worker runs without cgroups, and its layers say so
-        for folder, made_name in made:
-            _remove_group(folder, made_name)
-        return []
-    return made
-
-
-def _remove_group(folder: int, name: str) -> bool:
-    """Kill what is left in a worker's cgroup and remove it; False while the kernel still counts a process there."""
-    try:
-        os.rmdir(name, dir_fd=folder)
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        layers._kill_members(folder, name)
-        return False
-
-
-def sweep(cage_groups: list, keepers: set) -> bool:
-    """Remove the cgroups of workers whose keeper is gone (the zygote calls this as it reaps); whether all went."""
-    live, done = {group_name(pid) for pid in keepers}, True
-    for folder, _, _ in cage_groups:
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            if re.fullmatch(r"w\d+", name) and name not in live:
-                done = _remove_group(folder, name) and done
-    return done
-
-
-def remove_cage_group(name: str) -> None:
-    """Remove the cage's cgroup `name` and its workers' (from the trainer's side: for a cage killed before it could).
-    Only that name, and only empty groups (the kernel refuses the rest); a little wait for a dying worker's last
-    processes to leave."""
-    try:
-        places = layers._cgroup_places()
-    except (OSError, ValueError):
-        return
-    for parent, _, _ in places:
-        try:
-            folder = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            inside = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=folder)
-        except OSError:
-            os.close(folder)
-            continue
-        drop_cage_group(folder, name, inside, tries=50)
-
-
-def drop_cage_group(folder: int, name: str, inside: int, tries: int = 100) -> None:
-    """Remove a cage's cgroup (`name` in `folder`, open as `inside`) once its workers' groups are gone, waiting a
-    little for a dying worker's last processes to leave; closes both descriptors."""
-    for _ in range(tries):
-        if sweep([(inside, None, None)], set()):
-            break
-        time.sleep(0.01)
-    os.close(inside)
-    try:
-        os.rmdir(name, dir_fd=folder)
-    except OSError:
-        pass
-    os.close(folder)

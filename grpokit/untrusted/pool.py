@@ -19,12 +19,17 @@ this machine):
                PREPARE_S, then the job's own part within `timeout`, each timed by the keeper, never by the job; then
                killed. This pool kills a worker whose keeper has not answered GRACE_S past it; CPU time per job
                (3 x timeout + 1 s) is the kernel's backstop should both be gone
-    replies    one per job, of the kind's type and range (a score a finite number in [0, 1], a verdict, a cell's text),
-               within the size bound, text made valid; anything else ends the job "invalid", counted and logged. A
+    replies    one per job, naming the job by the number its keeper gave it (random, new per job), of the kind's
+               type and range (a score a finite number in [0, 1], a verdict, a cell's text), within the size bound,
+               text made valid; anything else (a reply for another job included) ends the job "invalid", counted
+               and logged. A
                job over the size bound (runner.MAX_JOB_BYTES) is refused before it is sent, counted, never resent
-    quiet      a reply counts once the runner is back waiting: a thread or process it left running, or code still
-               running after a reply it sent itself, ends the worker ("ended" says why) and the next job gets a
-               fresh one
+    quiet      a reply counts once the runner is back waiting in its read of its own job pipe (layer
+               `job-pipe-checked`; the read of any pipe where the kernel does not show the call, `quiet-checked`),
+               having sent nothing more, catching no signal it did not catch before its first job (it puts back the
+               handlers and timers a job set): a thread or process it left running, code still running after a
+               reply it sent itself, a second reply, a handler it kept, ends the worker ("ended" says why) and the
+               next job gets a fresh one
     memory     the runner and every process it starts share a cgroup: the warm worker's resident size plus
                `memory_mb` + `file_mb` (layer `cgroup-memory`), `processes` + 1 tasks (`cgroup-pids`); and each
                process's address space at most the warm worker's plus `memory_mb` (a MemoryError past it). Where the
@@ -61,7 +66,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 
-from grpokit.untrusted.keeper import remove_cage_group
+from grpokit.untrusted.groups import remove_cage_group
 from grpokit.untrusted.process import end, sandbox_ids, start
 from grpokit.untrusted.worker import STARTUP_TIMEOUT_S, Counts, Reply, _read, _Worker, encode, refusal
 

@@ -13,6 +13,7 @@ from grpokit.untrusted.worker import STARTUP_TIMEOUT_S, Reply, _read, _Worker, e
 
 
 _SLOTS = itertools.count()  # the CPU each new session's worker takes, in turn
+_SAID = ("timeout", "crash", "invalid")  # replies that themselves say their worker was ended
 
 
 class Session:
@@ -25,31 +26,38 @@ class Session:
     "invalid" or with `ended` set, and ends the worker with it; the next job starts a fresh one (`restarts` counts
     them). A job too big to send ends "refused" and leaves the worker as it was.
     Whatever interrupts a job from outside (a signal's exception) ends the worker before it propagates: no job is left
-    running."""
+    running. A worker ended where no reply said so (interrupted from outside, or replaced after a reply that was
+    otherwise whole) is said by the next reply's `fresh`: whatever replaced it, its caller hears of it."""
 
     def __init__(self, pool: Pool):
         self.pool = pool
         self._worker: _Worker | None = None
         self.jobs = self.restarts = 0
+        self._unsaid = ""  # why the last worker was ended, until a reply says so
 
     def run(self, job, timeout: float) -> Reply:
         try:
-            return self._run(job, timeout)
+            reply = self._run(job, timeout)
         except BaseException:
-            self.close()
+            self._end("the one before was stopped with the call before, from outside it")
             raise
+        if self._worker is None and not self._unsaid and not (reply.how in _SAID or reply.ended):
+            self._unsaid = "the one before was replaced after the call before"  # its job ran what taints a worker
+        return reply
 
     def _run(self, job, timeout: float) -> Reply:
         payload = encode(job, timeout)
         refused = refusal(payload, self.pool.counts, self.pool.kind.what)
         if refused is not None:
             return refused
+        fresh = ""
         if self._worker is None:
             with self.pool._lock:
                 if os.getpid() != self.pool._pid:  # forked: the cage belongs to the parent
                     self.pool._forget()
                 self._worker = self.pool._new_worker(next(_SLOTS))
             self.restarts += self.jobs > 0
+            fresh, self._unsaid = self._unsaid, ""
         w = self._worker
         while not w.ready:
             if not wait([w.inbox], timeout=max(0.0, w.deadline - time.monotonic())):
@@ -82,13 +90,22 @@ class Session:
                 w.finish()
                 if w.spent:
                     self.close()
+                reply.fresh = fresh
                 return reply
 
     def close(self) -> None:
-        """End the worker (and whatever it started); the next job starts a fresh one."""
+        """End the worker (and whatever it started); the next job starts a fresh one. What a sequence of jobs does
+        at its end (a rollout's end): nothing of it is said to a later job."""
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
+        self._unsaid = ""
+
+    def _end(self, why: str) -> None:
+        """End the worker mid-sequence: the next reply says `why` (once a worker had run a job for it)."""
+        if self._worker is not None or self.jobs:
+            self.close()
+            self._unsaid = why
 
     def ident(self) -> int | None:
         """The id of the worker now kept (its keeper's pid in the cage), None before the first job or after close."""

@@ -31,12 +31,15 @@ class Reply:
     says what), "fail" (the kind refused the job's trusted part, e.g. a problem it cannot build: `value` says why),
     "timeout", "crash", "invalid" (the job's reply was not one its kind gives: `value` says why) or "refused" (too big
     to send: `value` says so); `marked` tells whether the job's own part had started; `ended` is why its worker was
-    ended after a reply ("" when it was not: it left a thread or process running, or ran on after replying)."""
+    ended after a reply ("" when it was not: it left a thread or process running, or ran on after replying); `fresh`
+    is why the job ran in a worker started anew, where no earlier reply said so (a `Session`'s: its earlier jobs'
+    state is gone)."""
 
     how: str
     value: object = None
     marked: bool = False
     ended: str = ""
+    fresh: str = ""
 
 
 class _Worker:

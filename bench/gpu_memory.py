@@ -5,7 +5,7 @@
     python bench/gpu_memory.py --dry-run                # CPU, tiny config: the whole path, measures no GPU
 
 After the cases, a shipped recipe (`--recipe`, default recipes/smoke.yaml) through launch.py: `--probe`, then two
-steps that measure themselves (grpokit.planning.watch), so the first session lent a GPU measures both at once.
+steps that measure themselves (grpokit.watch), so the first session lent a GPU measures both at once.
 
 The same accounting as bench/plan_vs_measured.py (its models, inputs, trainer and
 `grpokit.planning.measure.LiveTensors`), so a GPU case is one more row of the same table: live tensor bytes

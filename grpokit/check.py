@@ -205,8 +205,8 @@ def _memory_plan(prep, recipe: Recipe, prompt_length: int | None, prompt_how: st
 
 def _host_plan(prep, recipe: Recipe, prompt_length: int | None, passes: dict, full: bool) -> None:
     """On a machine without CUDA a run takes the CPU path: its plan in host memory, with what this process holds now
-    apart from tensors (its libraries), as the run compares its own peak resident memory (grpokit.planning.watch)."""
-    from grpokit.planning import watch
+    apart from tensors (its libraries), as the run compares its own peak resident memory (grpokit.watch)."""
+    from grpokit import watch
 
     cpu_plan = memory.plan_for(prep.args, model=recipe.model, lora=recipe.lora, prompt_length=prompt_length,
                                gpu_memory_gb=None, device="cpu", **passes)

@@ -28,7 +28,7 @@ def probe(recipe: Recipe) -> int:
     import shutil
 
     from grpokit import trl_compat
-    from grpokit.planning import watch
+    from grpokit import watch
 
     scratch = Path(tempfile.mkdtemp(prefix="grpokit-probe-"))  # ours whole: made here, removed here
     try:
@@ -53,7 +53,7 @@ def _one_step(recipe: Recipe, scratch: Path):
     """Train one step of `recipe` at its largest shapes into `scratch`; the watch that measured it."""
     from grpokit.build import make_trainer, planned_shapes, prepare
     from grpokit.models import load_model
-    from grpokit.planning import watch
+    from grpokit import watch
 
     trainer_section = dict(recipe.trainer, output_dir=str(scratch), max_steps=1, save_strategy="no", report_to=[],
                            logging_steps=1)
@@ -82,7 +82,7 @@ def longest_first(prep) -> None:
 
 def verdict(found) -> list[str]:
     """The probe's lines: per phase, measured against planned; the peak against this device's capacity."""
-    from grpokit.planning import watch
+    from grpokit import watch
 
     room, where = watch.capacity(found.device)
     lines = [f"probe: {r.phase} {r.measured / watch.GIB:.2f} GiB measured, planned {r.planned / watch.GIB:.2f} at "

@@ -41,6 +41,7 @@ from contextlib import contextmanager
 import torch
 
 from grpokit import ownpasses, trl_compat
+from grpokit.planning.moments import MIN_LEAD  # the plan's and the pass's shortest lead are one
 
 # Keyword arguments of TRL's method that carry images or extra token types: any of them set, TRL's method runs.
 _MULTIMODAL = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
@@ -121,8 +122,6 @@ def _cache_kept_under_checkpointing(layers: list):
             del layer._can_checkpoint_with_cache
 
 
-# A lead shorter than this is not worth a pass of its own (a forward's fixed cost against the tokens it saves).
-MIN_LEAD = 16
 
 
 def common_prefix(prompts: list[torch.Tensor]) -> int:

@@ -55,7 +55,7 @@ def run(recipe: Recipe, request: Request = NEW_RUN) -> int:
         code = getattr(err, "exit_code", code)
     except (RuntimeError, MemoryError) as err:  # out of memory in any phase: what the plan says, not a traceback
         from grpokit import trl_compat
-        from grpokit.planning import watch
+        from grpokit import watch
 
         if not trl_compat.out_of_memory(err):
             raise
@@ -159,7 +159,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
         say(where)
     trainer = make_trainer(prep, model)
     from grpokit.build import planned_shapes
-    from grpokit.planning import watch
+    from grpokit import watch
 
     watch.install(trainer, recipe, prep.args, say, planned_shapes(prep, recipe))  # the run measures its own memory
     from grpokit.lifecycle import SaveFailed, StopOnSignal, Stopped, signal_name

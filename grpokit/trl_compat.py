@@ -378,7 +378,7 @@ LIBRARY_INTERNALS = {
         "checkpointing_layer", "grpokit.shared_prompt: a checkpointed layer keeps the cache it is given when this is "
         "set on it (else it drops it), and a replay in the backward reuses the forward's arguments"),
     "torch:DefaultCPUAllocator's refusal": (
-        "out_of_memory", "grpokit.planning.watch: torch's CPU allocator refuses an allocation with a plain "
+        "out_of_memory", "grpokit.watch: torch's CPU allocator refuses an allocation with a plain "
         "RuntimeError whose text is the only mark of it (CUDA raises torch.OutOfMemoryError)"),
     "bitsandbytes.nn.modules:Linear4bit.support_avx512bf16_for_cpu": (
         "keep_4bit_trainable", "grpokit.models: a 4-bit layer repacks its weight for a CPU's AVX512-BF16 kernel, "
@@ -502,15 +502,36 @@ def _check_nanstd() -> str | None:
 
 
 CPU_REFUSAL = "DefaultCPUAllocator: can't allocate memory"  # torch's text when malloc fails (alloc_cpu.cpp)
+ONEDNN_REFUSAL = "could not create a primitive"  # oneDNN's text when it cannot make a kernel, memory among the causes
+NEAR_LIMIT = 512 * 2**20  # address space left under `ulimit -v` below which oneDNN's refusal is read as memory's
 
 
 def out_of_memory(err: BaseException) -> bool:
-    """Whether `err` is a device refusing memory: CUDA's `torch.OutOfMemoryError`, Python's `MemoryError`, or torch's
-    CPU allocator's refusal (a RuntimeError: its text is the mark)."""
+    """Whether `err` is a device refusing memory: CUDA's `torch.OutOfMemoryError`, Python's `MemoryError`, torch's
+    CPU allocator's refusal (a RuntimeError: its text is the mark), or oneDNN's refusal to make a kernel while this
+    process is at its address-space limit (the limit measured, not guessed from the text alone)."""
     import torch
 
-    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
-        isinstance(err, RuntimeError) and CPU_REFUSAL in str(err))
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    if not isinstance(err, RuntimeError):
+        return False
+    text = str(err)
+    return CPU_REFUSAL in text or (ONEDNN_REFUSAL in text and _address_space_left() < NEAR_LIMIT)
+
+
+def _address_space_left() -> float:
+    """Bytes this process may still map under RLIMIT_AS (`ulimit -v`); infinity without such a limit."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return float("inf")
+    try:
+        size = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return float("inf")
+    return soft - size
 
 
 def _check_cpu_refusal() -> str | None:

@@ -26,7 +26,9 @@ from grpokit.planning.architecture import dims, largest_linear, layer_groups, lo
 from grpokit.trl_compat import HEAD_TEMPORARIES, LOGPROB_TILE
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-MIN_LEAD = 16  # grpokit.shared_prompt.MIN_LEAD: a shorter lead gets no pass of its own (tests hold the two equal)
+# A lead shorter than this is not worth a pass of its own (a forward's fixed cost against the tokens it saves):
+# grpokit.shared_prompt and grpokit.generation compute none, and the plan plans none.
+MIN_LEAD = 16
 CHUNK = 64  # transformers' torch_chunk_gated_delta_rule: the sequence is cut (and padded) into 64-token chunks
 
 

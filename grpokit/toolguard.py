@@ -12,9 +12,9 @@ call's result (`{'error': ...}`, counted in `tools/failure_frequency`). Around e
 * an exception of the tool's own, which TRL makes the call's result (the model reads `{'error': message}`), is kept
   for the tool's author too: its type, message and the tool file's line (grpokit.toolfaults), said once on the
   console and shown with the step's failed calls in report.md;
-* a stop signal during a call (Ctrl-C, SIGTERM) goes first to the handler the run had (`lifecycle.StopOnSignal`
-  records it; a second one stops at once), then cuts the call; later calls are refused without running, so the step
-  ends and the run stops at its end, with a checkpoint, within seconds;
+* a stop signal during a call (Ctrl-C, SIGTERM) goes to the run's handler (`lifecycle.StopOnSignal`), untouched: the
+  first is recorded and the call, and the step's later calls, run on within these same limits, so the step the run
+  stops after is a whole one; a second stops at once, and the step it cut is not taken;
 * an environment's own faults -- `__init__` or `reset` raising, a tool raising what is not an answer to the call
   (`SystemExit`), `reset` returning what TRL cannot add to a prompt, `get_reward` returning what is not a finite
   real number (a string, an array, an int too large for a float, NaN, inf) -- end the run with
@@ -54,12 +54,12 @@ class EnvironmentFailure(BaseException):
 
 
 class ToolLimitError(RuntimeError):
-    """A call that ran past a limit or met a stopping run: TRL writes the message as the call's result (what the model
+    """A call that ran past a limit: TRL writes the message as the call's result (what the model
     reads) and counts a failed call."""
 
 
 class ToolCut(BaseException):
-    """Raised inside a tool to end a call: its time is up, or the run is stopping."""
+    """Raised inside a tool to end a call: its time is up, or (an environment's own code) the run is stopping."""
 
 
 # Logged per call, as TRL logs tools/failure_frequency (failed calls over calls): the share of calls each limit cut.
@@ -174,20 +174,21 @@ _WATCHDOG = _Watchdog()
 
 
 class _Deadline:
-    """Arms the cut and chains the stop signals for one call; `why` says what cut it, if anything did.
+    """Arms the cut for one call, and with `stops` chains the stop signals so that one cuts it too (a call with no
+    time limit, which no step end can wait for); `why` says what cut it, if anything did.
 
     Closing twice is safe: a cut can land as the first close begins (see `_call`).
     """
 
-    def __init__(self, seconds: float | None):
+    def __init__(self, seconds: float | None, stops: bool = False):
         self.seconds, self.why, self.signum, self.live, self.previous = seconds, None, None, False, {}
-        self.fired = 0
+        self.fired, self.stops = 0, stops
 
     def open(self) -> None:
         global _current
         if threading.current_thread() is not threading.main_thread():
             return  # Python delivers signals to the main thread only: no time bound here
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM) if self.stops else ():
             if callable(signal.getsignal(sig)):  # SIG_DFL ends the process anyway; SIG_IGN is the user's choice
                 self.previous[sig] = signal.signal(sig, self._stop)
         self.live = True
@@ -265,14 +266,10 @@ def _text_size(result) -> int:
 
 
 def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Callable[[], str], args, kwargs):
-    """One bounded call of `function`; what TRL sees: the result's text, `ToolLimitError`, or the tool's own error."""
-    from grpokit.lifecycle import stop_requested
-
+    """One bounded call of `function`; what TRL sees: the result's text, `ToolLimitError`, or the tool's own error.
+    A run that is stopping still makes the call, within the same limits: the step it stops after is trained whole."""
     if getattr(_inside, "depth", 0):
         return function(*args, **kwargs)  # inside another tool's call: that call's bounds hold
-    stopping = stop_requested()
-    if stopping is not None:
-        raise ToolLimitError(f"{name}: not run, the run is stopping ({signal.Signals(stopping).name})")
     _check_arguments(function, name, limits, args, kwargs)
     deadline = _Deadline(limits.timeout_seconds)
     _inside.depth = 1
@@ -289,7 +286,7 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
         raise  # the run's stop (lifecycle.Stopped), at once
     except BaseException as err:  # noqa: BLE001 - sorted below: a cut, the tool's answer, or its own fault
         if deadline.why or isinstance(err, ToolCut):
-            limits.tally.record(timed_out=deadline.signum is None)
+            limits.tally.record(timed_out=True)
             raise ToolLimitError(f"{name}: {deadline.why or err}; the call was stopped") from None
         if isinstance(err, Exception):
             limits.tally.record()
@@ -301,7 +298,7 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
         _inside.depth = 0
         limits.tally.spent(time.monotonic() - started)
     if deadline.why:  # the tool swallowed its cut and returned anyway
-        limits.tally.record(timed_out=deadline.signum is None)
+        limits.tally.record(timed_out=True)
         raise ToolLimitError(f"{name}: {deadline.why}; the call was stopped")
     return _sized(result, name, limits)
 

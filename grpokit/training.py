@@ -148,6 +148,9 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     for where in events(prep.args):  # before the trainer: it fixes TensorBoard's directory at construction
         say(where)
     trainer = make_trainer(prep, model)
+    from grpokit import trl_compat
+
+    trl_compat.no_draft_card(trainer)  # the folder's card is grpokit's, written with the final model
     from grpokit.lifecycle import SaveFailed, StopOnSignal, Stopped, signal_name
 
     say(f"training: {planned(prep.args.max_steps, prep.args.num_train_epochs, resumed_at)} -> {output_dir}"

@@ -254,6 +254,7 @@ def test_a_stop_during_a_tool_call_lets_the_step_finish_whole_and_trains_it_as_a
     checkpoint = tmp_path / "stopped" / "checkpoint-2"
     history = rundir.read_state(checkpoint / rundir.STATE_FILE)[0]["log_history"]
     assert [row["tools/timeout_frequency"] for row in history if "tools/timeout_frequency" in row] == [1.0, 1.0]
+    assert not (tmp_path / "stopped" / "README.md").exists()  # no draft card of TRL's ("fine-tuned version of [None]")
 
     # the same two steps, never stopped: the stopped step was trained exactly as a whole one
     monkeypatch.delenv("STOP_AT_CALL")

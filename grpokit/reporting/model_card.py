@@ -2,8 +2,8 @@
 
 TRL's own card names the base model only when it is a hub id not found as a local folder, and its quick start
 loads `hub_model_id`: for a model loaded from a local folder or grpokit's built-in one, and any run not pushed
-to the hub, it read "a fine-tuned version of [None]" and `model="None"`. This card is written over it once the
-final save is done, from the recipe the run saved.
+to the hub, it read "a fine-tuned version of [None]" and `model="None"`. TRL's is never written into a run folder
+(grpokit.trl_compat.no_draft_card); this card is, once the final save is done, from the recipe the run saved.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from grpokit import files
 from grpokit.dist import say
+from grpokit.progress import Pace
 from grpokit.warmstart import FOLDER, RECORD, made
 
 
@@ -107,12 +108,21 @@ def _record(recipe, worked, lora: dict, losses: list[float], seconds: float) -> 
 
 
 class _Steps(TrainerCallback):
-    """One line a step while the warm start trains (grpokit.progress's compact form), and its losses kept."""
+    """One line a step while the warm start trains, with its pace and the time left as GRPO's step lines give them
+    (grpokit.progress.Pace, from each step's own wall time), and its losses kept."""
 
-    def __init__(self, steps: int, losses: list[float]):
-        self.steps, self.losses = steps, losses
+    def __init__(self, steps: int, losses: list[float], clock=time.perf_counter):
+        self.steps, self.losses, self.pace, self.clock = steps, losses, Pace(), clock
+        self.began, self.took = 0.0, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.began = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.took = self.clock() - self.began
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
             self.losses.append(round(float(logs["loss"]), 4))
-            say(f"warm start step {state.global_step}/{self.steps}: loss {self.losses[-1]:.3f}")
+            pace = self.pace.update({"step_time": self.took}, state.global_step, self.steps) if self.took else ""
+            say(f"warm start step {state.global_step}/{self.steps}: loss {self.losses[-1]:.3f}" + (f"  {pace}" if pace else ""))

@@ -164,6 +164,22 @@ def test_chain_sum_problems_are_worked_with_the_calculators_add_and_subtract(tmp
     assert len(worked.exchanges) == 4 and all(len(e) == 7 for e in worked.exchanges)  # system, user, 2 x (call, result), answer
 
 
+def test_the_warm_starts_step_lines_give_its_pace_and_the_time_left(capsys):
+    from types import SimpleNamespace
+
+    from grpokit import supervised
+
+    losses = []
+    steps = supervised._Steps(10, losses, clock=iter([0.0, 40.0, 40.0, 56.0]).__next__)  # steps of 40 s, then 16 s
+    for step, loss in ((1, 0.9), (2, 0.5)):
+        steps.on_step_begin(None, None, None)
+        steps.on_step_end(None, None, None)
+        steps.on_log(None, SimpleNamespace(global_step=step), None, logs={"loss": loss})
+    out = capsys.readouterr().out
+    assert "warm start step 1/10: loss 0.900  first step 40 s (warm-up)" in out
+    assert "warm start step 2/10: loss 0.500  16 s/step, ~2 min left" in out and losses == [0.9, 0.5]
+
+
 @pytest.mark.slow
 def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tmp_path, monkeypatch):
     import trl

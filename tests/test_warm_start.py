@@ -149,6 +149,19 @@ def test_check_explains_the_warm_start(tmp_path, capsys, no_weights):
     assert "user -> assistant calls multiply -> tool -> assistant calls multiply -> tool -> assistant answers" in section
     assert "2 steps of 2 exchanges: 4 seen" in section and "TRL's SFTTrainer, LoRA r=4" in section
     assert f"kept in       {tmp_path / 'run' / 'warm_start'}" in section and "why " in section
+    assert "  time          not measured for this model and shape" in section  # bench measured SmolLM2's, not tiny's
+
+
+def test_check_gives_the_warm_starts_time_from_benchs_measured_figure(capsys, monkeypatch, no_weights):
+    from grpokit import check
+    from grpokit.planning.cpu_time import WARM_START_RESULTS
+
+    monkeypatch.setattr(check, "gpu_facts", lambda: None)  # the CPU path, which bench measured
+    assert main(["--recipe", str(MULTI_CALL), "--check"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  time   "))
+    tried = json.loads((ROOT / WARM_START_RESULTS).read_text())
+    assert f"on {tried['machine']} as bench measured" in line and f"{tried['when']}: {WARM_START_RESULTS}" in line
+    assert len(line) < 160, line
 
 
 def test_chain_sum_problems_are_worked_with_the_calculators_add_and_subtract(tmp_path, capsys, no_weights):

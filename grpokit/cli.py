@@ -350,7 +350,7 @@ def run(req: Request) -> int:
             print(f"eval stopped: {err}", file=sys.stderr)
             return 1
         run_dir = Path(req.eval_run or recipe.trainer["output_dir"])
-        if CHECKPOINT.fullmatch(run_dir.name):  # a checkpoint's figures are a row of its run's report
+        if CHECKPOINT.fullmatch(run_dir.name) or evaluate.is_warm_start(run_dir):  # a row of its run's report
             run_dir = run_dir.parent
         if not req.eval_out and (run_dir / "report.md").is_file():  # a finished run: its report gains before/after
             from grpokit.files import ownership

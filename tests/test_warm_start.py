@@ -240,3 +240,42 @@ def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tm
     assert {p.name: p.stat().st_mtime_ns for p in warm.iterdir()} == stamps
     assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 2
     assert len(labels) == 4
+
+
+@pytest.mark.slow
+def test_a_warm_started_runs_report_card_adapter_and_eval_name_the_warm_start(tmp_path, capsys):
+    run = tmp_path / "run"
+    # the shipped recipe, its warm start and GRPO shortened, on the tiny model (its sections as shipped)
+    short = [f"trainer.output_dir={run}", "model.name_or_path=builtin:tiny-llama", "warm_start.steps=1",
+             "warm_start.batch_size=1", "warm_start.from_task.size=1", "trainer.max_steps=1", "trainer.save_steps=1",
+             "trainer.per_device_train_batch_size=2", "trainer.num_generations=2", "trainer.max_completion_length=320",
+             "trainer.max_tool_calling_iterations=1", "dataset.reasoning_gym.eval_size=1"]
+    assert main(["--recipe", str(MULTI_CALL), "--threads", "1", *short]) == 0
+    warm = run / "warm_start"
+    made = json.loads((warm / "warm_start.json").read_text())
+    # the adapter's base is the warm start, itself made from the recipe's model
+    assert json.loads((run / "adapter_config.json").read_text())["base_model_name_or_path"] == str(warm)
+    assert made["from_model"] == "builtin:tiny-llama" and made["steps"] == 1 and made["examples"] == 1
+    card = (run / "README.md").read_text()
+    assert "a LoRA adapter (r=16) for this run's warm start" in card and "base_model:" not in card
+    assert "- base model: this run's warm start, `warm_start/` in this folder: `builtin:tiny-llama` after 1 supervised " \
+           "steps on 1 worked exchanges" in card
+    report = (run / "report.md").read_text()
+    section = report[report.index("## Warm start"):].split("\n## ")[0]
+    assert "- From: `builtin:tiny-llama`" in section and "- Trained on: 1 worked exchanges" in section
+    assert f"- Loss: {made['loss'][0]:.4g} at its first step" in section and f"- Time: {made['seconds']:.0f} s" in section
+
+    # --eval: the base, the warm start and the run, each change put down to what made it
+    for scored in ([], [str(warm)], [str(run)]):
+        assert main(["--recipe", str(MULTI_CALL), "--threads", "1", *short, "--eval", *scored]) == 0
+    figures = {name: json.loads((run / name).read_text())["greedy"]["pass@1"]
+               for name in ("eval-base.json", "eval-warm-start.json", "eval.json")}
+    assert json.loads((run / "eval-base.json").read_text()).get("warm_start") is None  # the recipe's own model
+    table = (run / "report.md").read_text().split("## Held-out eval", 1)[1]
+    assert "| base model (`builtin:tiny-llama`) |" in table and "before (base model)" not in table
+    assert "| warm start (builtin:tiny-llama after 1 supervised steps on 1 worked exchanges) |" in table
+    assert "| after (this run: GRPO from the warm start) |" in table
+    warm_change = figures["eval-warm-start.json"] - figures["eval-base.json"]
+    grpo_change = figures["eval.json"] - figures["eval-warm-start.json"]
+    assert f"| change made by the warm start (1 supervised steps) | {warm_change:+.3f} |" in table
+    assert f"| change made by 1 GRPO steps, from the warm start | {grpo_change:+.3f} |" in table

@@ -193,6 +193,26 @@ def test_the_warm_starts_step_lines_give_its_pace_and_the_time_left(capsys):
     assert "warm start step 2/10: loss 0.500  16 s/step, ~2 min left" in out and losses == [0.9, 0.5]
 
 
+def test_a_warm_start_far_slower_than_checks_figure_says_so():
+    from types import SimpleNamespace
+
+    from grpokit import supervised
+    from grpokit.planning.cpu_time import WARM_START_RESULTS
+
+    recipe = validate(config.load(MULTI_CALL))
+    rows = [([0] * 610, [1] * 610)] * 4  # exchanges of the measured length
+    prep = SimpleNamespace(recipe=recipe, warm_start=SimpleNamespace(rows=rows))
+    lora = supervised.adapter(recipe.warm_start, recipe.lora)
+    tried = json.loads((ROOT / WARM_START_RESULTS).read_text())["warm_starts"]
+    per_step = [m["seconds"] / m["steps"] for m in (e.get("made") for e in tried.values()) if m]
+    expected = sum(per_step) / len(per_step) * recipe.warm_start["steps"]
+    said = supervised.against_measured(4 * expected, prep, lora, on_cpu=True)
+    assert said.startswith(f"warm start: its 10 steps took {4 * expected:.0f} s, 4.0x the {expected:.0f} s --check gave (")
+    assert said.endswith("this machine is slower or busier than bench's")
+    assert supervised.against_measured(1.2 * expected, prep, lora, on_cpu=True) is None  # within the tolerance
+    assert supervised.against_measured(4 * expected, prep, lora, on_cpu=False) is None  # bench measured a CPU
+
+
 @pytest.mark.slow
 def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tmp_path, monkeypatch):
     import trl

@@ -87,6 +87,16 @@ def warm_start_estimate(model: str, section: dict, lora_r: int, tokens_per_examp
     """`--check`'s line on the time the warm start's pass takes on this CPU: its steps at the per-step time bench measured
     for the same model, batch, LoRA rank, dtype and exchange length (`root`/WARM_START_RESULTS), said as measured where;
     else that it was not measured for this shape."""
+    found = warm_start_measured(model, section, lora_r, tokens_per_example, root)
+    if found is None:
+        return f"not measured for this model and shape (bench/multi_call.py measures the shipped recipe's: {WARM_START_RESULTS})"
+    per_step, where = found
+    return f"~{_duration(per_step * section['steps'])} on {where}; slower CPUs take longer"
+
+
+def warm_start_measured(model: str, section: dict, lora_r: int, tokens_per_example: float, root) -> tuple[float, str] | None:
+    """(the seconds a step of the warm start's pass took where bench measured this shape, that place in words), or None:
+    no measured pass of the same model, batch, LoRA rank, dtype and exchange length (within TOKENS_WITHIN)."""
     from pathlib import Path
 
     from grpokit import files
@@ -98,7 +108,7 @@ def warm_start_estimate(model: str, section: dict, lora_r: int, tokens_per_examp
             and isinstance(m.get("steps"), int) and m["steps"] > 0 and isinstance(m.get("tokens_per_example"), (int, float))
             and abs(m["tokens_per_example"] - tokens_per_example) <= TOKENS_WITHIN * m["tokens_per_example"]]
     if not fits:
-        return f"not measured for this model and shape (bench/multi_call.py measures the shipped recipe's: {WARM_START_RESULTS})"
+        return None
     per_step = sum(m["seconds"] / m["steps"] for m in fits) / len(fits)
-    return (f"~{_duration(per_step * section['steps'])} on {tried.get('machine', 'a CPU')} as bench measured ({per_step:.1f} s a "
-            f"step, {tried.get('when', '')}: {WARM_START_RESULTS}); slower CPUs take longer")
+    return per_step, (f"{tried.get('machine', 'a CPU')} as bench measured ({per_step:.1f} s a step, {tried.get('when', '')}: "
+                      f"{WARM_START_RESULTS})")

@@ -41,7 +41,7 @@ def eval_section(run_dir: Path) -> list[str]:
             steps = r.get("steps") if isinstance(r.get("steps"), dict) else {}
             later = (r["label"] != "final" and done is not None and isinstance(steps.get("planned"), int)
                      and done >= steps["planned"])
-            short = cut_short(steps) if r["label"] != "base model" and not later else None
+            short = cut_short(steps) if r["label"] not in BEFORE_RUN and not later else None
             if short:
                 which = "This run is short" if r["label"] == "final" else f"{r['label']} is of a run cut short"
                 since = "the warm start is what" if made else "the base model is what"

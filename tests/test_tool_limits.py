@@ -5,7 +5,6 @@ stops at once); an environment's own faults end the run in one line. Real GRPOTr
 from __future__ import annotations
 
 import json
-import signal
 import textwrap
 import threading
 

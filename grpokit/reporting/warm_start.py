@@ -9,7 +9,6 @@ held-out table.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from grpokit import files, warmstart
 

@@ -54,8 +54,8 @@ class EnvironmentFailure(BaseException):
 
 
 class ToolLimitError(RuntimeError):
-    """A call that ran past a limit: TRL writes the message as the call's result (what the model
-    reads) and counts a failed call."""
+    """A call that ran past a limit: TRL writes the message as the call's result (what the model reads) and counts a
+    failed call."""
 
 
 class ToolCut(BaseException):

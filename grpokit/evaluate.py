@@ -68,7 +68,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     ownership.refuse_unless_replaceable([path], key="--eval-out" if out else str(path), recipe_path=recipe_path)  # before the work
     args = grpo_args(recipe)
     model_path, _ = model_source(recipe)
-    warm = _warm_start(recipe, run_dir, log)
+    warm = _warm_start(recipe, run_dir)
     model_path = str(warm) if warm else model_path
     tokenizer = load_tokenizer(run_dir if trained else model_path, recipe)
     prompts = heldout_dataset(recipe, tokenizer, log)
@@ -253,7 +253,7 @@ def _seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _warm_start(recipe: Recipe, run_dir: str | None, log):
+def _warm_start(recipe: Recipe, run_dir: str | None):
     """The model a warm-start recipe's run trained from (grpokit.warmstart), which the run's adapter goes on; None
     without a warm start, and for the base model: its figures are the recipe's own model's, before any training (the
     warm start's are its own, `--eval RUN_DIR/warm_start`)."""

@@ -250,8 +250,8 @@ def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tm
     from grpokit import evaluate, merge
 
     recipe = validate(config.load(path))
-    assert evaluate._warm_start(recipe, str(run / "checkpoint-1"), print) == warm
-    assert evaluate._warm_start(recipe, None, print) is None  # the base's figures are the recipe's own model's
+    assert evaluate._warm_start(recipe, str(run / "checkpoint-1")) == warm
+    assert evaluate._warm_start(recipe, None) is None  # the base's figures are the recipe's own model's
     assert merge.base_model(run)[0] == str(warm)
     # --resume uses the warm start as it is: never trained again, its files untouched
     stamps = {p.name: p.stat().st_mtime_ns for p in warm.iterdir()}

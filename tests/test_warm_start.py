@@ -292,10 +292,9 @@ def test_a_warm_started_runs_report_card_adapter_and_eval_name_the_warm_start(tm
                for name in ("eval-base.json", "eval-warm-start.json", "eval.json")}
     assert json.loads((run / "eval-base.json").read_text()).get("warm_start") is None  # the recipe's own model
     table = (run / "report.md").read_text().split("## Held-out eval", 1)[1]
-    assert "| base model (`builtin:tiny-llama`) |" in table and "before (base model)" not in table
-    assert "| warm start (builtin:tiny-llama after 1 supervised steps on 1 worked exchanges) |" in table
-    assert "| after (this run: GRPO from the warm start) |" in table
+    assert "| | base model (`builtin:tiny-llama`) | warm start (builtin:tiny-llama after 1 supervised steps on 1 worked " \
+           "exchanges) | after (this run: GRPO from the warm start) |" in table and "before (base model)" not in table
     warm_change = figures["eval-warm-start.json"] - figures["eval-base.json"]
     grpo_change = figures["eval.json"] - figures["eval-warm-start.json"]
-    assert f"| change made by the warm start (1 supervised steps) | {warm_change:+.3f} |" in table
-    assert f"| change made by 1 GRPO steps, from the warm start | {grpo_change:+.3f} |" in table
+    assert (f"| change in pass@1 | — | {warm_change:+.3f} (the warm start's 1 supervised steps) | {grpo_change:+.3f} "
+            "(1 GRPO steps, from the warm start) |") in table

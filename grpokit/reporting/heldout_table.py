@@ -1,4 +1,4 @@
-"""report.md's held-out table: the figures `--eval` left for a run, one row per scored model -- the base, the warm
+"""report.md's held-out table: the figures `--eval` left for a run, one column per scored model -- the base, the warm
 start a run made, each scored checkpoint, the run itself -- and each change in pass@1, put down to what made it.
 
     from grpokit.reporting.heldout_table import eval_section
@@ -16,9 +16,9 @@ from grpokit.rundir import STATE_FILE, read_state
 
 
 def eval_section(run_dir: Path) -> list[str]:
-    """Held-out figures from `--eval`, one row per scored model: the base (eval-base.json), the warm start a run made
-    (eval-warm-start.json), each scored checkpoint (checkpoint-N/eval.json) and the run itself (eval.json); then each
-    change, attributed to what made it; [] when there are none."""
+    """Held-out figures from `--eval`, one column per scored model: the base (eval-base.json), the warm start a run
+    made (eval-warm-start.json), each scored checkpoint (checkpoint-N/eval.json) and the run itself (eval.json); a
+    row of each change in pass@1, put down to what made it; [] when there are none."""
     rows, unread = heldout(run_dir)
     if not rows and not unread:
         return []
@@ -29,12 +29,14 @@ def eval_section(run_dir: Path) -> list[str]:
                  "warm start": f"warm start ({warm_start.origin(made)})", "final": "after (this run: GRPO from the warm start)"}
     lines = ["", "## Held-out eval", ""]
     if rows:
-        lines += ["| model | pass@1 (greedy) | prompts passed | mean reward | file |", "|---|---|---|---|---|"]
-        for r in rows:
-            passed = f"{r['passed']}/{r['prompts']}" if r["passed"] is not None else "—"
-            lines.append(f"| {names.get(r['label'], r['label'])} | {r['pass@1']:.3f} | {passed} | {number(r['reward'])} "
-                         f"| `{r['file']}` |")
-        lines += _changes(rows, made)
+        cells = {"pass@1 (greedy)": [f"{r['pass@1']:.3f}" for r in rows],
+                 "prompts passed": [f"{r['passed']}/{r['prompts']}" if r["passed"] is not None else "—" for r in rows],
+                 "mean reward": [number(r["reward"]) for r in rows],
+                 "change in pass@1": [_change(r, rows, made) for r in rows],
+                 "file": [f"`{r['file']}`" for r in rows]}
+        lines += ["| | " + " | ".join(names.get(r["label"], r["label"]) for r in rows) + " |",
+                  "|---" * (len(rows) + 1) + "|"]
+        lines += [f"| {what} | " + " | ".join(row) + " |" for what, row in cells.items()]
         whole = read_state(run_dir / STATE_FILE)[0]  # a checkpoint scored while its run was short, since finished
         done = whole["global_step"] if whole else None
         for r in rows:
@@ -52,25 +54,26 @@ def eval_section(run_dir: Path) -> list[str]:
         lines += ["", f"Measured by `--eval`: {rows[-1].get('measured') or ''}."]
         if sum(r["label"] not in BEFORE_RUN for r in rows) < 2:
             lines += ["", "Score a checkpoint too (`python launch.py --recipe ... --eval RUN_DIR/checkpoint-N`) to see "
-                      "whether the run was better before its end; each one scored gets a row here."]
+                      "whether the run was better before its end; each one scored gets a column here."]
     if unread:
         lines += ["", "Not read (not `--eval` output): " + ", ".join(f"`{u}`" for u in unread)]
     return lines
 
 
-def _changes(rows: list[dict], made: dict | None) -> list[str]:
-    """The held-out table's change rows in pass@1, each attributed to what made it: without a warm start, the run's
-    from the base; with one, the warm start's (from the base) and GRPO's (from the warm start), or both together where
-    the warm start was not scored."""
-    by = {r["label"]: r for r in rows}
-    base, warm, final = by.get("base model"), by.get("warm start"), by.get("final")
-    if not made:
-        return [f"| change | {final['pass@1'] - base['pass@1']:+.3f} | | | |"] if base and final else []
-    steps = (final or {}).get("steps") if isinstance((final or {}).get("steps"), dict) else {}
-    grpo = f"{steps['trained']} GRPO steps" if isinstance(steps.get("trained"), int) else "GRPO"
-    pairs = [(base, warm, f"change made by the warm start ({made.get('steps', '?')} supervised steps)"),
-             (warm, final, f"change made by {grpo}, from the warm start")]
-    if warm is None:
-        pairs.append((base, final, f"change from the base model: the warm start and {grpo} together"))
-    return [f"| {what} | {after['pass@1'] - before['pass@1']:+.3f} | | | |" for before, after, what in pairs
-            if before and after]
+def _change(r: dict, rows: list[dict], made: dict | None) -> str:
+    """A model's change in pass@1 from the model it was made from, and what made it: the warm start's from the base
+    (its supervised steps); a point of the run's from the model GRPO started from -- the warm start where it was
+    scored, else the base (with a warm start, the two together); a dash for the base, or where that model was not scored."""
+    by = {row["label"]: row for row in rows}
+    if r["label"] == "base model":
+        return "—"
+    if r["label"] == "warm start":
+        before, why = by.get("base model"), f"the warm start's {made.get('steps', '?') if made else '?'} supervised steps"
+    else:
+        steps = r.get("steps") if isinstance(r.get("steps"), dict) else {}
+        trained = steps.get("trained") if isinstance(steps.get("trained"), int) else r.get("step")
+        grpo = f"{trained} GRPO steps" if isinstance(trained, int) else "GRPO"
+        before = by.get("warm start") or by.get("base model")
+        why = (grpo if not made else f"{grpo}, from the warm start" if before is by.get("warm start") else
+               f"the warm start and {grpo} together")
+    return f"{r['pass@1'] - before['pass@1']:+.3f} ({why})" if before else "—"

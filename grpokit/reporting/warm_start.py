@@ -63,5 +63,5 @@ def section(run_dir) -> list[str]:
     if isinstance(made.get("seconds"), (int, float)):
         lines.append(f"- Time: {made['seconds']:.0f} s")
     lines += ["", "Held-out figures of the warm start itself: `python launch.py --recipe ... --eval "
-              f"RUN_DIR/{warmstart.FOLDER}` (a row of its own under \"Held-out eval\")."]
+              f"RUN_DIR/{warmstart.FOLDER}` (a column of its own under \"Held-out eval\")."]
     return lines

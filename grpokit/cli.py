@@ -118,8 +118,9 @@ def parser() -> argparse.ArgumentParser:
                    help="merge the LoRA adapter of a run (or checkpoint) into its base model; save model + tokenizer")
     p.add_argument("--merge-out", type=Path, metavar="DIR", help="where --merge saves (default: RUN_DIR/merged)")
     p.add_argument("--eval", nargs="?", const=EVAL_BASE, default=None, metavar="RUN_DIR",
-                   help="score the recipe's base model (or a trained run / checkpoint) on its held-out split: greedy pass@1, "
-                        "each reward's mean; writes eval.json (base model: output_dir/eval-base.json)")
+                   help="score the recipe's base model (or a trained run / checkpoint / RUN_DIR/warm_start) on its held-out "
+                        "split: greedy pass@1, each reward's mean; writes eval.json (base model: output_dir/eval-base.json; "
+                        "a warm start: RUN_DIR/eval-warm-start.json)")
     p.add_argument("--eval-samples", type=_eval_samples, default=0, metavar="K", help="with --eval: also K sampled completions per prompt (pass@K, mean@K)")
     p.add_argument("--eval-out", type=Path, metavar="FILE", help="where --eval writes its JSON")
     return p

@@ -157,14 +157,17 @@ def pass_reward_mean(logged: dict, figure: str = "mean") -> float:
 
 
 def eval_run(run_dir: Path | None, out: Path, recipe_path: Path = RECIPE, home: Path | None = None) -> dict:
-    """Held-out figures of a run (or of the recipe's model: `run_dir` None, scored as `launch.py --eval` scores it with
-    trainer.output_dir `home`: a warm-start recipe's model is the warm start that run folder holds)."""
-    from grpokit import evaluate
+    """Held-out figures of a run, or (`run_dir` None) of the model its runs start from: the recipe's model, or for a
+    warm-start recipe the warm start the run folder `home` holds, scored as `launch.py --eval HOME/warm_start` scores it
+    (GRPO's rise is counted from it)."""
+    from grpokit import evaluate, warmstart
 
+    recipe = load_recipe([], recipe_path)
+    if run_dir is None and recipe.warm_start and home is not None:
+        run_dir = warmstart.made(home)
     if out.is_file():  # scored already (e.g. by `launch.py --eval` run in parallel): greedy, so the same figures
         saved = files.read_json(out, dict)
-        recipe = load_recipe([], recipe_path)
-        warm = _warm_start(recipe, run_dir, home)
+        warm = _warm_start(recipe, run_dir)
         if (saved.get("model") == recipe.model["name_or_path"] and saved.get("heldout") == evaluate._heldout_name(recipe.dataset)
                 and saved.get("run_dir") == (str(run_dir) if run_dir else None) and saved.get("warm_start") == warm):
             print(f"reusing {out}: " + evaluate.summary(saved), flush=True)
@@ -175,13 +178,12 @@ def eval_run(run_dir: Path | None, out: Path, recipe_path: Path = RECIPE, home: 
     return result
 
 
-def _warm_start(recipe, run_dir: Path | None, home: Path | None) -> str | None:
-    """The warm start a score is of (grpokit.warmstart), as `evaluate` records it; None for a recipe without one."""
+def _warm_start(recipe, run_dir: Path | None) -> str | None:
+    """The warm start a run's adapter goes on (grpokit.warmstart), as `evaluate` records it; None for a recipe without
+    one, for the recipe's model and for the warm start itself."""
     from grpokit import warmstart
 
-    if not recipe.warm_start:
-        return None
-    found = warmstart.of_run(run_dir) if run_dir else warmstart.made(home) if home else None
+    found = warmstart.of_run(run_dir) if recipe.warm_start and run_dir else None
     return str(found) if found else None
 
 

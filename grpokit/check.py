@@ -38,7 +38,8 @@ def check(recipe: Recipe, gpu_memory_gb: float | None = None, full: bool = False
 
         print()
         print("\n".join(warmstart.explain(recipe.warm_start, prep.warm_start, recipe.trainer["output_dir"],
-                                          recipe.model["name_or_path"], adapter(recipe.warm_start, recipe.lora))))
+                                          recipe.model["name_or_path"], adapter(recipe.warm_start, recipe.lora),
+                                          on_cpu=gpu_facts() is None)))
     facts = {"gpu": gpu_facts()}
     if facts["gpu"] is None:  # the run takes the CPU path: whether it computes bfloat16 or emulates it
         facts["cpu_bf16"] = cpu.cpu_computes_bf16()

@@ -123,8 +123,9 @@ def parser() -> argparse.ArgumentParser:
                    help="one real step at the recipe's largest shapes on this device, in a scratch folder removed "
                         "after: fits (the measured peak and headroom), or the phase that does not and what to change")
     p.add_argument("--eval", nargs="?", const=EVAL_BASE, default=None, metavar="RUN_DIR",
-                   help="score the recipe's base model (or a trained run / checkpoint) on its held-out split: greedy pass@1, "
-                        "each reward's mean; writes eval.json (base model: output_dir/eval-base.json)")
+                   help="score the recipe's base model (or a trained run / checkpoint / RUN_DIR/warm_start) on its held-out "
+                        "split: greedy pass@1, each reward's mean; writes eval.json (base model: output_dir/eval-base.json; "
+                        "a warm start: RUN_DIR/eval-warm-start.json)")
     p.add_argument("--eval-samples", type=_eval_samples, default=0, metavar="K", help="with --eval: also K sampled completions per prompt (pass@K, mean@K)")
     p.add_argument("--eval-out", type=Path, metavar="FILE", help="where --eval writes its JSON")
     return p
@@ -365,7 +366,7 @@ def run(req: Request) -> int:
             print(f"eval stopped: {err}", file=sys.stderr)
             return 1
         run_dir = Path(req.eval_run or recipe.trainer["output_dir"])
-        if CHECKPOINT.fullmatch(run_dir.name):  # a checkpoint's figures are a row of its run's report
+        if CHECKPOINT.fullmatch(run_dir.name) or evaluate.is_warm_start(run_dir):  # a row of its run's report
             run_dir = run_dir.parent
         if not req.eval_out and (run_dir / "report.md").is_file():  # a finished run: its report gains before/after
             from grpokit.files import ownership

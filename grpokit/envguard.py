@@ -56,7 +56,7 @@ def _environment_call(function: Callable, args, kwargs, shown: str, fault: Calla
 
     from grpokit.lifecycle import Stopped
 
-    deadline = _Deadline(None)  # no time limit: a reset may rightly take long (a repository checked out, a VM booted)
+    deadline = _Deadline(None, stops=True)  # no time limit: a reset may rightly take long (a repository checked out, a VM booted)
     depth, _inside.depth = getattr(_inside, "depth", 0), 1  # a tool it calls is part of this call
     try:
         deadline.open()

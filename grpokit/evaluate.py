@@ -30,7 +30,7 @@ from grpokit.files import ownership
 from grpokit.config import Recipe
 from grpokit.dist import say
 from grpokit.errors import Problem, RecipeError
-from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE
+from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE, WARM_EVAL_FILE
 
 EXAMPLES = 4
 PROMPTS_PER_BATCH = 16
@@ -40,7 +40,10 @@ MAX_SAMPLES = 1024
 
 
 def default_out(recipe: Recipe, run_dir: str | None) -> Path:
-    """eval.json in the run directory; for the base model, eval-base.json in the recipe's output_dir."""
+    """eval.json in the run directory; for a run's warm start (`RUN_DIR/warm_start`), eval-warm-start.json beside it in
+    the run; for the base model, eval-base.json in the recipe's output_dir."""
+    if run_dir and is_warm_start(run_dir):
+        return Path(run_dir).parent / WARM_EVAL_FILE
     if run_dir:
         return Path(run_dir) / EVAL_FILE
     return Path(recipe.trainer["output_dir"]) / BASE_EVAL_FILE
@@ -65,7 +68,7 @@ def evaluate(recipe: Recipe, run_dir: str | None = None, samples: int = 0, out: 
     ownership.refuse_unless_replaceable([path], key="--eval-out" if out else str(path), recipe_path=recipe_path)  # before the work
     args = grpo_args(recipe)
     model_path, _ = model_source(recipe)
-    warm = _warm_start(recipe, run_dir, log)
+    warm = _warm_start(recipe, run_dir)
     model_path = str(warm) if warm else model_path
     tokenizer = load_tokenizer(run_dir if trained else model_path, recipe)
     prompts = heldout_dataset(recipe, tokenizer, log)
@@ -250,17 +253,22 @@ def _seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _warm_start(recipe: Recipe, run_dir: str | None, log):
-    """The model a warm-start recipe's run trained from (grpokit.warmstart), which its adapter goes on and which the
-    base's figures are of: the run's (or, for the base, the one in output_dir); None without a warm start."""
+def _warm_start(recipe: Recipe, run_dir: str | None):
+    """The model a warm-start recipe's run trained from (grpokit.warmstart), which the run's adapter goes on; None
+    without a warm start, and for the base model: its figures are the recipe's own model's, before any training (the
+    warm start's are its own, `--eval RUN_DIR/warm_start`)."""
     from grpokit import warmstart
 
-    if not recipe.warm_start:
+    if not recipe.warm_start or not run_dir:
         return None
-    warm = warmstart.of_run(run_dir) if run_dir else warmstart.made(recipe.trainer["output_dir"])
-    if warm is None and not run_dir:
-        log(f"eval: no warm start in {recipe.trainer['output_dir']} yet: scoring the recipe's own model, before it")
-    return warm
+    return warmstart.of_run(run_dir)
+
+
+def is_warm_start(run_dir) -> bool:
+    """Whether `run_dir` is the warm start a run made (`RUN_DIR/warm_start`, whole): scored as a model of its own."""
+    from grpokit import warmstart
+
+    return warmstart.made(Path(run_dir).parent) == Path(run_dir)
 
 
 def _check_inputs(recipe: Recipe, run_dir: str | None, samples: int, out: Path, chosen: bool) -> str | None:

@@ -2,6 +2,11 @@
 safe point -- the end of the current optimizer step, with a checkpoint -- and a failed save is told apart from
 any other failure.
 
+The rule for the step a signal comes in: it finishes whole (its tool calls still run, each within its limits) and is
+trained, logged and checkpointed as any step; a second signal stops at once, and the step it cut is not taken -- no
+optimizer update, log or checkpoint of it reaches the run folder, whose last checkpoint is a whole step. A cut step is
+never trained on, reported or plotted.
+
 `StopOnSignal` turns the first SIGINT/SIGTERM during training into a request; `SafeStop`, a trainer callback,
 honours it at the step end (every rank agrees first, so a multi-process run stops at the same step) and knows
 when the trainer is saving, so that `training.run` can say "saving checkpoint-N failed" with what to do.
@@ -44,15 +49,6 @@ class SaveFailed(Exception):
         super().__init__(f"saving {what} failed: {type(error).__name__}: {error}")
 
 
-_active: "StopOnSignal | None" = None  # the one a run has entered, read by stop_requested()
-
-
-def stop_requested() -> int | None:
-    """The signal a run is stopping on (at its step end), or None: work that may take long inside a step -- a tool
-    call (grpokit.toolguard) -- asks before it starts, so that the step ends soon."""
-    return _active.signum if _active is not None else None
-
-
 class StopOnSignal:
     """While `deferring`, the first SIGINT/SIGTERM is remembered and the run goes on to its next safe point; a
     second one, or one while not deferring (loading, before the first step), stops at once.
@@ -67,7 +63,6 @@ class StopOnSignal:
         self.deferring = False
         self.finishing = False  # training is done: the final save and the report are being written
         self._previous: dict = {}
-        self._outer: "StopOnSignal | None" = None  # the one entered before this one, back in force on exit
 
     def handle(self, signum, frame) -> None:
         if self.deferring and self.signum is None:
@@ -80,19 +75,15 @@ class StopOnSignal:
         raise Stopped(signum)
 
     def __enter__(self) -> "StopOnSignal":
-        global _active
         if threading.current_thread() is threading.main_thread():  # Python accepts handlers only there
             for sig in EXIT_CODES:
                 self._previous[sig] = signal.signal(sig, self.handle)
-        self._outer, _active = _active, self
         return self
 
     def __exit__(self, *exc) -> None:
-        global _active
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
-        _active = self._outer
 
 
 def _any_rank(flag: bool, args) -> bool:

@@ -18,6 +18,7 @@ STATE_FILE = "trainer_state.json"  # what the trainer saves in output_dir and in
 RECIPE_FILE = "recipe.yaml"  # the resolved recipe a run saves beside its results
 EVAL_FILE = "eval.json"  # `--eval RUN_DIR`: the trained run's held-out figures
 BASE_EVAL_FILE = "eval-base.json"  # `--eval` of the base model, written before the run: its "before" figures
+WARM_EVAL_FILE = "eval-warm-start.json"  # `--eval RUN_DIR/warm_start`: the figures of the model GRPO started from
 
 
 LOCK_FILE = ownership.LOCK_FILE  # held by the run writing to output_dir (RunLock), with its pid for the message

@@ -67,7 +67,8 @@ def finish_run(output_dir: Path, recipe: Recipe, args, trainer=None, compare=Non
     name = recipe.name if trainer is not None else read_record(output_dir)["recipe_name"] or recipe.name
     from grpokit.data import source_name
 
-    head = [f"recipe: {recipe.path}", f"model: {recipe.model['name_or_path']}", f"data: {source_name(recipe.dataset)}"]
+    model = recipe.model["name_or_path"] + (", GRPO from its warm start (warm_start/)" if recipe.warm_start else "")
+    head = [f"recipe: {recipe.path}", f"model: {model}", f"data: {source_name(recipe.dataset)}"]
     report = write_report(output_dir, recipe_name=name, explain_lines=head + explain_table(recipe, args),
                           completions=completions, plots=plots, args=args, compare=compare,
                           stopped=_stopped_note(stopped, continue_with) if stopped is not None else None)

@@ -20,6 +20,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from grpokit import files
 from grpokit.dist import say
+from grpokit.progress import Pace
 from grpokit.warmstart import FOLDER, KEY, RECORD, made
 
 
@@ -75,7 +76,7 @@ def make(prep, model, target: Path) -> Path:
     say(f"warm start: {worked.source}; {section['steps']} steps of {section['batch_size']}, learning rate "
         f"{section['learning_rate']:g}, LoRA r={lora['r']} ({section['dtype']}), the loss on the assistant's turns only")
     rows = Dataset.from_list([{"input_ids": ids, "assistant_masks": mask} for ids, mask in worked.rows])
-    started, losses = time.perf_counter(), []
+    started, losses, training = time.perf_counter(), [], []
 
     def build(tmp: Path) -> None:
         args = SFTConfig(output_dir=str(tmp), max_steps=section["steps"],
@@ -92,7 +93,9 @@ def make(prep, model, target: Path) -> Path:
                              peft_config=LoraConfig(**{**lora, "task_type": "CAUSAL_LM"}),
                              callbacks=[_Steps(section["steps"], losses)])
         trainer.remove_callback(PrinterCallback)  # its raw metrics dicts: _Steps says a step in one line
+        began = time.perf_counter()
         trainer.train()
+        training.append(time.perf_counter() - began)
         merged = trainer.model.merge_and_unload()
         merged.save_pretrained(tmp)
         prep.tokenizer.save_pretrained(tmp)
@@ -102,7 +105,33 @@ def make(prep, model, target: Path) -> Path:
     files.build_folder(target, build)
     gc.collect()  # the SFT trainer and its callbacks refer to one another: freed now, before GRPO loads its model
     say(f"warm start: made {target} in {time.perf_counter() - started:.0f} s (last loss {losses[-1]:.3f})")
+    gap = against_measured(training[0], prep, lora, on_cpu=not torch.cuda.is_available())
+    if gap:
+        say(gap)
     return target
+
+
+# How far a pass's training time may stand from the time --check gave from bench's measured figure before it is said.
+MEASURED_WITHIN = 1.5
+
+
+def against_measured(seconds: float, prep, lora: dict, on_cpu: bool) -> str | None:
+    """A line when the pass's training time (`seconds`) stands more than MEASURED_WITHIN times from the time `--check`
+    gave for it (bench's measured per-step time on a CPU, grpokit.planning.cpu_time); None within it, or unmeasured."""
+    from grpokit.planning.cpu_time import warm_start_measured
+    from grpokit.warmstart import ROOT
+
+    section, rows = prep.recipe.warm_start, prep.warm_start.rows
+    found = warm_start_measured(prep.recipe.model["name_or_path"], section, lora["r"],
+                                sum(len(ids) for ids, _ in rows) / max(1, len(rows)), ROOT) if on_cpu else None
+    if found is None:
+        return None
+    expected = found[0] * section["steps"]
+    if 1 / MEASURED_WITHIN <= seconds / expected <= MEASURED_WITHIN:
+        return None
+    how = "slower or busier" if seconds > expected else "faster"
+    return (f"warm start: its {section['steps']} steps took {seconds:.0f} s, {seconds / expected:.1f}x the {expected:.0f} s "
+            f"--check gave ({found[1]}): this machine is {how} than bench's")
 
 
 def _in_dtype(recipe, dtype: str):
@@ -126,12 +155,21 @@ def _record(recipe, worked, lora: dict, losses: list[float], seconds: float) -> 
 
 
 class _Steps(TrainerCallback):
-    """One line a step while the warm start trains (grpokit.progress's compact form), and its losses kept."""
+    """One line a step while the warm start trains, with its pace and the time left as GRPO's step lines give them
+    (grpokit.progress.Pace, from each step's own wall time), and its losses kept."""
 
-    def __init__(self, steps: int, losses: list[float]):
-        self.steps, self.losses = steps, losses
+    def __init__(self, steps: int, losses: list[float], clock=time.perf_counter):
+        self.steps, self.losses, self.pace, self.clock = steps, losses, Pace(), clock
+        self.began, self.took = 0.0, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.began = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.took = self.clock() - self.began
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
             self.losses.append(round(float(logs["loss"]), 4))
-            say(f"warm start step {state.global_step}/{self.steps}: loss {self.losses[-1]:.3f}")
+            pace = self.pace.update({"step_time": self.took}, state.global_step, self.steps) if self.took else ""
+            say(f"warm start step {state.global_step}/{self.steps}: loss {self.losses[-1]:.3f}" + (f"  {pace}" if pace else ""))

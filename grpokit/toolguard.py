@@ -19,9 +19,9 @@ call's result (`{'error': str(exception)}`, counted in `tools/failure_frequency`
   calls in report.md;
 * the tool gets a copy of its arguments as parsed: one that changes them leaves the completion's record of the call
   (what report.md shows) as the model wrote it;
-* a stop signal during a call (Ctrl-C, SIGTERM) goes first to the handler the run had (`lifecycle.StopOnSignal`
-  records it; a second one stops at once), then cuts the call; later calls are refused without running, so the step
-  ends and the run stops at its end, with a checkpoint, within seconds;
+* a stop signal during a call (Ctrl-C, SIGTERM) goes to the run's handler (`lifecycle.StopOnSignal`), untouched: the
+  first is recorded and the call, and the step's later calls, run on within these same limits, so the step the run
+  stops after is a whole one; a second stops at once, and the step it cut is not taken;
 * an environment's own faults -- `__init__` or `reset` raising, a tool raising what is not an answer to the call
   (a `BaseException`: `SystemExit`, its own `KeyboardInterrupt`, `GeneratorExit`), `reset` returning what TRL
   cannot add to a prompt, `get_reward` returning what is not a finite real number (a string, an array, an int too
@@ -61,8 +61,8 @@ class EnvironmentFailure(BaseException):
 
 
 class ToolLimitError(RuntimeError):
-    """A call that ran past a limit or met a stopping run: TRL writes the message as the call's result (what the model
-    reads) and counts a failed call."""
+    """A call that ran past a limit: TRL writes the message as the call's result (what the model reads) and counts a
+    failed call."""
 
 
 class ToolError(RuntimeError):
@@ -72,7 +72,7 @@ class ToolError(RuntimeError):
 
 
 class ToolCut(BaseException):
-    """Raised inside a tool to end a call: its time is up, or the run is stopping."""
+    """Raised inside a tool to end a call: its time is up, or (an environment's own code) the run is stopping."""
 
 
 # Logged per call, as TRL logs tools/failure_frequency (failed calls over calls): the share of calls each limit cut.
@@ -184,20 +184,21 @@ _WATCHDOG = _Watchdog()
 
 
 class _Deadline:
-    """Arms the cut and chains the stop signals for one call; `why` says what cut it, if anything did.
+    """Arms the cut for one call, and with `stops` chains the stop signals so that one cuts it too (a call with no
+    time limit, which no step end can wait for); `why` says what cut it, if anything did.
 
     Closing twice is safe: a cut can land as the first close begins (see `_call`).
     """
 
-    def __init__(self, seconds: float | None):
+    def __init__(self, seconds: float | None, stops: bool = False):
         self.seconds, self.why, self.signum, self.live, self.previous = seconds, None, None, False, {}
-        self.fired = 0
+        self.fired, self.stops = 0, stops
 
     def open(self) -> None:
         global _current
         if threading.current_thread() is not threading.main_thread():
             return  # Python delivers signals to the main thread only: no time bound here
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM) if self.stops else ():
             if callable(signal.getsignal(sig)):  # SIG_DFL ends the process anyway; SIG_IGN is the user's choice
                 self.previous[sig] = signal.signal(sig, self._stop)
         self.live = True
@@ -252,14 +253,10 @@ def _on_cut(signum, frame) -> None:
 
 def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Callable[[], str], args, kwargs):
     """One bounded call of `function`; what TRL sees: the result's text, `ToolLimitError`, `ToolError` (the tool's own
-    exception as text) or `EnvironmentFailure` (it raised what is not an answer to the call)."""
-    from grpokit.lifecycle import stop_requested
-
+    exception as text) or `EnvironmentFailure` (it raised what is not an answer to the call). A run that is stopping
+    still makes the call, within the same limits: the step it stops after is trained whole."""
     if getattr(_inside, "depth", 0):
         return function(*args, **kwargs)  # inside another tool's call: that call's bounds hold
-    stopping = stop_requested()
-    if stopping is not None:
-        raise ToolLimitError(f"{name}: not run, the run is stopping ({signal.Signals(stopping).name})")
     _check_arguments(function, name, limits, args, kwargs)
     args, kwargs = as_parsed(args), as_parsed(kwargs)  # the call's record (the completion) is what the model wrote
     deadline = _Deadline(limits.timeout_seconds)

@@ -158,9 +158,10 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     for where in events(prep.args):  # before the trainer: it fixes TensorBoard's directory at construction
         say(where)
     trainer = make_trainer(prep, model)
+    from grpokit import trl_compat, watch
     from grpokit.build import planned_shapes
-    from grpokit import watch
 
+    trl_compat.no_draft_card(trainer)  # the folder's card is grpokit's, written with the final model
     watch.install(trainer, recipe, prep.args, say, planned_shapes(prep, recipe))  # the run measures its own memory
     from grpokit.lifecycle import SaveFailed, StopOnSignal, Stopped, signal_name
 

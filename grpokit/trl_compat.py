@@ -40,6 +40,7 @@ SIGNATURES = {
     "_remove_unused_columns": ("self", "dataset", "description"),
     "_tool_call_loop": ("self", "prompts", "prompt_ids", "completion_ids", "completions", "logprobs", "images",
                         "multimodal_fields"),
+    "_save_checkpoint": ("self", "model", "trial"),
 }
 SOURCE_MARKERS = {
     "_generate_and_score_completions": (
@@ -64,6 +65,8 @@ SOURCE_MARKERS = {
                         "except Exception as e:\n                            tool_failure_count += 1"),
     "_compute_loss": ('"tool_mask" not in inputs', 'inputs["num_items_in_batch"]'),
     "_prepare_inputs": ("split_tensor_dict(generation_batch, self.args.steps_per_generation)",),
+    # every checkpoint writes TRL's draft card into output_dir, which grpokit.trl_compat.no_draft_card turns off
+    "_save_checkpoint": ("self.create_model_card(model_name=model_name)",),
 }
 # vLLM, as TRL 1.16 drives it (`trl.generation.vllm_generation.VLLMGeneration`, `GRPOTrainer.__init__`): the
 # versions its `vllm` extra accepts (`trl.import_utils.is_vllm_available` warns outside them), the batch
@@ -323,6 +326,14 @@ def last_generation_logs(trainer) -> dict | None:
     """The last generation batch TRL keeps for its completions table (`GRPOTrainer._logs`: prompt, completion,
     rewards, advantages), or None; read by the run report."""
     return getattr(trainer, "_logs", None) or None
+
+
+def no_draft_card(trainer) -> None:
+    """Stop the trainer writing TRL's draft model card (`create_model_card`, called by `GRPOTrainer._save_checkpoint` into
+    output_dir at every checkpoint): for a local model it reads "a fine-tuned version of [None]", and the run folder
+    then holds a card that is not the run's while it trains and after a stop. grpokit writes its own once the model is
+    saved (grpokit.reporting.model_card)."""
+    trainer.create_model_card = lambda *args, **kwargs: None
 
 
 def metric_sink(trainer):

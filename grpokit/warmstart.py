@@ -24,7 +24,9 @@ from pathlib import Path
 from grpokit import files, rundir
 from grpokit.errors import Problems
 from grpokit.fields import Field, validate_fields
+from grpokit.planning.cpu_time import warm_start_estimate
 
+ROOT = Path(__file__).resolve().parent.parent  # the project: bench's measured figures are read from it
 KEY = "warm_start"
 FOLDER = "warm_start"  # <output_dir>/warm_start: the merged model GRPO starts from
 RECORD = "warm_start.json"  # inside it: what it was trained on, how, its losses (written last: the folder is whole)
@@ -152,8 +154,9 @@ def of_run(run_dir) -> Path | None:
     return made(run_dir) or (made(Path(run_dir).parent) if Path(run_dir).name.startswith("checkpoint-") else None)
 
 
-def explain(section: dict, worked, output_dir, model: str, lora: dict) -> list[str]:
-    """--check's account of the warm start: what it trains on, how long, how, where it goes, and why."""
+def explain(section: dict, worked, output_dir, model: str, lora: dict, on_cpu: bool = True) -> list[str]:
+    """--check's account of the warm start: what it trains on, how long (on a CPU, `on_cpu`: the time bench measured
+    for its shape), how, where it goes, and why."""
     lines = ["# warm start (warm_start): a supervised pass before GRPO, in the same run"]
     if worked is None:
         return lines + ["  its exchanges were not read: there is no tokenizer here to render them with (see the notes)"]
@@ -167,6 +170,7 @@ def explain(section: dict, worked, output_dir, model: str, lora: dict) -> list[s
               "the model's to learn; GRPO masks tool results too)",
               f"  how long      {section['steps']} steps of {section['batch_size']} exchanges: {seen} seen, "
               f"{seen / n:.2g} pass(es) over the {n}",
+              *([f"  time          {warm_start_estimate(model, section, lora['r'], tokens, ROOT)}"] if on_cpu else []),
               f"  how           TRL's SFTTrainer, LoRA r={lora['r']} alpha {lora['lora_alpha']} on {lora['target_modules']} "
               f"({section['dtype']}), learning rate {section['learning_rate']:g} constant, max_grad_norm "
               f"{section['max_grad_norm']:g}, seed {section['seed']}; then merged into {model}",

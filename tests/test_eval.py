@@ -61,7 +61,7 @@ def test_eval_json_for_base_then_trained_run_and_the_report_compares_them(tmp_pa
     report = (run / "report.md").read_text()
     assert "## Held-out eval" in report and "before (base model)" in report and "after (this run)" in report
     change = after["greedy"]["pass@1"] - base["greedy"]["pass@1"]
-    assert f"| change | {change:+.3f} |" in report
+    assert f"| change in pass@1 | — | {change:+.3f} (" in report
 
 
 def test_eval_out_and_an_override_right_after_eval(tmp_path, capsys):

@@ -192,9 +192,11 @@ def test_heldout_table_lists_every_scored_checkpoint_in_step_order(tmp_path):
     (run / "checkpoint-9").mkdir()
     (run / "checkpoint-9" / "eval.json").write_text("{not json")  # damaged: named, not a traceback
     table = report(run).split("## Held-out eval", 1)[1]
-    rows = [line.split(" | ")[0].lstrip("| ") for line in table.splitlines() if line.startswith("| ") and "pass@1" not in line]
-    assert rows == ["before (base model)", "checkpoint-40", "checkpoint-80", "after (this run)", "change"]
-    assert "| checkpoint-40 | 0.458 | 22/48 |" in table and "| change | -0.104 |" in table
+    columns = next(line for line in table.splitlines() if line.startswith("| "))
+    assert columns == "| | before (base model) | checkpoint-40 | checkpoint-80 | after (this run) |"
+    assert "| pass@1 (greedy) | 0.229 | 0.458 | 0.125 | 0.125 |" in table and "| prompts passed | 11/48 | 22/48 |" in table
+    # each point of the run against the base: a checkpoint's change is what its steps did
+    assert "| change in pass@1 | — | +0.229 (40 GRPO steps) | -0.104 (80 GRPO steps) | -0.104 (GRPO) |" in table
     assert "Not read (not `--eval` output): `checkpoint-9/eval.json`" in table
 
 
@@ -310,5 +312,5 @@ def test_scoring_a_checkpoint_refreshes_its_runs_report(tmp_path, monkeypatch, c
     monkeypatch.setattr(evaluate, "evaluate", scored)
     assert main(["--recipe", str(recipe), "--eval", str(run / "checkpoint-40")]) == 0
     text = (run / "report.md").read_text()
-    assert "| checkpoint-40 | 0.458 | 22/48 |" in text
+    assert "| | checkpoint-40 | after (this run) |" in text and "| pass@1 (greedy) | 0.458 | 0.125 |" in text
     assert "**Held-out pass@1 fell from 0.458 (checkpoint-40) to 0.125 (final)**" in said(text)

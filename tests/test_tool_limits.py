@@ -1,11 +1,10 @@
 """Every tool call is bounded (tools.timeout_seconds, tools.max_result_chars): past either the call fails with an error
-naming the limit, the run goes on and counts it; a stop signal cuts a stuck call; an environment's own faults end the
-run in one line. Real GRPOTrainer steps on the tiny model, a scripted first turn calling the tool (tests/test_tooluse)."""
+naming the limit, the run goes on and counts it; a stop signal lets a step's calls run on to their limits (a second one
+stops at once); an environment's own faults end the run in one line. Real GRPOTrainer steps on the tiny model, a scripted first turn calling the tool (tests/test_tooluse)."""
 
 from __future__ import annotations
 
 import json
-import signal
 import textwrap
 import threading
 
@@ -49,8 +48,11 @@ class Slow:
 def stuck() -> str:
     """Wait for the server."""
     _note("stuck entered")
+    calls = sum(line == "stuck entered" for line in open(os.environ["TOOL_LOG"]).read().splitlines())
     try:
-        os.kill(os.getpid(), getattr(signal, os.environ["STOP_WITH"]))  # its handler runs on the next line, in the try
+        if str(calls) == os.environ.get("STOP_AT_CALL"):  # the stop comes during this call, as a Ctrl-C would
+            for _ in range(int(os.environ["STOP_TIMES"])):
+                os.kill(os.getpid(), getattr(signal, os.environ["STOP_WITH"]))  # its handler runs here, in the try
         threading.Event().wait(20)
     except BaseException as err:
         _note(f"stuck cut: {type(err).__name__}")
@@ -135,16 +137,17 @@ def record(completions, **kwargs):
 '''
 
 
-def limits_recipe(tmp_path, monkeypatch, tools: dict, dataset: dict | None = None, **trainer) -> str:
+def limits_recipe(tmp_path, monkeypatch, tools: dict, dataset: dict | None = None, rewards=(), name: str = "recipe.yaml",
+                  **trainer) -> str:
     (tmp_path / "reader.py").write_text(textwrap.dedent(READER))
     monkeypatch.setenv("SEEN_COMPLETIONS", str(tmp_path / "seen.jsonl"))
     monkeypatch.setenv("TOOL_LOG", str(tmp_path / "tool.log"))
     data = tool_recipe(tmp_path, tools, source=TOOLS,
-                       rewards=[{"name": "reader.py:record", "weight": 0.0}])
+                       rewards=[{"name": "reader.py:record", "weight": 0.0}, *rewards])
     data["trainer"].update({"per_device_train_batch_size": 4, "num_generations": 4, "max_steps": 1,
                             "max_completion_length": 320, **trainer})
     data["dataset"].update(dataset or {})
-    return str(write_recipe(tmp_path, data))
+    return str(write_recipe(tmp_path, data, name))
 
 
 def tokenizer_for(path):
@@ -202,21 +205,82 @@ def test_calls_with_arguments_the_tool_does_not_take_are_counted_and_named_in_th
     assert "| calls with arguments the tool does not take, per call (`tools/bad_arguments_frequency`) | 50% |" in report
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_stop_signal_cuts_a_stuck_call_and_the_run_stops_at_the_step_end(tmp_path, monkeypatch, capsys, scripted_calls,
-                                                                          signum):
-    from grpokit import cli
+SCORES_RESULTS = '''
+def timed_out(completions, **kwargs):
+    return [float(any("timeout_seconds" in str(m.get("content")) for m in c if m.get("role") == "tool"))
+            for c in completions]
+'''
 
-    monkeypatch.setenv("STOP_WITH", signal.Signals(signum).name)
-    path = limits_recipe(tmp_path, monkeypatch, {"functions": ["env.py:stuck"], "timeout_seconds": 60}, max_steps=2)
+
+def stuck_run(tmp_path, monkeypatch, name: str, **trainer) -> str:
+    """A run whose tool calls each wait until tools.timeout_seconds cuts them; its reward is 1.0 for a completion that
+    read that cut, 0.0 otherwise (no call, or one that did not run): what a step learns depends on every call's result."""
+    (tmp_path / "scores.py").write_text(textwrap.dedent(SCORES_RESULTS))
+    path = limits_recipe(tmp_path, monkeypatch, {"functions": ["env.py:stuck"], "timeout_seconds": 0.5},
+                         rewards=[{"name": "scores.py:timed_out"}], name=f"{name}.yaml",
+                         output_dir=str(tmp_path / name), seed=3, optim="adamw_torch", **trainer)
+    monkeypatch.setenv("TOOL_LOG", str(tmp_path / f"{name}.log"))
+    return path
+
+
+def weights(folder) -> dict:
+    from safetensors.torch import load_file
+
+    found = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        found.update({f"{file.name}:{k}": v for k, v in load_file(file).items()})
+    return found
+
+
+def test_a_stop_during_a_tool_call_lets_the_step_finish_whole_and_trains_it_as_a_whole_step(tmp_path, monkeypatch,
+                                                                                              capsys, scripted_calls):
+    import torch
+
+    from grpokit import cli, rundir
+
+    # two calls a step (every other completion of 4 calls the tool): the third call is step 2's first
+    stopped = stuck_run(tmp_path, monkeypatch, "stopped", max_steps=3, save_strategy="no")
+    scripted_calls.tokenizer, scripted_calls.calls = tokenizer_for(stopped), [call("stuck")]
+    monkeypatch.setenv("STOP_WITH", "SIGINT")
+    monkeypatch.setenv("STOP_AT_CALL", "3")
+    monkeypatch.setenv("STOP_TIMES", "1")
+    assert cli.main(["--recipe", stopped]) == 130
+    assert "run stopped: SIGINT at step 2, after saving a checkpoint" in capsys.readouterr().err
+    # the call the stop came in, and the step's later call, ran on to their limit as any call does: none refused
+    assert (tmp_path / "stopped.log").read_text().splitlines() == ["stuck entered", "stuck cut: ToolCut"] * 4
+    results = [r for line in (tmp_path / "seen.jsonl").read_text().splitlines() for r in json.loads(line) if r]
+    assert len(results) == 4 and all("no result within tools.timeout_seconds" in r for r in results), results
+    checkpoint = tmp_path / "stopped" / "checkpoint-2"
+    history = rundir.read_state(checkpoint / rundir.STATE_FILE)[0]["log_history"]
+    assert [row["tools/timeout_frequency"] for row in history if "tools/timeout_frequency" in row] == [1.0, 1.0]
+    assert not (tmp_path / "stopped" / "README.md").exists()  # no draft card of TRL's ("fine-tuned version of [None]")
+
+    # the same two steps, never stopped: the stopped step was trained exactly as a whole one
+    monkeypatch.delenv("STOP_AT_CALL")
+    whole = stuck_run(tmp_path, monkeypatch, "whole", max_steps=2)
+    assert cli.main(["--recipe", whole]) == 0, capsys.readouterr().err
+    trained, reference = weights(checkpoint), weights(tmp_path / "whole")
+    assert trained and trained.keys() == reference.keys()
+    assert all(torch.equal(trained[k], reference[k]) for k in trained)
+
+
+def test_a_second_stop_during_a_tool_call_stops_at_once_and_the_cut_step_is_not_taken(tmp_path, monkeypatch, capsys,
+                                                                                        scripted_calls):
+    from grpokit import cli, rundir
+
+    path = stuck_run(tmp_path, monkeypatch, "run", max_steps=3, save_strategy="steps", save_steps=1)
     scripted_calls.tokenizer, scripted_calls.calls = tokenizer_for(path), [call("stuck")]
-    assert cli.main(["--recipe", path]) == 128 + signum
+    monkeypatch.setenv("STOP_WITH", "SIGTERM")
+    monkeypatch.setenv("STOP_AT_CALL", "3")
+    monkeypatch.setenv("STOP_TIMES", "2")
+    assert cli.main(["--recipe", path]) == 143
     err = capsys.readouterr().err
-    assert f"run stopped: {signal.Signals(signum).name} at step 1, after saving a checkpoint" in err
-    # the first call is cut by the stop; the second is refused without running, so the step ends at once
-    assert tool_log(tmp_path) == ["stuck entered", "stuck cut: ToolCut"]
-    results = [r for line in (tmp_path / "seen.jsonl").read_text().splitlines() for r in json.loads(line)]
-    assert len(results) == 2 and all("the run is stopping" in r for r in results), results
+    assert "run stopped: SIGTERM, at once" in err and f"last checkpoint: {tmp_path / 'run' / 'checkpoint-1'}" in err
+    # step 2 is not taken: no checkpoint, no log, no report of it; the checkpoint is step 1, whole
+    assert [p.name for p in (tmp_path / "run").glob("checkpoint-*")] == ["checkpoint-1"]
+    assert [row.get("step") for row in rundir.read_state(tmp_path / "run" / "checkpoint-1" / rundir.STATE_FILE)[0][
+        "log_history"]] == [1]
+    assert not (tmp_path / "run" / "report.md").exists()
 
 
 @pytest.mark.parametrize("fault, calls, said", [

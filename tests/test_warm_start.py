@@ -149,6 +149,19 @@ def test_check_explains_the_warm_start(tmp_path, capsys, no_weights):
     assert "user -> assistant calls multiply -> tool -> assistant calls multiply -> tool -> assistant answers" in section
     assert "2 steps of 2 exchanges: 4 seen" in section and "TRL's SFTTrainer, LoRA r=4" in section
     assert f"kept in       {tmp_path / 'run' / 'warm_start'}" in section and "why " in section
+    assert "  time          not measured for this model and shape" in section  # bench measured SmolLM2's, not tiny's
+
+
+def test_check_gives_the_warm_starts_time_from_benchs_measured_figure(capsys, monkeypatch, no_weights):
+    from grpokit import check
+    from grpokit.planning.cpu_time import WARM_START_RESULTS
+
+    monkeypatch.setattr(check, "gpu_facts", lambda: None)  # the CPU path, which bench measured
+    assert main(["--recipe", str(MULTI_CALL), "--check"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("  time   "))
+    tried = json.loads((ROOT / WARM_START_RESULTS).read_text())
+    assert f"on {tried['machine']} as bench measured" in line and f"{tried['when']}: {WARM_START_RESULTS}" in line
+    assert len(line) < 160, line
 
 
 def test_chain_sum_problems_are_worked_with_the_calculators_add_and_subtract(tmp_path, capsys, no_weights):
@@ -162,6 +175,42 @@ def test_chain_sum_problems_are_worked_with_the_calculators_add_and_subtract(tmp
     recipe = validate(config.load(write_recipe(tmp_path, data)))
     worked = examples.from_task(recipe.warm_start["from_task"], recipe.dataset, ["add", "subtract", "multiply"])
     assert len(worked.exchanges) == 4 and all(len(e) == 7 for e in worked.exchanges)  # system, user, 2 x (call, result), answer
+
+
+def test_the_warm_starts_step_lines_give_its_pace_and_the_time_left(capsys):
+    from types import SimpleNamespace
+
+    from grpokit import supervised
+
+    losses = []
+    steps = supervised._Steps(10, losses, clock=iter([0.0, 40.0, 40.0, 56.0]).__next__)  # steps of 40 s, then 16 s
+    for step, loss in ((1, 0.9), (2, 0.5)):
+        steps.on_step_begin(None, None, None)
+        steps.on_step_end(None, None, None)
+        steps.on_log(None, SimpleNamespace(global_step=step), None, logs={"loss": loss})
+    out = capsys.readouterr().out
+    assert "warm start step 1/10: loss 0.900  first step 40 s (warm-up)" in out
+    assert "warm start step 2/10: loss 0.500  16 s/step, ~2 min left" in out and losses == [0.9, 0.5]
+
+
+def test_a_warm_start_far_slower_than_checks_figure_says_so():
+    from types import SimpleNamespace
+
+    from grpokit import supervised
+    from grpokit.planning.cpu_time import WARM_START_RESULTS
+
+    recipe = validate(config.load(MULTI_CALL))
+    rows = [([0] * 610, [1] * 610)] * 4  # exchanges of the measured length
+    prep = SimpleNamespace(recipe=recipe, warm_start=SimpleNamespace(rows=rows))
+    lora = supervised.adapter(recipe.warm_start, recipe.lora)
+    tried = json.loads((ROOT / WARM_START_RESULTS).read_text())["warm_starts"]
+    per_step = [m["seconds"] / m["steps"] for m in (e.get("made") for e in tried.values()) if m]
+    expected = sum(per_step) / len(per_step) * recipe.warm_start["steps"]
+    said = supervised.against_measured(4 * expected, prep, lora, on_cpu=True)
+    assert said.startswith(f"warm start: its 10 steps took {4 * expected:.0f} s, 4.0x the {expected:.0f} s --check gave (")
+    assert said.endswith("this machine is slower or busier than bench's")
+    assert supervised.against_measured(1.2 * expected, prep, lora, on_cpu=True) is None  # within the tolerance
+    assert supervised.against_measured(4 * expected, prep, lora, on_cpu=False) is None  # bench measured a CPU
 
 
 @pytest.mark.slow
@@ -201,8 +250,8 @@ def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tm
     from grpokit import evaluate, merge
 
     recipe = validate(config.load(path))
-    assert evaluate._warm_start(recipe, str(run / "checkpoint-1"), print) == warm
-    assert evaluate._warm_start(recipe, None, print) == warm  # the base's figures are the warm start's
+    assert evaluate._warm_start(recipe, str(run / "checkpoint-1")) == warm
+    assert evaluate._warm_start(recipe, None) is None  # the base's figures are the recipe's own model's
     assert merge.base_model(run)[0] == str(warm)
     # --resume uses the warm start as it is: never trained again, its files untouched
     stamps = {p.name: p.stat().st_mtime_ns for p in warm.iterdir()}
@@ -211,3 +260,41 @@ def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tm
     assert {p.name: p.stat().st_mtime_ns for p in warm.iterdir()} == stamps
     assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 2
     assert len(labels) == 4
+
+
+@pytest.mark.slow
+def test_a_warm_started_runs_report_card_adapter_and_eval_name_the_warm_start(tmp_path, capsys):
+    run = tmp_path / "run"
+    # the shipped recipe, its warm start and GRPO shortened, on the tiny model (its sections as shipped)
+    short = [f"trainer.output_dir={run}", "model.name_or_path=builtin:tiny-llama", "warm_start.steps=1",
+             "warm_start.batch_size=1", "warm_start.from_task.size=1", "trainer.max_steps=1", "trainer.save_steps=1",
+             "trainer.per_device_train_batch_size=2", "trainer.num_generations=2", "trainer.max_completion_length=320",
+             "trainer.max_tool_calling_iterations=1", "dataset.reasoning_gym.eval_size=1"]
+    assert main(["--recipe", str(MULTI_CALL), "--threads", "1", *short]) == 0
+    warm = run / "warm_start"
+    made = json.loads((warm / "warm_start.json").read_text())
+    # the adapter's base is the warm start, itself made from the recipe's model
+    assert json.loads((run / "adapter_config.json").read_text())["base_model_name_or_path"] == str(warm)
+    assert made["from_model"] == "builtin:tiny-llama" and made["steps"] == 1 and made["examples"] == 1
+    card = (run / "README.md").read_text()
+    assert "a LoRA adapter (r=16) for this run's warm start" in card and "base_model:" not in card
+    assert "- base model: this run's warm start, `warm_start/` in this folder: `builtin:tiny-llama` after 1 supervised " \
+           "steps on 1 worked exchanges" in card
+    report = (run / "report.md").read_text()
+    section = report[report.index("## Warm start"):].split("\n## ")[0]
+    assert "- From: `builtin:tiny-llama`" in section and "- Trained on: 1 worked exchanges" in section
+    assert f"- Loss: {made['loss'][0]:.4g} at its first step" in section and f"- Time: {made['seconds']:.0f} s" in section
+
+    # --eval: the base, the warm start and the run, each change put down to what made it
+    for scored in ([], [str(warm)], [str(run)]):
+        assert main(["--recipe", str(MULTI_CALL), "--threads", "1", *short, "--eval", *scored]) == 0
+    figures = {name: json.loads((run / name).read_text())["greedy"]["pass@1"]
+               for name in ("eval-base.json", "eval-warm-start.json", "eval.json")}
+    assert json.loads((run / "eval-base.json").read_text()).get("warm_start") is None  # the recipe's own model
+    table = (run / "report.md").read_text().split("## Held-out eval", 1)[1]
+    assert "| | base model (`builtin:tiny-llama`) | warm start (builtin:tiny-llama after 1 supervised steps on 1 worked " \
+           "exchanges) | after (this run: GRPO from the warm start) |" in table and "before (base model)" not in table
+    warm_change = figures["eval-warm-start.json"] - figures["eval-base.json"]
+    grpo_change = figures["eval.json"] - figures["eval-warm-start.json"]
+    assert (f"| change in pass@1 | — | {warm_change:+.3f} (the warm start's 1 supervised steps) | {grpo_change:+.3f} "
+            "(1 GRPO steps, from the warm start) |") in table

@@ -75,3 +75,40 @@ def estimate(model: str, trainer: dict, dtype: str, cpu_bf16: bool, cores: int) 
     return (f"time on this CPU: about {_duration(total_s(row, steps))} for {steps} steps (a first step of "
             f"{_duration(row.first_s)}, then {row.per_step_s:g} s a step), from the measured row for a {dtype} base on a "
             f"CPU {kind}: {row.measured}; {WHERE}{cores_note}. A busier machine takes longer.")
+
+
+# The warm start's measured passes: bench/multi_call.py trains the shipped multi_call recipe's warm start (this model,
+# LoRA r=16 in float32 over worked exchanges of ~610 tokens) and keeps how long each took, read here as it wrote it.
+WARM_START_RESULTS = "bench/results/multi_call_warm_start.json"
+TOKENS_WITHIN = 0.2  # a pass over exchanges this much longer or shorter than the measured ones is another shape
+
+
+def warm_start_estimate(model: str, section: dict, lora_r: int, tokens_per_example: float, root) -> str:
+    """`--check`'s line on the time the warm start's pass takes on this CPU: its steps at the per-step time bench measured
+    for the same model, batch, LoRA rank, dtype and exchange length (`root`/WARM_START_RESULTS), said as measured where;
+    else that it was not measured for this shape."""
+    found = warm_start_measured(model, section, lora_r, tokens_per_example, root)
+    if found is None:
+        return f"not measured for this model and shape (bench/multi_call.py measures the shipped recipe's: {WARM_START_RESULTS})"
+    per_step, where = found
+    return f"~{_duration(per_step * section['steps'])} on {where}; slower CPUs take longer"
+
+
+def warm_start_measured(model: str, section: dict, lora_r: int, tokens_per_example: float, root) -> tuple[float, str] | None:
+    """(the seconds a step of the warm start's pass took where bench measured this shape, that place in words), or None:
+    no measured pass of the same model, batch, LoRA rank, dtype and exchange length (within TOKENS_WITHIN)."""
+    from pathlib import Path
+
+    from grpokit import files
+
+    tried, _ = files.try_json(Path(root) / WARM_START_RESULTS, dict)
+    runs = [entry.get("made") for entry in ((tried or {}).get("warm_starts") or {}).values() if isinstance(entry, dict)]
+    fits = [m for m in runs if isinstance(m, dict) and model == MODEL and section["dtype"] == "float32" and lora_r == 16
+            and m.get("batch") == section["batch_size"] and isinstance(m.get("seconds"), (int, float))
+            and isinstance(m.get("steps"), int) and m["steps"] > 0 and isinstance(m.get("tokens_per_example"), (int, float))
+            and abs(m["tokens_per_example"] - tokens_per_example) <= TOKENS_WITHIN * m["tokens_per_example"]]
+    if not fits:
+        return None
+    per_step = sum(m["seconds"] / m["steps"] for m in fits) / len(fits)
+    return per_step, (f"{tried.get('machine', 'a CPU')} as bench measured ({per_step:.1f} s a step, {tried.get('when', '')}: "
+                      f"{WARM_START_RESULTS})")

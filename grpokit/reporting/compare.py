@@ -21,7 +21,7 @@ from grpokit.errors import Problem, RecipeError
 from grpokit.reporting.messages import cell, inline_code
 from grpokit.reporting.plots import PLOTS_DIR, load_log_history, reward_names, series
 from grpokit.reporting.tool_calls import CALLS, ends, over
-from grpokit.reporting.verdict import heldout, heldout_fall, window, windows, zero_spread
+from grpokit.reporting.verdict import BEFORE_RUN, heldout, heldout_fall, window, windows, zero_spread
 
 COMPARE_FILE = "compare.png"  # <RUN>/plots/compare.png
 # (log key, panel title, y label), in reading order: what the runs optimised, then their health signals.
@@ -128,7 +128,7 @@ def _span(m: tuple) -> str:
 
 
 def _heldout(run: Run) -> str:
-    rows = [r for r in heldout(run.path)[0] if r["label"] != "base model"]
+    rows = [r for r in heldout(run.path)[0] if r["label"] not in BEFORE_RUN]
     if not rows:
         return "—"
     last, best = rows[-1], max(rows, key=lambda r: r["pass@1"])

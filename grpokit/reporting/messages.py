@@ -153,3 +153,17 @@ def fenced(value, limit: int | None = None) -> str:
     shown = visible(_cut(value, limit))
     fence = "`" * max(3, max((len(m) for m in re.findall(r"`+", shown)), default=0) + 1)
     return f"{fence}text\n{shown}\n{fence}"
+
+
+def number(value) -> str:
+    """A figure as report.md shows it: whole numbers plainly, others to 4 significant digits, a missing or non-finite
+    one as a dash.
+
+    >>> number(3.0), number(0.123456), number(None)
+    ('3', '0.1235', '—')
+    """
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e6:
+        return f"{value:g}"
+    return f"{value:.4g}"

@@ -2,8 +2,8 @@
 
 TRL's own card names the base model only when it is a hub id not found as a local folder, and its quick start
 loads `hub_model_id`: for a model loaded from a local folder or grpokit's built-in one, and any run not pushed
-to the hub, it read "a fine-tuned version of [None]" and `model="None"`. This card is written over it once the
-final save is done, from the recipe the run saved.
+to the hub, it read "a fine-tuned version of [None]" and `model="None"`. TRL's is never written into a run folder
+(grpokit.trl_compat.no_draft_card); this card is, once the final save is done, from the recipe the run saved.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpokit import files
+from grpokit.warmstart import FOLDER
 
 CARD_FILE = "README.md"
 
@@ -36,17 +37,25 @@ def model_card(recipe, output_dir: Path, global_step: int, trl_version: str, res
     """
     base = recipe.model["name_or_path"]
     from grpokit.data import source_name  # a file's name, or generated tasks named with their size and seed
+    from grpokit.reporting.warm_start import made_by, read
+
+    made = read(output_dir) if recipe.warm_start else None  # the adapter's base is then the warm start, not `base`
 
     dataset = recipe.dataset.get("name") or source_name(recipe.dataset)
     front = ["---", "library_name: " + ("peft" if recipe.lora else "transformers"), "pipeline_tag: text-generation",
              "tags: [grpokit, grpo, trl" + (", lora" if recipe.lora else "") + "]"]
-    if _is_hub_id(base):
+    if _is_hub_id(base) and made is None:
         front.append(f"base_model: {base}")
     if recipe.dataset.get("name"):
         front.append(f"datasets: [{recipe.dataset['name']}]")
     front.append("---")
     what = f"a LoRA adapter (r={recipe.lora['r']}) for {base}" if recipe.lora else f"a full fine-tune of {base}"
     base_link = f"[{base}](https://huggingface.co/{base})" if _is_hub_id(base) else f"`{base}`"
+    if made is not None:
+        what = (f"a LoRA adapter (r={recipe.lora['r']}) for this run's warm start" if recipe.lora else
+                "a full fine-tune of this run's warm start")
+        base_link = (f"this run's warm start, `{FOLDER}/` in this folder: {base_link} after {made_by(made)} "
+                     "(a supervised pass, merged; report.md, \"Warm start\")")
     data_link = (f"[{dataset}](https://huggingface.co/datasets/{dataset})" if recipe.dataset.get("name") else f"`{dataset}`")
     rewards = " + ".join(f"{r.get('weight', 1.0):g} x {_short(r['name'])}" for r in recipe.rewards)
     load = (f'from peft import AutoPeftModelForCausalLM\nmodel = AutoPeftModelForCausalLM.from_pretrained("{output_dir}")'

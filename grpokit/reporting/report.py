@@ -23,13 +23,14 @@ from pathlib import Path
 from grpokit import files
 from grpokit.reporting.failed_calls import failed_calls_section
 from grpokit.reporting.memory_use import memory_section
-from grpokit.reporting.messages import cell, fenced, inline_code, one_line, plain, text
+from grpokit.reporting.messages import cell, fenced, inline_code, number as _number, one_line, plain, text
 from grpokit.reporting.own_passes import own_passes_section
 from grpokit.reporting.plots import flat_reasons, load_log_history, plot_run, reward_names, series
 from grpokit.reporting.scoring import scoring_section
 from grpokit.reporting.tool_calls import failed_at_end, tool_use_section
-from grpokit.reporting.verdict import cut_short, diagnosis, heldout
-from grpokit.rundir import STATE_FILE, read_state
+from grpokit.reporting.warm_start import section as warm_start_section
+from grpokit.reporting.heldout_table import eval_section
+from grpokit.reporting.verdict import diagnosis, heldout
 
 REPORT_FILE = "report.md"
 COMPLETIONS_DIR = "completions"  # where TRL 1.16 writes log_completions parquet files
@@ -50,12 +51,6 @@ FIGURES = (
 )
 
 
-def _number(value) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e6:
-        return f"{value:g}"
-    return f"{value:.4g}"
 
 
 def completions_from_logs(logs: dict, step: int | None = None) -> list[dict]:
@@ -300,45 +295,6 @@ def _completion_section(rows: list[dict], k: int) -> list[str]:
     return out
 
 
-def eval_section(run_dir: Path) -> list[str]:
-    """Held-out figures from `--eval`, one row per scored model: the base (eval-base.json), each scored checkpoint
-    (checkpoint-N/eval.json) and the run itself (eval.json); [] when there are none."""
-    rows, unread = heldout(run_dir)
-    if not rows and not unread:
-        return []
-    names = {"base model": "before (base model)", "final": "after (this run)"}
-    lines = ["", "## Held-out eval", ""]
-    if rows:
-        lines += ["| model | pass@1 (greedy) | prompts passed | mean reward | file |", "|---|---|---|---|---|"]
-        for r in rows:
-            passed = f"{r['passed']}/{r['prompts']}" if r["passed"] is not None else "—"
-            label = names.get(r["label"], one_line(r["label"]))
-            lines.append(f"| {label} | {r['pass@1']:.3f} | {passed} | {_number(r['reward'])} | {cell(r['file'])} |")
-        base, final = (next((r for r in rows if r["label"] == k), None) for k in ("base model", "final"))
-        if base and final:
-            lines.append(f"| change | {final['pass@1'] - base['pass@1']:+.3f} | | | |")
-        whole = read_state(run_dir / STATE_FILE)[0]  # a checkpoint scored while its run was short, since finished
-        done = whole["global_step"] if whole else None
-        for r in rows:
-            steps = r.get("steps") if isinstance(r.get("steps"), dict) else {}
-            later = (r["label"] != "final" and done is not None and isinstance(steps.get("planned"), int)
-                     and done >= steps["planned"])
-            short = cut_short(steps) if r["label"] != "base model" and not later else None
-            if short:
-                which = "This run is short" if r["label"] == "final" else f"{r['label']} is of a run cut short"
-                lines.append(f"\n**{which}**: {short}. Its change from the base model is what {r['steps']['trained']} "
-                             "steps did; train the rest (`--resume`) before judging the recipe.")
-        if len({(r["prompts"], r["heldout"]) for r in rows}) > 1:
-            lines.append("\nNote: these were scored on different held-out prompts; compare with care.")
-        lines += ["", f"Measured by `--eval`: {one_line(rows[-1].get('measured') or '')}."]
-        if len(rows) - (base is not None) < 2:
-            lines += ["", "Score a checkpoint too (`python launch.py --recipe ... --eval RUN_DIR/checkpoint-N`) to see "
-                      "whether the run was better before its end; each one scored gets a row here."]
-    if unread:
-        lines += ["", "Not read (not `--eval` output): " + ", ".join(inline_code(u) for u in unread)]
-    return lines
-
-
 def write_report(
     run_dir: str | Path,
     *,
@@ -375,6 +331,7 @@ def write_report(
     lines += [stopped, ""] if stopped else []
     lines += ["## Recipe", ""]
     lines += [fenced("\n".join(explain_lines))] if explain_lines else ["(no explain summary given)"]
+    lines += warm_start_section(run_dir)  # nothing for a run without a warm start
     lines += ["", "## Final figures", ""] + _summary(state, record["resumed_at"]) + [""] + _figures(state)
     lines += ["", f"Source: `{Path(os.path.relpath(state_path, run_dir)).as_posix()}`"]
     found = diagnosis(state["log_history"], heldout(run_dir)[0], run_dir, tools_failed=failed_at_end(state["log_history"]))

@@ -24,7 +24,7 @@ from pathlib import Path
 from grpokit import files
 from grpokit.reporting.messages import inline_code
 from grpokit.reporting.plots import never_varied, reward_names, series
-from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE
+from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE, WARM_EVAL_FILE
 
 # A group "has no spread" when all its rewards are equal; a logged step "had no gradient" when (nearly) every group had
 # none. The run "collapsed" when, from some step to the end, every group had none at MOSTLY_COLLAPSED of the logged
@@ -209,13 +209,16 @@ def fall_from_best(history: list[dict], key: str = "reward") -> dict | None:
     return {"best": best, "end": end, "window": w}
 
 
+BEFORE_RUN = ("base model", "warm start")  # held-out rows of models GRPO started from, not points of the run
+
+
 def heldout(run_dir: str | Path) -> tuple[list[dict], list[str]]:
-    """The held-out figures `--eval` left for a run, in order: the base model, each scored checkpoint by step, the run
-    itself ("final"). Each row: {"label", "step", "file", "pass@1", "passed", "prompts", "heldout", "reward"}.
+    """The held-out figures `--eval` left for a run, in order: the base model, its warm start (when it made one), each
+    scored checkpoint by step, the run itself ("final"); the first two are models before the run (`BEFORE_RUN`). Each row: {"label", "step", "file", "pass@1", "passed", "prompts", "heldout", "reward"}.
     Also the files found but not readable as `--eval` output, so the report can say it skipped them.
     """
     run_dir = Path(run_dir)
-    found = [("base model", None, run_dir / BASE_EVAL_FILE)]
+    found = [("base model", None, run_dir / BASE_EVAL_FILE), ("warm start", None, run_dir / WARM_EVAL_FILE)]
     checkpoints = [(int(m.group(1)), p) for p in run_dir.glob("checkpoint-*") if (m := CHECKPOINT.search(p.name))]
     found += [(p.name, step, p / EVAL_FILE) for step, p in sorted(checkpoints)]
     found.append(("final", None, run_dir / EVAL_FILE))
@@ -261,14 +264,14 @@ def cut_short(steps) -> str | None:
 
 def heldout_fall(rows: list[dict]) -> dict | None:
     """When held-out pass@1 of the last evaluated point of the run is well below the best one before it:
-    {"best": row, "last": row}. The base model is not a point of the run.
+    {"best": row, "last": row}. The base model and the warm start are not points of the run.
 
     >>> rows = [{"label": "checkpoint-40", "step": 40, "pass@1": 0.458, "prompts": 48},
     ...         {"label": "final", "step": None, "pass@1": 0.125, "prompts": 48}]
     >>> heldout_fall(rows)["best"]["label"]
     'checkpoint-40'
     """
-    trained = [r for r in rows if r["label"] != "base model"]
+    trained = [r for r in rows if r["label"] not in BEFORE_RUN]
     if len(trained) < 2:
         return None
     best, last = max(trained, key=lambda r: r["pass@1"]), trained[-1]

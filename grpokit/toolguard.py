@@ -255,6 +255,8 @@ def _call(function: Callable, name: str, shown: str, limits: Limits, sample: Cal
     """One bounded call of `function`; what TRL sees: the result's text, `ToolLimitError`, `ToolError` (the tool's own
     exception as text) or `EnvironmentFailure` (it raised what is not an answer to the call). A run that is stopping
     still makes the call, within the same limits: the step it stops after is trained whole."""
+    from grpokit.lifecycle import Stopped  # noqa: F401 - before the clock starts: its first import loads transformers
+
     if getattr(_inside, "depth", 0):
         return function(*args, **kwargs)  # inside another tool's call: that call's bounds hold
     _check_arguments(function, name, limits, args, kwargs)

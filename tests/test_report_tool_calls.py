@@ -81,6 +81,12 @@ READINGS = {
     "less": (lambda s: 2.0 - s / 40, None, "The model calls the tool less at the end than at the start"),
     # one call per completion, give or take a swing from step to step: no trend
     "steady": (lambda s: (0.6, 1.4)[s % 2], None, "The model calls the tool about as often at the end as at the start"),
+    # 0.312 calls at the start and 0.125 at the end of a run whose steps swing between 0 and 0.5: not "about as often",
+    # and not a trend either -- the two figures and the swing are said
+    "swinging": (lambda s: [0.5, 0.0, 0.5625, 0.0, 0.5][s - 1] if s <= 5 else [0.25, 0.0, 0.125, 0.25, 0.0][s - 36]
+                 if s >= 36 else 0.5 * (s % 2), None,
+                 "The model's tool calls per completion went from 0.312 at the start to 0.125 at the end, a change "
+                 "within this run's swing from step to step: no trend to read from it."),
 }
 
 

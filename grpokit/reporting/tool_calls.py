@@ -27,6 +27,9 @@ BAD_ARGUMENTS = ("calls with arguments the tool does not take, per call", "tools
 # The end's calls per completion count as more (or fewer) than the start's when they differ by more than this share
 # of the larger, and by more than 2 standard errors of the difference of two window means: single steps swing.
 CHANGE = 0.1
+# Within the noise, the two are "about as often" only when they differ by at most this share of the larger (1.08 and
+# 0.92 are; 0.312 and 0.125 are not, and are said as they are).
+ABOUT_THE_SAME = 1 / 3
 
 
 def logged(history: list[dict]) -> bool:
@@ -117,6 +120,9 @@ def reading(history: list[dict]) -> str:
     if c1 == 0:
         return f"The model stopped calling the tool: {_calls(c0)} per completion at the start, none at the end."
     if not _moved(history, c0, c1):
+        if abs(c1 - c0) > ABOUT_THE_SAME * max(c0, c1):  # apart, but within the steps' swing: neither same nor trend
+            return (f"The model's tool calls per completion went from {c0:.3g} at the start to {c1:.3g} at the end, a "
+                    "change within this run's swing from step to step: no trend to read from it.")
         return f"The model calls the tool about as often at the end as at the start ({c0:.3g} and {c1:.3g} per completion)."
     word = "more" if c1 > c0 else "less"
     return f"The model calls the tool {word} at the end than at the start ({c0:.3g} → {c1:.3g} calls per completion)."

@@ -75,13 +75,20 @@ def failures_per_call(history: list[dict], span: tuple) -> float | None:
 
 
 def failed_at_end(history: list[dict]) -> float | None:
-    """Failed calls over calls over the end window of a run given tools (what `verdict.diagnosis` weighs); None for a
-    run without tools or one whose end made no call.
+    """Failed calls over the model's latest calls in a run given tools (what `verdict.diagnosis` weighs): those of the
+    end window, or -- where the end made no call, as when a model gives up a tool that failed it -- every call of the
+    run; None for a run without tools or one that never called.
 
     >>> failed_at_end([{"step": 1, CALLS: 2.0, FAILURES: 1.0}]), failed_at_end([{"step": 1, "reward": 0.5}])
     (1.0, None)
+    >>> failed_at_end([{"step": 1, CALLS: 2.0, FAILURES: 1.0}, {"step": 2, CALLS: 0.0, FAILURES: 0.0}])
+    1.0
     """
-    return failures_per_call(history, ends(history)[1]) if logged(history) else None
+    if not logged(history):
+        return None
+    at_end = failures_per_call(history, ends(history)[1])
+    steps = series(history, CALLS)[0]
+    return at_end if at_end is not None else failures_per_call(history, (steps[0], steps[-1]))
 
 
 def _moved(history: list[dict], start: float, end: float) -> bool:

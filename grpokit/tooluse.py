@@ -371,12 +371,13 @@ def _runs_as(toolset: Toolset) -> str:
     env = toolset.environment
     if not (inspect.isclass(env) and issubclass(env, PythonTool)):
         return yours
-    caged = ("the model's code, caged: each rollout's calls run in one worker process of grpokit's untrusted-work pool "
-             "(no network, no files of yours: a read-only root of Python and its libraries, a /tmp of its own; an "
-             "unprivileged user, seccomp) that keeps the names earlier calls defined and ends at the next reset; "
-             f"each call within {_arg(toolset, 'timeout_seconds')} s, {_arg(toolset, 'memory_mb')} MB more memory, "
-             f"{_arg(toolset, 'processes')} processes, {_arg(toolset, 'max_output_chars')} characters of output read; "
-             "a call past its time or killing its interpreter fails, and the next starts a fresh one")
+    caged = (f"the model's code, caged (no network, none of your files): each call within "
+             f"{_arg(toolset, 'timeout_seconds')} s, {_arg(toolset, 'memory_mb')} MB of memory, "
+             f"{_arg(toolset, 'processes')} processes, {_arg(toolset, 'max_output_chars')} output characters; "
+             "each rollout's calls run in one worker process of grpokit's untrusted-work pool (a read-only root of "
+             "Python and its libraries, a /tmp of its own; an unprivileged user, seccomp) that keeps the names earlier "
+             "calls defined and ends at the next reset; a call past its time or killing its interpreter fails, and the "
+             "next starts a fresh one")
     return caged if not toolset.functions else f"{caged}; tools.functions: {yours}"
 
 

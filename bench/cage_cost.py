@@ -31,9 +31,9 @@ from pathlib import Path
 from offline import ROOT  # noqa: E402  (before grpokit: sets the environment)
 
 from grpokit import files  # noqa: E402
+from labs.outputs import add_commit_flag, out_path  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
-OUT = ROOT / "bench" / "results" / "cage_cost.json"
 
 # One round's measurements, run in a fresh process with a checkout's root first on sys.path (argv[1]). Only what both
 # designs share is used: the rewards' and the tool's public faces.
@@ -115,9 +115,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", required=True, help="the other checkout's root (e.g. a git worktree)")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--out", help="results file (default runs/bench/cage_cost.json; labs/outputs.py)")
+    add_commit_flag(parser)
     opts = parser.parse_args(argv)
-    out, before = Path(opts.out), Path(opts.before).resolve()
+    out, before = out_path(opts, "cage_cost.json"), Path(opts.before).resolve()
     check_outputs([out])
     load = os.getloadavg()[0]
     runs: dict[str, list] = {"after": [], "before": []}

@@ -34,10 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 from grpokit import files  # noqa: E402
 from grpokit.files import reading  # noqa: E402
+from labs.outputs import add_commit_flag, out_path  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"
-RESULTS = ROOT / "bench" / "results"
 SHIPPED_STEPS = 30
 
 
@@ -104,9 +104,10 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=4, help="steps per run: the first warms up, the rest are averaged")
     parser.add_argument("--only", nargs="*", default=[], help="measure only settings whose label holds one of these")
     parser.add_argument("--where", choices=("idle", "neighbour", "both"), default="both")
-    parser.add_argument("--out", default=str(RESULTS / "cpu_speed.json"))
+    parser.add_argument("--out", help="results file (default runs/bench/cpu_speed.json; labs/outputs.py)")
+    add_commit_flag(parser)
     opts = parser.parse_args(argv)
-    out = Path(opts.out)
+    out = out_path(opts, "cpu_speed.json")
     check_outputs([out, out.with_suffix(".md")])
     cores = len(os.sched_getaffinity(0))
     rows = [dict(s) for s in settings(cores, opts.only)]

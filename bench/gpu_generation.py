@@ -43,6 +43,7 @@ ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT)]
 
 from grpokit import files  # noqa: E402
+from labs.outputs import add_commit_flag, results_dir  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 GIB = 2**30
@@ -228,7 +229,9 @@ def main(argv=None) -> int:
     ap.add_argument("--generations", type=int, default=2, help="generation batches per engine; the first is warm-up")
     ap.add_argument("--cap-gib", type=float, default=16.0)
     ap.add_argument("--budget-s", type=float, default=450, help="skip an engine that would end past this")
-    ap.add_argument("--out", help="results folder (default bench/results; a temporary one for --dry-run)")
+    ap.add_argument("--out", help="results folder (default runs/bench, bench/results with --commit-results; a temporary "
+                                  "one for --dry-run)")
+    add_commit_flag(ap)
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny shape: the path of every engine but vLLM's run")
     ap.add_argument("--wheels", action="store_true", help="print what a GPU machine without internet must carry")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one engine in this process
@@ -248,7 +251,7 @@ def main(argv=None) -> int:
     unknown = [e for e in engines if e not in ENGINES]
     if unknown:
         ap.error(f"unknown engine(s) {unknown}; choose from {', '.join(ENGINES)}")
-    out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="gpu_generation-dry-")) if a.dry_run else BENCH / "results")
+    out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="gpu_generation-dry-")) if a.dry_run else results_dir(a))
     stem = f"gpu_generation-{date.today().isoformat()}" + ("-dry-run" if a.dry_run else "")
     check_outputs(outputs(out, stem))  # before the model is built and any engine runs
     note = ("DRY RUN on CPU with a tiny shape: the path is exercised, nothing on a GPU is measured." if a.dry_run else

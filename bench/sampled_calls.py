@@ -26,9 +26,9 @@ from pathlib import Path
 from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from this checkout)
 
 from grpokit import files  # noqa: E402
+from labs.outputs import add_commit_flag, out_path  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
-OUT = ROOT / "bench" / "results" / "sampled_calls.json"
 THREE_FACTORS = ("dataset.reasoning_gym.tasks=[{name: products, config: {min_terms: 3, max_terms: 3, min_digits: 2, "
                  "max_digits: 3}}]")
 ASK = "Solve the following multiplication: 271 * 43 * 18. Give only the result as your final answer."
@@ -91,9 +91,10 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=8, help="sampled completions per prompt")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=sorted(VARIANTS))
-    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--out", help="results file (default runs/bench/sampled_calls.json; labs/outputs.py)")
+    add_commit_flag(parser)
     opts = parser.parse_args(argv)
-    out = Path(opts.out)
+    out = out_path(opts, "sampled_calls.json")
     check_outputs([out])
     results = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "when": time.strftime("%Y-%m-%d"),
                "measured": f"launch.py --eval --eval-samples {opts.samples} on {opts.prompts} held-out prompts (seeds "

@@ -1,7 +1,8 @@
 """What the test suite takes: `make test`'s own command, timed whole, with the slowest tests named.
 
-    .venv/bin/python bench/suite_time.py            # run the suite once, write results/suite_time.json
-    .venv/bin/python bench/suite_time.py --report   # print the last measurement
+    .venv/bin/python bench/suite_time.py --commit-results   # run the suite once, write bench/results/suite_time.json
+    .venv/bin/python bench/suite_time.py                    # the same into runs/bench/suite_time.json
+    .venv/bin/python bench/suite_time.py --report --commit-results   # print the committed measurement
 
 Runs `python -m pytest -q -n 2` (the command `make test` runs after its set-up) with `--durations=30`, and keeps the
 wall time, the pass line, the machine (cores, CPU), the load average before and after, and the CPU the rest of the
@@ -27,8 +28,8 @@ import time
 from offline import ROOT  # noqa: E402  (before grpokit: sets the environment)
 
 from grpokit import files  # noqa: E402
+from labs.outputs import add_commit_flag, out_path  # noqa: E402
 
-OUT = ROOT / "bench" / "results" / "suite_time.json"
 COMMAND = [sys.executable, "-m", "pytest", "-q", "-n", "2"]
 IDLE_SHARE = 0.05  # idle: other work took under 5 % of the machine's CPU while the suite ran
 
@@ -88,13 +89,16 @@ def describe(result: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--report", action="store_true", help="print the last measurement and stop")
+    parser.add_argument("--out", help="results file (default runs/bench/suite_time.json; labs/outputs.py)")
+    add_commit_flag(parser)
     opts = parser.parse_args(argv)
+    out = out_path(opts, "suite_time.json")
     if opts.report:
-        print(describe(files.read_json(OUT)))
+        print(describe(files.read_json(out)))
         return 0
     print(f"running {' '.join(COMMAND[1:])} (load average {os.getloadavg()[0]:.1f} now) ...", flush=True)
     result = measure()
-    files.write_text(OUT, json.dumps(result, indent=1) + "\n")
+    files.write_text(out, json.dumps(result, indent=1) + "\n")
     print(describe(result))
     print("slowest:", *result["slowest"][:15], sep="\n  ")
     return result["exit_code"]

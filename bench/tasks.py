@@ -1,14 +1,14 @@
 """Real tasks offline: held-out greedy pass@1 of SmolLM2-135M-Instruct before and after each reasoning-gym recipe.
 
-    nice -n 10 .venv/bin/python bench/tasks.py                  # train and score every task, 3 seeds each
-    .venv/bin/python bench/tasks.py --report-only               # the page and the figure from the results already there
+    nice -n 10 .venv/bin/python bench/tasks.py --commit-results  # train and score every task, 3 seeds each
+    .venv/bin/python bench/tasks.py --report-only --commit-results   # the page and the figure from the committed results
 
 Each recipe in TASKS (recipes/smollm2-135m/<task>.yaml, a reasoning-gym task scored by its own score_answer) goes
 through bench/real_model.py `--once` as shipped: its seeds trained for the recipe's max_steps, then the base model
 and every seed scored on the recipe's held-out problems (another range of seeds: no held-out question is a
-training question). Writes results/tasks/<task>.{json,png} (real_model.py's), results/tasks.png (every task's
-pass@1, base vs each seed) and bench/README.md's section on the tasks. Runs go to results/tasks/runs/ (not
-committed). A task whose rise is under TARGET_RISE on some seed is reported as such: that is a result too.
+training question). Writes tasks/<task>.{json,png} (real_model.py's) and tasks.png (every task's pass@1, base vs
+each seed) in runs/bench/, or with `--commit-results` in bench/results/ with bench/README.md's section on the tasks
+(labs/outputs.py's rule). Runs go to tasks/runs/ beside them (not committed). A task whose rise is under TARGET_RISE on some seed is reported as such: that is a result too.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from pathlib import Path
 
 from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from this checkout)
 from grpokit import files  # noqa: E402
+from labs.outputs import add_commit_flag, results_dir  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 TASKS = ("chain_sum", "basic_arithmetic", "leg_counting")
-RESULTS = ROOT / "bench" / "results"
-OUT = RESULTS / "tasks"
 README = ROOT / "bench" / "README.md"
 BEGIN, END = "<!-- tasks.py writes this section from results/tasks/*.json -->", "<!-- end of tasks.py's section -->"
 TARGET_RISE = 0.10  # a rise read as learning: 10 points of held-out pass@1 on every seed (the noise of ~70 prompts is ~5)
@@ -33,12 +32,13 @@ def recipe(task: str) -> Path:
     return ROOT / "recipes" / "smollm2-135m" / f"{task}.yaml"
 
 
-def run_task(task: str, seeds: list[int], how: str) -> None:
-    """real_model.py --once on one task recipe: train the seeds, score base and seeds, write its json and png."""
+def run_task(task: str, seeds: list[int], how: str, out: Path) -> None:
+    """real_model.py --once on one task recipe: train the seeds, score base and seeds, write its json and png in
+    `out`."""
     import real_model  # a bench beside this one
 
     code = real_model.main(["--recipe", str(recipe(task)), "--seeds", *map(str, seeds), "--once",
-                            "--runs", str(OUT / "runs" / task), "--out", str(OUT / f"{task}.json"), "--how", how])
+                            "--runs", str(out / "runs" / task), "--out", str(out / f"{task}.json"), "--how", how])
     if code:
         raise SystemExit(code)
 
@@ -126,16 +126,20 @@ def main(argv=None) -> int:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
     parser.add_argument("--report-only", action="store_true", help="write the page and figure from results/tasks/*.json")
     parser.add_argument("--how", default="", help="how the seeds were trained, for the results")
+    add_commit_flag(parser)
     opts = parser.parse_args(argv)
-    check_outputs([RESULTS / "tasks.png"] + [OUT / f"{t}.{ext}" for t in opts.tasks for ext in ("json", "png")])
+    home = results_dir(opts)
+    out = home / "tasks"
+    check_outputs([home / "tasks.png"] + [out / f"{t}.{ext}" for t in opts.tasks for ext in ("json", "png")])
     if not opts.report_only:
         for task in opts.tasks:
-            run_task(task, opts.seeds, opts.how)
-    results = {t: files.read_json(OUT / f"{t}.json", dict) for t in opts.tasks if (OUT / f"{t}.json").is_file()}
+            run_task(task, opts.seeds, opts.how, out)
+    results = {t: files.read_json(out / f"{t}.json", dict) for t in opts.tasks if (out / f"{t}.json").is_file()}
     if not results:
-        raise files.problem(OUT, "holds no task results", "--report-only", "train and score the tasks first")
-    plot(results, RESULTS / "tasks.png")
-    files.replace_section(README, BEGIN, END, markdown(results))
+        raise files.problem(out, "holds no task results", "--report-only", "train and score the tasks first")
+    plot(results, home / "tasks.png")
+    if opts.commit_results:  # the page quotes the committed results only
+        files.replace_section(README, BEGIN, END, markdown(results))
     for task, r in results.items():
         print(f"{task}: pass@1 {r['base']['pass@1']:.3f} -> " + ", ".join(f"{s['after']['pass@1']:.3f}" for s in r["seeds"])
               + f" ({verdict(r)})")

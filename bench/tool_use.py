@@ -1,14 +1,15 @@
 """Tool use, offline: does GRPO teach SmolLM2-135M-Instruct to call a calculator? Held-out greedy pass@1 and tool calls.
 
-    nice -n 10 .venv/bin/python bench/tool_use.py                # train and score 3 seeds (recipes/smollm2-135m/calculator.yaml)
-    .venv/bin/python bench/tool_use.py --report-only             # the page from results/tool_use.json
-    nice -n 10 .venv/bin/python bench/tool_use.py --recipe python_tool   # the same for recipes/smollm2-135m/python_tool.yaml
+    nice -n 10 .venv/bin/python bench/tool_use.py --commit-results   # train and score 3 seeds (recipes/smollm2-135m/calculator.yaml)
+    .venv/bin/python bench/tool_use.py --report-only --commit-results   # the page from bench/results/tool_use.json
+    nice -n 10 .venv/bin/python bench/tool_use.py --recipe python_tool   # the same for python_tool.yaml, into runs/bench/
 
 The recipe as shipped goes through bench/real_model.py `--once`: each seed trained for its max_steps, then the base
 model and every seed scored by `--eval`, which runs the held-out prompts through TRL's own multi-turn loop (greedy):
 pass@1 (the task's own scorer on the model's last turn, at full credit), tool calls per completion and failed calls
-per call. Writes results/tool_use.{json,png} (real_model.py's: per-step training reward of each seed) and
-bench/README.md's section on tool use. Runs go to results/tool_use_runs/ (not committed).
+per call. Writes tool_use.{json,png} (real_model.py's: per-step training reward of each seed) in runs/bench/, or with
+`--commit-results` in bench/results/ with bench/README.md's section on tool use (labs/outputs.py's rule). Runs go to
+tool_use_runs/ beside them (not committed).
 
 Seeds trained in other sessions (their runs gone) stay in results/tool_use.json when more are scored with
 `real_model.py --recipe recipes/smollm2-135m/calculator.yaml --once --report-only --keep --seeds N ...`, which
@@ -30,10 +31,10 @@ import yaml
 from offline import ROOT  # noqa: E402  (before grpokit: no hub, grpokit from this checkout)
 import tasks  # noqa: E402  (the rule a rise is read by: the tasks page's)
 from grpokit import files  # noqa: E402
+from labs.outputs import COMMITTED, add_commit_flag, results_dir  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "smollm2-135m" / "calculator.yaml"
-OUT = ROOT / "bench" / "results" / "tool_use.json"
 README = ROOT / "bench" / "README.md"
 BEGIN, END = "<!-- tool_use.py writes this section from results/tool_use.json -->", "<!-- end of tool_use.py's section -->"
 # Other tool recipes: results/<recipe's stem>.json and a section of their own.
@@ -52,11 +53,12 @@ DESCRIBED = {"calculator": ("products and sums", "the calculator's"),
 STARTS = {"multi_call": "warm start"}
 
 
-def places(name: str | None) -> tuple[Path, Path, str, str]:
-    """(recipe, results file, the README section's markers) of the calculator (None) or another tool recipe."""
+def places(name: str | None, home: Path = COMMITTED) -> tuple[Path, Path, str, str]:
+    """(recipe, results file in `home`, the README section's markers) of the calculator (None) or another tool
+    recipe."""
     if name is None:
-        return RECIPE, OUT, BEGIN, END
-    out = OUT.parent / f"{name}.json"
+        return RECIPE, home / "tool_use.json", BEGIN, END
+    out = home / f"{name}.json"
     return (OTHERS[name], out, f"<!-- tool_use.py writes this section from results/{out.name} -->",
             f"<!-- end of tool_use.py's section on {name} -->")
 
@@ -144,8 +146,9 @@ def main(argv=None) -> int:
     parser.add_argument("--recipe", choices=sorted(OTHERS), default=None,
                         help="another tool recipe than the calculator (its own results file and section)")
     parser.add_argument("--threads", default=None, help="torch threads of each training and scoring process")
+    add_commit_flag(parser)
     opts = parser.parse_args(argv)
-    recipe, out, begin, end = places(opts.recipe)
+    recipe, out, begin, end = places(opts.recipe, results_dir(opts))
     check_outputs([out, out.with_suffix(".png")])
     if not opts.report_only:
         import real_model  # bench/ is on sys.path since the module's start (for tasks)
@@ -156,7 +159,8 @@ def main(argv=None) -> int:
         if code:
             return code
     text = section(recipe, out)
-    files.replace_section(README, begin, end, text)
+    if opts.commit_results:  # the page quotes the committed results only
+        files.replace_section(README, begin, end, text)
     print(text)
     return 0
 

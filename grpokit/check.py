@@ -2,9 +2,19 @@
 rewards, tools and their limits), then what the recipe computes in GRPO's terms, its memory plan and the lint; with
 `--full`, the resolved recipe (every value, defaults included) and the first formatted rows as they are. Loads no
 weights, trains nothing.
+
+The default view fits a screen: no line wider than WIDTH characters, at most 60 lines for a one-turn recipe and 80
+with tools (tests/test_recipes.py holds every shipped recipe to it). An explanation longer than a line is cut at a
+clause and ends in CUT (`--full` prints every line whole); a lint warning or a note, which asks the user to act, is
+wrapped, never cut.
 """
 
 from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import textwrap
 
 from grpokit import cpu, tasks, tooluse
 from grpokit.build import longest_prompt, planned_passes, prepare
@@ -19,13 +29,86 @@ from rewards.tasks import audit
 
 # torch is imported inside the functions that ask it about the GPU: --check's other work needs none.
 
+WIDTH = 160  # the default view's widest line: a screen's width, so the report reads without scrolling sideways
+CUT = " [...]"  # ends a line the default view cut; `--check --full` prints it whole
+BOUNDARIES = ("; ", ": ", " (", ", ", " -- ")  # where a cut may fall, so what is kept ends at a clause
+
+
+def fit(line: str, width: int = WIDTH) -> str:
+    """`line` as the default view prints it: whole when it fits `width`, else cut at the last clause boundary that
+    leaves room for CUT (at a space where no boundary falls in the line's second half) and ended by CUT.
+
+    >>> fit("short stays whole")
+    'short stays whole'
+    >>> fit("first clause; a second one that does not fit", width=30)
+    'first clause [...]'
+    """
+    if len(line) <= width:
+        return line
+    room = width - len(CUT)
+    cut = max(line.rfind(mark, 0, room) for mark in BOUNDARIES)
+    if cut < room // 2:
+        cut = line.rfind(" ", 0, room)
+    return line[:cut if cut > 0 else room].rstrip(" ,;:") + CUT
+
+
+_MARK = "\x00"  # a line of its own opening (with a way: "wrap", "whole") or closing (alone) a `_kept` block
+
+
+@contextlib.contextmanager
+def _kept(way: str):
+    """Lines printed in the block are not cut to the screen's width: "wrap" wraps them at WIDTH, "whole" leaves them
+    as they are (a section whose owner keeps it within the width)."""
+    print(_MARK + way)
+    try:
+        yield
+    finally:
+        print(_MARK)
+
+
+def _on_screen(text: str, full: bool) -> str:
+    """`text` as printed: `_kept` blocks' lines as their way says, every other line through `fit` (all whole when
+    `full`)."""
+    shown, way = [], "fit"
+    for line in text.split("\n"):
+        if line.startswith(_MARK):
+            way = line[1:] or "fit"
+        elif full or way == "whole":
+            shown.append(line)
+        elif way == "wrap":
+            indent = " " * (len(line) - len(line.lstrip()))
+            shown += textwrap.wrap(line, WIDTH, subsequent_indent=indent + "  ", break_long_words=False,
+                                   break_on_hyphens=False) or [line]
+        else:
+            shown.append(fit(line))
+    return "\n".join(shown)
+
+
+@contextlib.contextmanager
+def _screen(full: bool):
+    """Print what the block prints as `_on_screen` shows it; what was printed before an error is printed too, then
+    the error goes on."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            yield
+    finally:
+        sys.stdout.write(_on_screen(printed.getvalue(), full))
+        sys.stdout.flush()
+
 
 def check(recipe: Recipe, gpu_memory_gb: float | None = None, full: bool = False) -> int:
     """Print --check's report for a validated recipe; returns the exit code (0). Problems raise `RecipeError`.
 
     The one place that orders the report's sections: a section of its own goes in here, where a reader looks for it
-    (the decisions, the data, the tools, the objective, the plan, the lint). `full`: the resolved recipe and the
-    first rows whole (`--check --full`)."""
+    (the decisions, the data, the tools, the objective, the plan, the lint). `full`: the resolved recipe, the
+    first rows and every line whole (`--check --full`); else each line fits a screen's width (`fit`)."""
+    with _screen(full):
+        return _report(recipe, gpu_memory_gb, full)
+
+
+def _report(recipe: Recipe, gpu_memory_gb: float, full: bool) -> int:
+    """--check's sections, in order (see `check`)."""
     prep = prepare(recipe, log=lambda _line: None)  # quiet: what it dropped and why is printed below, from the dataset
     _decisions(recipe, prep, full)
     prompt_length, prompt_how = _formatted_rows(prep, recipe, full)
@@ -57,13 +140,15 @@ def check(recipe: Recipe, gpu_memory_gb: float | None = None, full: bool = False
         if templates.thinks(reader, prep.args.chat_template_kwargs):
             facts["thinking_template"] = templates.shown(recipe.model)
     facts["task_audit"] = _task_audit(prep, recipe)
-    _memory_plan(prep, recipe, prompt_length, prompt_how, gpu_memory_gb, facts, full)
+    with _kept("whole"):  # the plan's renderer keeps its lines within the width
+        _memory_plan(prep, recipe, prompt_length, prompt_how, gpu_memory_gb, facts, full)
     warnings = lint.lint(recipe, prep.args, answer_lengths=lint.answer_lengths(prep), **facts)
-    if warnings:
-        print("\n# lint: knobs that cannot act or work against each other (grpokit/config/lint.py)")
-        print("\n".join(w.format() for w in warnings))
-    for note in prep.notes:
-        print(f"\nnote: {note}")
+    with _kept("wrap"):
+        if warnings:
+            print("\n# lint: knobs that cannot act or work against each other (grpokit/config/lint.py)")
+            print("\n".join(w.format() for w in warnings))
+        for note in prep.notes:
+            print(f"\nnote: {note}")
     print("\ncheck passed: no weights loaded, nothing trained.")
     return 0
 
@@ -77,7 +162,7 @@ def _decisions(recipe: Recipe, prep, full: bool) -> None:
         print("\n# resolved recipe: every value, defaults included (what a run saves as recipe.yaml)")
         print(dump(recipe.as_dict()).rstrip())
     else:
-        print("  (every resolved value, defaults included, and the first rows whole: --check --full)")
+        print("  (every resolved value, defaults included, the first rows and each line cut [...] whole: --check --full)")
 
 
 def decision_rows(recipe: Recipe, args) -> list[tuple[str, str]]:

@@ -196,18 +196,14 @@ def quiet_known_noise() -> None:
     start that an optional hub kernel is missing, and where it fetches its CPU kernel through the `kernels` package
     (a CPU with AVX512-BF16) offline (every --check, every run without a hub), `kernels` says it skips the kernel's
     publisher trust check: bitsandbytes asks at import, whatever `model.quantization` says, so the line speaks of
-    nothing the recipe does. TRL 1.16 warns that `environment_factory` is experimental at every
-    tool run, naming the file and line of grpokit's GRPOTrainer call as its source: it speaks to that call's author,
-    who pins TRL and checks what grpokit relies on in `grpokit.trl_compat`, not to a recipe's user, who can do nothing
-    about it (docs/tools.md says the API is TRL's experimental one). transformers says once a run that it sets
+    nothing the recipe does. (TRL's "environment_factory is experimental" warning is silenced where grpokit builds its
+    trainer, grpokit.generation, so a test sees what a user sees.) transformers says once a run that it sets
     `use_cache=False` for a training forward under gradient checkpointing (TRL's default, and every memory plan's): a
     forward whose activations are recomputed keeps no cache, by design; generation, without gradients, keeps its own.
     """
     warnings.filterwarnings("ignore", message=r"`(is_gradient_checkpointing|gradient_checkpointing_\w+)` is deprecated",
                             category=FutureWarning)
     warnings.filterwarnings("ignore", message=r"'pin_memory' argument is set as true but no accelerator", category=UserWarning)
-    warnings.filterwarnings("ignore", message=r"You are using 'environment_factory', which is an experimental feature",
-                            category=UserWarning)
     logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     logging.getLogger("kernels._internals.hf_hub").addFilter(_not_trust_check_skipped)
     logging.getLogger("transformers.utils.generic").addFilter(_not_cache_off_for_checkpointing)

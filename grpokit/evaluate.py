@@ -191,6 +191,9 @@ def summary(result: dict) -> str:
     if s:
         k = s["k"]
         line += f"; pass@{k} {s[f'pass@{k}']:.3f}, mean@{k} {s[f'mean@{k}']:.3f} (temperature {s['temperature']})"
+        if s[f"pass@{k}"] < g["pass@1"]:  # not a fault: sampling can miss what the most likely tokens solve
+            line += (f" -- pass@{k} under greedy pass@1: at temperature {s['temperature']} each token is drawn at random, "
+                     f"so {k} samples can all miss a problem greedy decoding's most likely tokens solve")
         if s.get("tools"):
             share = s["tools"]["calls_distribution"]
             line += f"; sampled rollouts with 0/1/2/3+ calls {share['0']:.2f}/{share['1']:.2f}/{share['2']:.2f}/{share['3+']:.2f}"

@@ -246,7 +246,8 @@ class PrefixReuseMixin:
 
     def __init__(self, *args, reuse_prefix: bool = True, **kwargs):
         self.own_pass_check = getattr(self, "own_pass_check", None) or ownpasses.FirstStepCheck()
-        super().__init__(*args, **kwargs)
+        with trl_compat.environment_factory_unwarned():  # wherever grpokit builds it: a run, --eval, a test
+            super().__init__(*args, **kwargs)
         self._reuse_prefix_cache = reuse_prefix  # sampling.reuse_prefix: false keeps no states (the cut stays)
         problems = trl_compat.generation_internals_problems()
         if problems:  # TRL's generation is not the one this stands in for: let TRL's run

@@ -134,13 +134,13 @@ def not_cached(kind: str, repo_id: str) -> str:
     """What to do about a hub model or dataset this offline process cannot find in the cache, in one sentence.
 
     >>> print(not_cached("dataset", "openai/gsm8k"))  # doctest: +ELLIPSIS
-    dataset 'openai/gsm8k' is not in the local cache and ...: ... `hf download openai/gsm8k --repo-type dataset` ...
+    dataset 'openai/gsm8k' is not in the local cache: fetch it once where the hub is reachable with `hf download openai/gsm8k --repo-type dataset` (...
     """
     reason = os.environ.get(OFFLINE_REASON) or "HF_HUB_OFFLINE=1 is set"
     flag = " --repo-type dataset" if kind == "dataset" else ""
-    return (f"{kind} {repo_id!r} is not in the local cache and {reason}, so nothing is downloaded: fetch it once where "
-            f"the hub is reachable with `hf download {repo_id}{flag}` (runs then read the cache; with HF_HUB_OFFLINE=1 "
-            "they never wait on the network)")
+    return (f"{kind} {repo_id!r} is not in the local cache: fetch it once where the hub is reachable with "
+            f"`hf download {repo_id}{flag}` ({reason}, so nothing is downloaded; runs then read the cache, and with "
+            "HF_HUB_OFFLINE=1 never wait on the network)")
 
 
 def describe_error(err: BaseException) -> str:

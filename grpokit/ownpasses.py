@@ -57,13 +57,15 @@ def verdict(config) -> Verdict:
         return Verdict(False, "not a transformers model config")
     if not trl_compat.plain_dynamic_cache(config):
         kinds = sorted({layer for layer in getattr(config.get_text_config(decoder=True), "layer_types", None) or []})
-        return Verdict(False, f"its cache is not plain keys and values per token in every layer (layer kinds: "
-                       f"{', '.join(kinds) or 'not plain'}), which grpokit's passes slice and join")
+        return Verdict(False, f"layer kinds {', '.join(kinds) or 'not plain'}: its cache is not plain keys and values "
+                       "per token in every layer, which grpokit's passes slice and join")
     if model_type not in PROVEN:
         return Verdict(False, f"no test compares them with TRL's method on model_type {model_type} (proven on: "
                        f"{', '.join(sorted(PROVEN))})")
-    return Verdict(True, f"proven equal to TRL's method on a tiny {PROVEN[model_type]} instance "
-                   "(tests/test_ownpasses.py)")
+    # named by the architecture the model shares with the test's instance: SmolLM2 is model_type llama, so the
+    # proof on the tiny Llama 3.2 covers it
+    return Verdict(True, f"proven equal to TRL's method on its architecture (model_type {model_type}), on a tiny "
+                   f"{PROVEN[model_type]} (tests/test_ownpasses.py)")
 
 
 def verdict_for(name_or_path: str) -> Verdict:
@@ -92,12 +94,13 @@ def explain(args, sampling: dict, model: dict) -> str:
     if not found.known:
         return f"decided when the run reads the model's config ({found.why}): {', '.join(sorted(PROVEN))} run grpokit's"
     if not found.runs:
-        return f"TRL's own loss pass and generation: {found.why}"
-    where = "the loss pass" if args.use_vllm else "the loss pass and generation (a tool round from kept keys and values)"
+        return f"TRL's own passes: {found.why}"
+    where = "the loss pass" if args.use_vllm else "the loss pass and generation"
     bounds = ", ".join(f"{v:g} in {k}" for k, v in TOLERANCE.items())
-    return (f"grpokit's in {where}: each prompt computed once for its copies, {found.why}; on the first step each is "
-            f"compared with TRL's method on its first micro-batch (mean |Δ log-prob| within {bounds}, else TRL's "
-            "method for the rest of the run), at the cost of one more no-grad pass, once (bench/README.md)")
+    tools = "" if args.use_vllm else ", a tool round from kept keys and values"
+    return (f"grpokit's in {where}, {found.why}; each prompt computed once for its copies{tools}; on the first step "
+            f"each is compared with TRL's method on its first micro-batch (mean |Δ log-prob| within {bounds}, else "
+            "TRL's method for the rest of the run), at the cost of one more no-grad pass, once (bench/README.md)")
 
 
 def compute_dtype(trainer, model) -> str:

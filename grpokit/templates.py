@@ -133,8 +133,8 @@ def explain(tokenizer, model: dict, kwargs: dict | None = None) -> list[str]:
     keeps, variant = training_variant(tokenizer)
     lines = [f"  template      {shown(model)}; TRL parses its tool calls: {'yes' if parsed else 'no'}; "
              + ("prefix-preserving (an earlier turn renders the same whatever follows), as TRL's tool loop needs"
-                if keeps else f"not prefix-preserving (an earlier turn renders otherwise once a tool's result follows): "
-                f"TRL's tool loop renders with its training template {variant} instead")]
+                if keeps else f"not prefix-preserving: TRL's tool loop renders with {variant} (its training template: "
+                "an earlier turn renders otherwise once a tool's result follows)")]
     if thinks(tokenizer, kwargs):
         lines.append("  thinking      the model writes a thinking block before each answer or call (in every turn): "
                      "its tokens count in max_completion_length")

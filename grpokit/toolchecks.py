@@ -154,11 +154,10 @@ def what_the_model_reads(function) -> str:
     if origin is float:
         return "returns a float: the model reads str(value), e.g. 0.1 + 0.2 as 0.30000000000000004"
     if origin is dict or (inspect.isclass(origin) and issubclass(origin, typing.Mapping)):
-        return ("returns a dict: the model reads its Python repr, {'key': 'value'} (single quotes: not JSON; return "
-                "json.dumps(...) for JSON)")
+        return "returns a dict: the model reads its Python repr, not JSON (return json.dumps(...))"
     if origin is list:
-        return ("returns a list: TRL passes it on as content blocks ([{'type': 'text', 'text': ...}] or images), not as "
-                "text; a list of anything else breaks the chat template: return a str")
+        return ("returns a list: TRL passes it on as content blocks, not text; a list of anything but text or image "
+                "blocks ([{'type': 'text', 'text': ...}]) breaks the chat template: return a str")
     return f"returns {getattr(returned, '__name__', returned)}: the model reads str(value)"
 
 

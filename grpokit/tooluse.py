@@ -344,12 +344,11 @@ def explain(toolset: Toolset, recipe, args, tokenizer=None) -> list[str]:
               "model reads it as the result; a failed call in the report) and the run goes on",
               "  runs as       " + _runs_as(toolset)]
     template = recipe.model.get("chat_template") or "the model's own"
-    lines += [f"  turns         the model writes; each tool call in its text is parsed ({template} chat template's "
-              "parser), run, and its result appended as a `tool` message; the model writes on: " + rounds,
-              "  generation    " + ("where grpokit's own passes run (the table's `own passes` row says whether, for "
-                                   "this model), a turn after a tool's result starts from the keys and values the turn "
-                                   "before computed (not the whole exchange again), each prompt is computed once for "
-                                   "its copies, in generation and in the loss pass (sampling.reuse_prefix)"
+    lines += [f"  turns         {rounds}: the model writes; each tool call in its text is parsed ({template} chat "
+              "template's parser), run, and its result appended as a `tool` message; the model writes on",
+              "  generation    " + ("a turn after a tool's result starts from the keys and values the turn before "
+                                   "computed, each prompt computed once for its copies, where grpokit's own passes run "
+                                   "(the table's `own passes` row says whether, for this model; sampling.reuse_prefix)"
                                    if recipe.sampling.get("reuse_prefix", True) else
                                    "every turn computes the whole exchange again (sampling.reuse_prefix: false)")
               + "; a turn decodes no further than the completion's room (grpokit/generation.py)",
@@ -366,18 +365,19 @@ def explain(toolset: Toolset, recipe, args, tokenizer=None) -> list[str]:
 
 
 def _runs_as(toolset: Toolset) -> str:
-    yours = ("you: your environment and tools run inside the training process, with your permissions (your files, the "
-             "network, the process's memory), not in a sandbox; the model picks every argument, and a policy under RL "
-             "tries whatever raises its reward: give a tool only what the task needs")
+    yours = ("you, not in a sandbox: your environment and tools run inside the training process with your permissions "
+             "(your files, the network, the process's memory); give a tool only what the task needs: the model picks "
+             "every argument, and a policy under RL tries whatever raises its reward")
     env = toolset.environment
     if not (inspect.isclass(env) and issubclass(env, PythonTool)):
         return yours
-    caged = ("the model's code, caged: each rollout's calls run in one worker process of grpokit's untrusted-work pool "
-             "(no network, no files of yours: a read-only root of Python and its libraries, a /tmp of its own; an "
-             "unprivileged user, seccomp) that keeps the names earlier calls defined and ends at the next reset; "
-             f"each call within {_arg(toolset, 'timeout_seconds')} s, {_arg(toolset, 'memory_mb')} MB more memory, "
-             f"{_arg(toolset, 'processes')} processes, {_arg(toolset, 'max_output_chars')} characters of output read; "
-             "a call past its time or killing its interpreter fails, and the next starts a fresh one")
+    caged = (f"the model's code, caged (no network, none of your files): each call within "
+             f"{_arg(toolset, 'timeout_seconds')} s, {_arg(toolset, 'memory_mb')} MB of memory, "
+             f"{_arg(toolset, 'processes')} processes, {_arg(toolset, 'max_output_chars')} output characters; "
+             "each rollout's calls run in one worker process of grpokit's untrusted-work pool (a read-only root of "
+             "Python and its libraries, a /tmp of its own; an unprivileged user, seccomp) that keeps the names earlier "
+             "calls defined and ends at the next reset; a call past its time or killing its interpreter fails, and the "
+             "next starts a fresh one")
     return caged if not toolset.functions else f"{caged}; tools.functions: {yours}"
 
 

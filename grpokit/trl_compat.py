@@ -13,7 +13,9 @@ Importing this module imports neither torch nor TRL (the memory planner reads `L
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import warnings
 
 TRL_VERSION = "1.16.0"
 
@@ -312,6 +314,20 @@ def _tile_problems() -> list[str]:
         if found != expected:
             problems.append(f"{module_name}.{name} is {found}, the memory plan assumes {expected} (trl_compat.LOGPROB_TILE)")
     return problems
+
+
+# TRL's UserWarning at every GRPOTrainer built with an environment: it speaks to the author of that call (grpokit, which
+# pins TRL and checks what it relies on here), not to a recipe's user, who can do nothing about it.
+EXPERIMENTAL_ENVIRONMENT = r"You are using 'environment_factory', which is an experimental feature"
+
+
+@contextlib.contextmanager
+def environment_factory_unwarned():
+    """Build a GRPOTrainer inside this block and TRL's "environment_factory is experimental" warning is not shown
+    (every other warning is)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=EXPERIMENTAL_ENVIRONMENT, category=UserWarning)
+        yield
 
 
 def fused_head_function():

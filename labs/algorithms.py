@@ -1,9 +1,9 @@
 """The chapter's claims on a real model: GRPO, Dr. GRPO, DAPO and GRPO with a KL term, on SmolLM2-135M-Instruct.
 
-    nice .venv/bin/python labs/algorithms.py                 # 4 recipes x 3 seeds, 2 runs at a time; resumes
-    nice .venv/bin/python labs/algorithms.py --task chain_sum   # the same lab on reasoning-gym's chain_sum
-    .venv/bin/python labs/algorithms.py --report-only        # figures and page from the runs there are
-    .venv/bin/python labs/algorithms.py --algorithms grpo dapo --seeds 0 --set trainer.max_steps=4   # a quick look
+    nice .venv/bin/python labs/algorithms.py --commit-results   # 4 recipes x 3 seeds, 2 at a time, into bench/results/lab
+    nice .venv/bin/python labs/algorithms.py --task chain_sum --commit-results   # the same lab on reasoning-gym's chain_sum
+    .venv/bin/python labs/algorithms.py --report-only --commit-results   # figures and page from the runs there are
+    .venv/bin/python labs/algorithms.py --algorithms grpo dapo --seeds 0 --set trainer.max_steps=4   # a look: runs/bench/lab
 
 Every run is a plain grpokit run of one of the lab's four recipes (recipes/smollm2-135m/lab/*.yaml for additions,
 recipes/smollm2-135m/lab/<task>/*.yaml for a reasoning-gym task: `--task`) with `trainer.seed=<seed>`, started
@@ -21,7 +21,8 @@ zero-spread groups, KL (runs with beta > 0), training accuracy; steps to an accu
 
 Writes `<out>/lab.json` (every figure and how it was measured), `<out>/table.md`, one PNG per claim and
 `<out>/README.md`, the lab's page: per claim, whether it held here, by how much, and how sure (the spread
-over seeds). `<out>` is bench/results/lab by default (bench/results/lab-<task> with `--task`); the runs go to `<out>/runs` and the measures to `<out>/measures`,
+over seeds). `<out>` is runs/bench/lab by default (runs/bench/lab-<task> with `--task`), the committed bench/results/lab
+(-<task>) with `--commit-results` (labs/outputs.py's rule); the runs go to `<out>/runs` and the measures to `<out>/measures`,
 neither committed: a fresh checkout has neither, so it trains and measures every run again, and the measures always
 belong to the runs beside them (lab.json holds every figure the page shows).
 """
@@ -47,6 +48,7 @@ from grpokit import files  # noqa: E402
 from grpokit.errors import RecipeError  # noqa: E402
 from labs.claims import (  # noqa: E402
     CLAIMS, WINDOW, claims_for, curve_summary, plot_claim, sentence, summarize_run, table, verdict)
+from labs.outputs import add_commit_flag, results_dir  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 RECIPES = ROOT / "recipes" / "smollm2-135m" / "lab"
@@ -59,7 +61,7 @@ class Lab:
 
     task: str
     recipes: Path  # the folder of the four recipes (FILES)
-    out: Path
+    folder: str  # its results' folder in labs/outputs.py's results folder (bench/results/<folder> when committed)
     subject: str = ""  # the page's title says the lab is on this (the additions lab's title names no task)
     reward: str = "accuracy"  # the reward whose training mean is the accuracy the steps-to-threshold claim reads
     threshold: float = 0.75  # that claim's threshold, set before any run (never from the runs it judges)
@@ -71,17 +73,16 @@ class Lab:
 
 
 LABS = {
-    "additions": Lab("additions", RECIPES, ROOT / "bench" / "results" / "lab"),
+    "additions": Lab("additions", RECIPES, "lab"),
     # reasoning-gym's chain_sum (two one-digit numbers), where the model may talk its way to the sum: before any lab
     # run, the base model's sampled groups on 16 training prompts x 8 were 0.25 right, 75 % mixed, 36 of 64 tokens
     # long on average (25 % cut at the cap): room for length to move, groups to learn from. The recipe has the rest.
-    "chain_sum": Lab("chain_sum", RECIPES / "chain_sum", ROOT / "bench" / "results" / "lab-chain_sum",
+    "chain_sum": Lab("chain_sum", RECIPES / "chain_sum", "lab-chain_sum",
                      subject="reasoning-gym's chain_sum", reward="task_score", threshold=0.5,
                      why_threshold="set before any run at twice the base model's sampled training accuracy (0.25 on "
                                    "16 training prompts x 8)"),
 }
 ALGORITHMS = LABS["additions"].algorithms
-OUT = LABS["additions"].out
 SEEDS = (0, 1, 2)
 STEP = re.compile(r"step (\d+)/(\d+)")
 REMEASURE = "remove it, and the lab measures the run again"
@@ -419,14 +420,15 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a recipe override for every run (e.g. trainer.max_steps=4)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="results folder (default bench/results/lab, or bench/results/lab-<task>)")
+                        help="results folder (default runs/bench/lab, or runs/bench/lab-<task>; labs/outputs.py)")
+    add_commit_flag(parser)
     parser.add_argument("--report-only", action="store_true", help="write the figures from the runs there are")
     parser.add_argument("--measure-kl", type=Path, metavar="RUN", help=argparse.SUPPRESS)  # one job's KL, in its own process
     opts = parser.parse_args(argv)
     if opts.parallel < 1:
         parser.error("--parallel must be at least 1")
     setup = LABS[opts.task]
-    out = (opts.out or setup.out).resolve()
+    out = (opts.out or results_dir(opts) / setup.folder).resolve()
     if opts.measure_kl:
         job = Job(opts.algorithms[0], int(opts.measure_kl.name.split("-")[-1]), setup)
         print(f"wrote {measure_kl(opts.measure_kl, job, out, opts.set)}")

@@ -1,6 +1,6 @@
 """The seed lab: GRPO's two new pieces on synthetic data with a known answer.
 
-    python labs/grpo_pieces.py                 # writes artifacts/lab/kl_estimators.csv and .png
+    python labs/grpo_pieces.py                 # writes runs/bench/grpo_pieces/kl_estimators.csv and .png
     python labs/grpo_pieces.py --out /tmp/lab
 
 1. The group-relative advantage (eq. 8.1), A_i = (r_i - mean(r)) / std(r), next to the Dr. GRPO variant
@@ -28,6 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere: grpokit is the repo's
 
 from grpokit import files  # noqa: E402
+from labs.outputs import SCRATCH  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 
 P_THETA = (0.4, 0.3, 0.2, 0.1)  # p = pi_theta: the policy we sample from
@@ -223,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     """Print the advantage demo and the KL table; write kl_estimators.csv and kl_estimators.png (0), or refuse to
     replace a file there grpokit did not write, writing neither (2)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("artifacts/lab"), help="output folder (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=SCRATCH / "grpo_pieces",
+                        help="output folder (default runs/bench/grpo_pieces; labs/outputs.py)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the KL sampling (default: %(default)s)")
     args = parser.parse_args(argv)
     paths = {"csv": args.out / "kl_estimators.csv", "png": args.out / "kl_estimators.png"}

@@ -187,3 +187,14 @@ def test_a_lora_run_is_scored_with_the_adapter_merged(tmp_path, tiny_model_dir):
         assert torch.equal(merged.eval().generate(ids, **kwargs), apart.eval().generate(ids, **kwargs))
         plain = base().eval().generate(ids, **kwargs)
     assert not torch.equal(plain, merged.generate(ids, **kwargs))  # the adapter does change the model
+
+
+# Rule: where K sampled completions of a prompt pass less often than its greedy one (pass@K under greedy pass@1), the
+# line says why, so the two figures side by side do not read as a fault; where pass@K is not under, nothing is added.
+@pytest.mark.parametrize("sampled_pass,explained", [(0.4, True), (0.6, False), (0.8, False)])
+def test_sampled_pass_at_k_under_greedy_pass_at_1_is_explained(sampled_pass, explained):
+    result = {"greedy": {"pass@1": 0.6, "passed": 3}, "prompts": 5, "pass_reward": "accuracy",
+              "sampled": {"k": 2, "pass@2": sampled_pass, "mean@2": 0.3, "temperature": 0.7}}
+    line = evaluate.summary(result)
+    assert f"pass@2 {sampled_pass:.3f}" in line
+    assert ("pass@2 under greedy pass@1: at temperature 0.7 each token is drawn at random" in line) is explained

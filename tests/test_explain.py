@@ -132,3 +132,13 @@ def test_product_text_names_what_a_user_can_look_up(tmp_path):
         assert re.search(rf"\*\*[^*]+\({re.escape(label)}\)\*\*", section), f"docs/grpo.md does not define {label}"
     assert "DeepSeekMath" in text and "DAPO" in text and "Dr. GRPO" in text
     assert "eq. 8.1, 8.2 and 8.3" in section  # the page says these labels are its own
+
+
+def test_check_docstring_examples_run():
+    """grpokit.check's examples: the decisions' labels, and a line cut to the screen's width at a clause."""
+    import doctest
+
+    from grpokit import check
+
+    result = doctest.testmod(check)
+    assert result.attempted and not result.failed

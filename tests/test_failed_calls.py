@@ -72,3 +72,33 @@ def test_each_way_calls_failed_is_one_line_with_its_steps(tmp_path):
     assert [r["step"] for r in read_record(tmp_path)["failed_calls"]] == [1, 2, 4]
     (tmp_path / "report_record.json").write_text(json.dumps({"failed_calls": [{"step": "x"}, 3]}))
     assert read_record(tmp_path)["failed_calls"] == []  # what is not a failed call is not read as one
+
+
+# Rule: a way calls failed is shown once it happened, though a step keeps only PER_STEP ways: a step keeps the ways no
+# earlier step kept first, so a kind the tool table counts (calls with arguments the tool does not take) is not hidden
+# behind the same first ways at every step.
+def test_every_way_calls_failed_is_kept_though_each_step_keeps_few():
+    from types import SimpleNamespace
+
+    from grpokit.reporting import failed_calls as fc
+
+    def turn(name, arguments, read):
+        return [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function":
+                                                                      {"name": name, "arguments": arguments}}]},
+                {"role": "tool", "name": name, "content": read}]
+
+    batch = [turn("divide", {"a": 1}, "{'error': 'Tool divide not found.'}"),
+             turn("sqrt", {"x": 4}, "{'error': 'Tool sqrt not found.'}"),
+             turn("add", {"a": 1, "c": 2}, "{'error': \"add(a, b): takes no argument 'c'; missing 'b'\"}")]
+    class Trainer:  # what the callback reads: TRL's kept batch; and where it is added
+        _logs = {"completion": batch}
+
+        def add_callback(self, callback):
+            pass
+
+    trainer = Trainer()
+    kept = fc.keep_failed_calls(trainer)
+    for step in (1, 2):
+        kept.on_log(None, SimpleNamespace(global_step=step), None, logs={fc.FAILURES: 1.0})
+    assert {row["tool"] for row in kept.rows} == {"divide", "sqrt", "add"}
+    assert "takes no argument 'c'" in "\n".join(fc.failed_calls_section(kept.rows))

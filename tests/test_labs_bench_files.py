@@ -318,12 +318,13 @@ def test_pack_deps_refuses_a_users_folder_and_a_link_with_one_line(tmp_path, cap
     assert list((tmp_path / "empty").iterdir()) == []
 
 
-def test_refusals_docstring_example_runs():
+@pytest.mark.parametrize("name", ["refusals", "outputs"])
+def test_labs_docstring_examples_run(name):
     import doctest
+    import importlib
 
-    from labs import refusals
-
-    assert doctest.testmod(refusals).failed == 0
+    result = doctest.testmod(importlib.import_module(f"labs.{name}"))
+    assert result.attempted and not result.failed
 
 
 # --- bench/gpu_memory.py's results writer (write, for --out): a link there is not followed, a user's file not replaced.
@@ -399,3 +400,76 @@ def test_a_bench_or_lab_stopped_by_a_signal_says_so_in_one_line_with_the_shells_
     assert main() == 143
     err = capsys.readouterr().err
     assert err.strip().splitlines() == ["test_labs_bench_files.py: stopped by SIGTERM, at once"]
+
+
+# -- where results go by default (labs/outputs.py) ---------------------------------------------------------------
+# Rule: a lab or bench script run with its defaults writes nothing git tracks (it writes under runs/, gitignored), so a
+# try never replaces the committed reference results; those change only with --commit-results. Each case stops at the
+# first file the script is about to write or declares it will write (the file door's own calls), so nothing is written
+# and nothing costly runs; the paths it named are then asked of git.
+
+
+class _Declared(Exception):
+    """Raised by the door's stand-in at the script's first write (or declaration of its writes)."""
+
+
+@pytest.fixture
+def declared(monkeypatch):
+    """The paths a script handed the file door, the door replaced by a recorder that stops the script there."""
+    from grpokit.files import ownership
+
+    paths: list[Path] = []
+
+    def record(first, *args, **kwargs):
+        paths.extend([Path(first)] if isinstance(first, (str, Path)) else [Path(p) for p in first])
+        raise _Declared
+
+    for name in ("refuse_unless_replaceable", "write_text", "replace_text"):
+        monkeypatch.setattr(ownership, name, record)
+    return paths
+
+
+def _tracked_or_unignored(paths: list[Path]) -> list[str]:
+    """The paths git would show in `git status` once written: those inside the checkout that no .gitignore covers."""
+    import subprocess
+
+    inside = [p.resolve() for p in paths if ROOT in p.resolve().parents]
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    got = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--stdin"], input="\n".join(map(str, inside)),
+                         capture_output=True, text=True)
+    ignored = {Path(line).resolve() for line in got.stdout.splitlines()}
+    return [str(p.relative_to(ROOT)) for p in inside if p not in ignored]
+
+
+# What a script computes before its first write, replaced by nothing: the whole suite, a measured setting.
+BEFORE_WRITING = {"suite_time": ("measure", {}), "plan_vs_measured": ("run", [])}
+
+
+DEFAULT_RUNS = [("labs", "algorithms", ["--report-only"]), ("labs", "algorithms", ["--report-only", "--task", "chain_sum"]),
+                ("labs", "grpo_pieces", []), ("bench", "tasks", ["--report-only"]), ("bench", "tool_use", ["--report-only"]),
+                ("bench", "tool_use", ["--report-only", "--recipe", "multi_call"]), ("bench", "multi_call", ["--base"]),
+                ("bench", "real_model", ["--seeds", "0"]), ("bench", "cage_cost", ["--before", "/nonexistent"]),
+                ("bench", "cpu_speed", []), ("bench", "python_tool", []), ("bench", "sampled_calls", []),
+                ("bench", "plan_vs_measured", ["--settings", "tiny-qwen-lora"]), ("bench", "suite_time", [])]
+
+
+@pytest.mark.parametrize("where,name,argv", DEFAULT_RUNS, ids=[f"{n} {' '.join(a)}".strip() for _, n, a in DEFAULT_RUNS])
+def test_a_script_run_with_its_defaults_leaves_git_status_clean(declared, monkeypatch, where, name, argv):
+    import importlib
+
+    module = importlib.import_module(f"labs.{name}") if where == "labs" else load_bench(name)
+    if name in BEFORE_WRITING:
+        costly, result = BEFORE_WRITING[name]
+        monkeypatch.setattr(module, costly, lambda *args, **kwargs: result)
+    with pytest.raises(_Declared):
+        module.main(argv)
+    assert declared, f"{name} wrote nothing"
+    assert _tracked_or_unignored(declared) == [], f"{name} {argv} would change what git tracks"
+
+
+@pytest.mark.parametrize("task,folder", [("additions", "lab"), ("chain_sum", "lab-chain_sum")])
+def test_the_committed_lab_results_are_written_only_when_asked_for_by_name(declared, task, folder):
+    with pytest.raises(_Declared):
+        lab_algorithms.main(["--report-only", "--task", task, "--commit-results"])
+    assert {p.parent for p in declared} == {ROOT / "bench" / "results" / folder}

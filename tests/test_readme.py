@@ -178,7 +178,7 @@ def test_bench_readme_quotes_every_tool_recipe_and_the_warm_starts_from_their_re
         assert begin + "\n" + tool_use.section(recipe, out) + "\n" + end in page, name
     several = tool_use.section(*tool_use.places("multi_call")[:2])
     assert "\n| warm start | " in several and "| base |" not in several
-    tried = json.loads(multi_call.WARM_RESULTS.read_text())
+    tried = json.loads((ROOT / "bench" / "results" / multi_call.WARM_RESULTS).read_text())
     table = multi_call.warm_markdown(tried)
     assert multi_call.WARM_BEGIN + "\n" + table + "\n" + multi_call.WARM_END in page
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]

@@ -28,16 +28,26 @@ def test_the_catalogue_is_complete():
     assert found >= {(m, a) for m in models for a in algorithms}  # task recipes (mbpp) come on top
 
 
+# --check's default view fits a screen: a one-turn recipe's in 60 lines, a tool recipe's in 80, no line wider than 160
+# characters (what is cut ends in [...]; --check --full shows every line whole).
+SCREEN_LINES, TOOL_SCREEN_LINES, SCREEN_WIDTH = 60, 80, 160
+
+
 @pytest.mark.parametrize("path", ALL, ids=rel)
 def test_recipe_passes_check_offline(path, capsys):
     assert main(["--recipe", str(path), "--check"]) == 0, capsys.readouterr().err
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "check passed" in out
     assert "advantage" in out and "clip range" in out  # the explain table
     assert "Memory plan:" in out and "-> fits" in out  # every shipped recipe is planned to fit a T4's 15 GiB
     assert "warning [" not in out  # no shipped recipe sets a knob that cannot act (grpokit/config/lint.py)
     if path.stem in UPDATES_PER_GENERATION:  # the named algorithms: the clip their papers define acts
         assert "off-policy here" in out and "the clip range binds" in out
+    lines = (captured.err + out).splitlines()
+    bound = TOOL_SCREEN_LINES if "# tool use" in out else SCREEN_LINES
+    assert len(lines) <= bound, f"{len(lines)} lines, more than a screen ({bound})"
+    assert [line for line in lines if len(line) > SCREEN_WIDTH] == []
 
 
 @pytest.mark.parametrize("path", ALL, ids=rel)

@@ -81,6 +81,12 @@ READINGS = {
     "less": (lambda s: 2.0 - s / 40, None, "The model calls the tool less at the end than at the start"),
     # one call per completion, give or take a swing from step to step: no trend
     "steady": (lambda s: (0.6, 1.4)[s % 2], None, "The model calls the tool about as often at the end as at the start"),
+    # 0.312 calls at the start and 0.125 at the end of a run whose steps swing between 0 and 0.5: not "about as often",
+    # and not a trend either -- the two figures and the swing are said
+    "swinging": (lambda s: [0.5, 0.0, 0.5625, 0.0, 0.5][s - 1] if s <= 5 else [0.25, 0.0, 0.125, 0.25, 0.0][s - 36]
+                 if s >= 36 else 0.5 * (s % 2), None,
+                 "The model's tool calls per completion went from 0.312 at the start to 0.125 at the end, a change "
+                 "within this run's swing from step to step: no trend to read from it."),
 }
 
 
@@ -215,9 +221,20 @@ def test_when_most_calls_fail_the_advice_points_at_the_tool_not_the_batch(tmp_pa
     for entry in log[:-1]:
         entry.update(reward=0.1 * (entry["step"] % 2), frac_reward_zero_std=0.9)
     said = report(tmp_path, log).split("## What the curves say", 1)[1].split("\n## ", 1)[0]
-    assert "What to change: the tool, first. 100% of the model's tool calls at the end failed" in said
+    assert "What to change: the tool, first. 100% of the model's tool calls failed" in said
     assert "'Tool X not found.' names a tool the model was shown" in said
     assert "per_device_train_batch_size" not in said and "sampling.dynamic" not in said
     # the same curves without tools get the thin-signal advice
     plain = report(tmp_path / "plain", [{k: v for k, v in e.items() if not k.startswith("tools/")} for e in log])
     assert "sampling.dynamic" in plain.split("## What the curves say", 1)[1]
+
+
+def test_a_tool_that_failed_every_call_it_got_is_in_the_verdict_even_once_the_model_stopped_calling(tmp_path):
+    # every call failed, and the model gave the tool up: the end made no call (TRL logs 0 failures at a step without
+    # calls), so the end alone says nothing of the tool -- the verdict and the advice still name it
+    from grpokit.reporting.last_word import last_word
+
+    log = history(lambda s: 1.0 if s <= 20 else 0.0, lambda s: 1.0 if s <= 20 else 0.0)
+    assert "tool" in last_word(log, tools_failed=tool_calls.failed_at_end(log)).split(".")[0]
+    said = report(tmp_path, log).split("## What the curves say", 1)[1].split("\n## ", 1)[0]
+    assert "What to change: the tool, first. 100% of the model's tool calls failed" in said

@@ -146,7 +146,7 @@ def test_check_says_what_a_users_tool_may_do_and_what_bounds_each_call(tmp_path,
     out = capsys.readouterr().out
     assert ("  limits        each call: tools.timeout_seconds 3 s, tools.max_result_chars 500 characters; past either the "
             "call fails") in out
-    assert "  runs as       you: your environment and tools run inside the training process" in out
+    assert "  runs as       you, not in a sandbox: your environment and tools run inside the training process" in out
 
 
 @pytest.mark.parametrize("key, value", [("timeout_seconds", 0), ("max_result_chars", 0),
@@ -205,7 +205,7 @@ def test_check_says_what_the_model_reads_for_each_kind_of_return(tmp_path, capsy
     out = capsys.readouterr().out
     # TRL writes str(result) as the tool message, but for a list, which it passes on as content blocks
     assert ("Env.lookup(key: str) -> dict (environment method); returns a dict: the model reads its Python repr, "
-            "{'key': 'value'} (single quotes: not JSON; return json.dumps(...) for JSON)") in out
+            "not JSON (return json.dumps(...))") in out
     assert ("Env.note(text: str) -> None (environment method); returns None: the model reads the text 'None' after "
             "every call; return what the call did") in out
     assert "Env.count(text: str) -> int (environment method); returns an int: the model reads str(value), e.g. 42" in out

@@ -563,3 +563,50 @@ def test_the_shipped_calculator_recipe_checks_its_tools_offline(no_weights):
     toolset = tooluse.resolve(recipe.tools)
     assert toolset.tool_names() == ["add", "multiply", "subtract"] and not toolset.owns_reward
     assert recipe.model["chat_template"] == "qwen2_5" and recipe.trainer["max_tool_calling_iterations"] == 1
+
+
+class _Counter:
+    """A minimal environment: one tool, nothing kept."""
+
+    def reset(self, **kwargs) -> str | None:
+        return None
+
+    def count(self, text: str) -> int:
+        """Count the characters of a text.
+
+        Args:
+            text: the text to count.
+        """
+        return len(text)
+
+
+# Rule: TRL's "environment_factory is experimental" warning speaks to the author of grpokit's GRPOTrainer call, not
+# to a recipe's user: grpokit's trainer never shows it, in a run or in a test that builds it, while TRL's own still does.
+def test_grpokits_trainer_with_an_environment_never_shows_trls_experimental_warning(tmp_path):
+    import warnings
+
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpokit.generation import PrefixReuseGRPOTrainer
+    from grpokit.templates import template_text
+    from grpokit.tiny import ensure_tiny_model
+    from tests.helpers import TINY_GRPO
+
+    tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_model())
+    tokenizer.chat_template = template_text("qwen2_5")  # one whose tool calls TRL parses
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "count 'abc'"}]}] * 4)
+
+    def reward(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    said = {}
+    for cls in (GRPOTrainer, PrefixReuseGRPOTrainer):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cls(model=AutoModelForCausalLM.from_pretrained(ensure_tiny_model(), dtype="float32"), reward_funcs=[reward],
+                args=GRPOConfig(output_dir=str(tmp_path / cls.__name__), **TINY_GRPO), train_dataset=rows,
+                processing_class=tokenizer, environment_factory=_Counter)
+        said[cls] = [str(w.message) for w in caught if "'environment_factory'" in str(w.message)]
+    assert said[GRPOTrainer] and not said[PrefixReuseGRPOTrainer]

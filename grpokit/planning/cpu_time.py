@@ -63,9 +63,7 @@ def estimate(model: str, trainer: dict, dtype: str, cpu_bf16: bool, cores: int) 
     steps = trainer.get("max_steps")
     shape = {k: trainer.get(k) for k in SHAPE}
     if model != MODEL or shape != SHAPE or not isinstance(steps, int) or steps <= 0:
-        return (f"time on this CPU: not measured for this model and batch shape (the measured rows are {MODEL} at "
-                f"{', '.join(f'{k} {v}' for k, v in SHAPE.items())}, set max_steps: {WHERE}); the step line gives the "
-                "pace from the second step on")
+        return "time on this CPU: not measured for this model and batch shape; the step line gives the pace"
     row = next((r for r in MEASURED if r.cpu_bf16 == cpu_bf16 and r.dtype == dtype), None)
     kind = "with bfloat16 instructions" if cpu_bf16 else "without bfloat16 instructions"
     if row is None:

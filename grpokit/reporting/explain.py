@@ -125,17 +125,18 @@ def importance_sampling(args) -> str:
     # TRL's own test (`_generate_and_score_completions`): old log-probs are needed only when a generation
     # batch outlives one optimizer step
     on_policy = args.gradient_accumulation_steps % (args.steps_per_generation * args.num_iterations) == 0
-    where = (f"on-policy here (gradient_accumulation_steps {args.gradient_accumulation_steps} is a multiple of "
-             f"steps_per_generation {args.steps_per_generation} x num_iterations {args.num_iterations}): "
-             "π_old = π_θ, the ratio is 1 in value and the clip never binds"
+    # the verdict (whether the clip binds) leads, so a line cut to the screen's width keeps it (grpokit.check.fit)
+    where = ("on-policy here, the clip never binds: π_old = π_θ, the ratio is 1 in value (gradient_accumulation_steps "
+             f"{args.gradient_accumulation_steps} is a multiple of steps_per_generation {args.steps_per_generation} x "
+             f"num_iterations {args.num_iterations})"
              if on_policy else
-             f"off-policy here: {_g(round(updates_per_generation(args), 3))} optimizer steps per generation batch "
-             f"(steps_per_generation {args.steps_per_generation} x num_iterations {args.num_iterations} / "
-             f"gradient_accumulation_steps {args.gradient_accumulation_steps}); after the first, π_θ has moved "
-             "away from π_old (the policy that sampled), so the ratio leaves 1 and the clip range binds")
+             f"off-policy here, the clip range binds: {_g(round(updates_per_generation(args), 3))} optimizer steps per "
+             f"generation batch (steps_per_generation {args.steps_per_generation} x num_iterations "
+             f"{args.num_iterations} / gradient_accumulation_steps {args.gradient_accumulation_steps}); after the "
+             "first, π_θ has moved away from π_old (the policy that sampled), so the ratio leaves 1")
     if args.importance_sampling_level == "sequence":
-        return f"per sequence (GSPO): ρ = exp(mean over tokens of log π_θ/π_old), one ratio per completion; {where}"
-    return f"per token: ρ_t = π_θ(o_t) / π_old(o_t); {where}"
+        return f"per sequence (GSPO), {where}; ρ = exp(mean over tokens of log π_θ/π_old), one ratio per completion"
+    return f"per token, {where}; ρ_t = π_θ(o_t) / π_old(o_t)"
 
 
 def truncation(args) -> str:

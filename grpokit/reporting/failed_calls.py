@@ -55,8 +55,8 @@ def failed_calls(completions: list) -> list[dict]:
 
 
 def keep_failed_calls(trainer, faults=None):
-    """Keep each logged step's failed calls (up to PER_STEP distinct ones) with what their tool's exception tells its
-    author (`faults`: a `toolfaults.Faults`); returns the installed callback."""
+    """Keep each logged step's failed calls (up to PER_STEP distinct ways, those no earlier step kept first) with what
+    their tool's exception tells its author (`faults`: a `toolfaults.Faults`); returns the installed callback."""
     from transformers import TrainerCallback
 
     from grpokit import trl_compat
@@ -65,6 +65,7 @@ def keep_failed_calls(trainer, faults=None):
         def __init__(self):
             self.rows: list[dict] = []
             self.steps = 0
+            self.seen: set = set()  # (tool, read) of every way calls failed that a step kept
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             failed = (logs or {}).get(FAILURES)
@@ -74,11 +75,14 @@ def keep_failed_calls(trainer, faults=None):
             self.steps += 1
             if self.steps > MAX_STEPS:
                 return
-            kept: dict = {}
+            ways: dict = {}  # the step's distinct ways calls failed, each its first call
             for call in failed_calls(list(batch.get("completion", []))):
-                if len(kept) < PER_STEP:
-                    kept.setdefault((call["tool"], call["read"]), call)
-            for call in kept.values():
+                ways.setdefault((call["tool"], call["read"]), call)
+            # ways no earlier step kept first: a way that comes third at every step is shown once all the same
+            fresh = sorted(ways, key=lambda way: way in self.seen)
+            kept = [ways[way] for way in fresh[:PER_STEP]]
+            self.seen.update(fresh[:PER_STEP])
+            for call in kept:
                 fault = faults.get(call["tool"], call["read"]) if faults is not None else None
                 self.rows.append({"step": state.global_step, "tool": call["tool"], "call": call["call"],
                                   "read": call["read"], "author": fault.text() if fault is not None else None})

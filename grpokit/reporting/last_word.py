@@ -26,7 +26,7 @@ def last_word(history: list[dict], tools_failed: float | None = None) -> str | N
     if not series(history, "reward")[1]:
         return None
     if tools_failed is not None and tools_failed > MOSTLY_FAILED:
-        return (f"verdict: {tools_failed:.0%} of the model's tool calls at the end failed, so its reward came without "
+        return (f"verdict: {tools_failed:.0%} of the model's latest tool calls failed, so its reward came without "
                 "the tool's answers: fix the tool first (report.md, 'Failed tool calls': each call and its error)")
     flat = never_varied(history)
     if flat and len(flat) == len(reward_names(history)):

@@ -27,6 +27,9 @@ BAD_ARGUMENTS = ("calls with arguments the tool does not take, per call", "tools
 # The end's calls per completion count as more (or fewer) than the start's when they differ by more than this share
 # of the larger, and by more than 2 standard errors of the difference of two window means: single steps swing.
 CHANGE = 0.1
+# Within the noise, the two are "about as often" only when they differ by at most this share of the larger (1.08 and
+# 0.92 are; 0.312 and 0.125 are not, and are said as they are).
+ABOUT_THE_SAME = 1 / 3
 
 
 def logged(history: list[dict]) -> bool:
@@ -72,13 +75,20 @@ def failures_per_call(history: list[dict], span: tuple) -> float | None:
 
 
 def failed_at_end(history: list[dict]) -> float | None:
-    """Failed calls over calls over the end window of a run given tools (what `verdict.diagnosis` weighs); None for a
-    run without tools or one whose end made no call.
+    """Failed calls over the model's latest calls in a run given tools (what `verdict.diagnosis` weighs): those of the
+    end window, or -- where the end made no call, as when a model gives up a tool that failed it -- every call of the
+    run; None for a run without tools or one that never called.
 
     >>> failed_at_end([{"step": 1, CALLS: 2.0, FAILURES: 1.0}]), failed_at_end([{"step": 1, "reward": 0.5}])
     (1.0, None)
+    >>> failed_at_end([{"step": 1, CALLS: 2.0, FAILURES: 1.0}, {"step": 2, CALLS: 0.0, FAILURES: 0.0}])
+    1.0
     """
-    return failures_per_call(history, ends(history)[1]) if logged(history) else None
+    if not logged(history):
+        return None
+    at_end = failures_per_call(history, ends(history)[1])
+    steps = series(history, CALLS)[0]
+    return at_end if at_end is not None else failures_per_call(history, (steps[0], steps[-1]))
 
 
 def _moved(history: list[dict], start: float, end: float) -> bool:
@@ -117,6 +127,9 @@ def reading(history: list[dict]) -> str:
     if c1 == 0:
         return f"The model stopped calling the tool: {_calls(c0)} per completion at the start, none at the end."
     if not _moved(history, c0, c1):
+        if abs(c1 - c0) > ABOUT_THE_SAME * max(c0, c1):  # apart, but within the steps' swing: neither same nor trend
+            return (f"The model's tool calls per completion went from {c0:.3g} at the start to {c1:.3g} at the end, a "
+                    "change within this run's swing from step to step: no trend to read from it.")
         return f"The model calls the tool about as often at the end as at the start ({c0:.3g} and {c1:.3g} per completion)."
     word = "more" if c1 > c0 else "less"
     return f"The model calls the tool {word} at the end than at the start ({c0:.3g} → {c1:.3g} calls per completion)."

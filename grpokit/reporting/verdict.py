@@ -452,7 +452,8 @@ FIX_FALL = ("To keep the best model: save checkpoints often enough to hold it (`
             "lower `trainer.learning_rate` makes a fall less likely.")
 
 
-FIX_TOOL = ("What to change: the tool, first. {failed:.0%} of the model's tool calls at the end failed, so its reward "
+FIX_TOOL = ("What to change: the tool, first. {failed:.0%} of the model's tool calls failed (those of the run's end, "
+            "or every call where the end made none), so its reward "
             "came without the tool's answers, and more prompts per step or dynamic sampling cannot change that. Read "
             "the failed calls of each step and the error the model read in \"Failed tool calls\" below: 'Tool X not "
             "found.' names a tool the model was shown (its prompt, `dataset.few_shot`) that the recipe does not give; "

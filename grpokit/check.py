@@ -303,10 +303,8 @@ def _host_plan(prep, recipe: Recipe, prompt_length: int | None, passes: dict, fu
     print(f"  this machine (no CUDA): host memory <= {total / memory.GIB:.2f} GiB: {cpu_plan.allocated_gb:.2f} planned "
           f"(CPU path, {cpu_plan.settings.dtype}) + {held / memory.GIB:.2f} held now (libraries){verdict}")
     resolved = {k: getattr(prep.args, k, None) for k in ("max_steps", *SHAPE)}  # the GRPOConfig a run gets
-    line = estimate(recipe.model["name_or_path"], resolved, cpu_plan.settings.dtype, cpu.cpu_computes_bf16(),
-                    cpu.default_threads())
-    print("  " + (line if full or "not measured" not in line else "time on this CPU: not measured for this shape "
-                                                                  "(--check --full says which are)"))
+    print("  " + estimate(recipe.model["name_or_path"], resolved, cpu_plan.settings.dtype, cpu.cpu_computes_bf16(),
+                          cpu.default_threads(), short=not full))
 
 
 def alloc_conf_note() -> str:

@@ -127,17 +127,27 @@ def _prefill(model, rows: list[list[int]], pad_id: int, device, lead: int = 0
              for layer in cache.layers] for i, o in enumerate(own)]
 
 
-def _batch_cache(model, starts: list, kept: list[int], pads: list[int]):
+def _cache_width(kept: list[int], pads: list[int]) -> int:
+    """The width of the batch's cache: the least pad + kept over the rows, 0 where a row has nothing kept
+    (pad_to_multiple_of pads every row: padding alone is no start)."""
+    width = min(p + k for p, k in zip(pads, kept, strict=True))
+    return width if all(kept) else 0
+
+
+def _batch_cache(model, starts: list, kept: list[int], pads: list[int], release: list | None = None):
     """One cache for the padded batch, and its width C: row i holds its pad columns then its first kept tokens, C the
-    least pad + kept over the rows (a row's kept tokens past C are computed again)."""
+    least pad + kept over the rows (a row's kept tokens past C are computed again). `release`: every list of kept
+    states per layer that holds them (each row's, the last turn's too); each layer is let go in all of them once
+    copied, so a later turn holds the last turn's keys and values and their copy one layer at a time, not twice whole."""
     from transformers import DynamicCache
 
-    width = min(p + k for p, k in zip(pads, kept, strict=True))
-    if not all(kept) or width == 0:  # (pad_to_multiple_of pads every row: padding alone is no start)
+    width = _cache_width(kept, pads)
+    if not width:
         return DynamicCache(config=model.config), 0
     layers = []
     reference = next(s for s in starts if s is not None)
-    for layer_idx, (k0, v0) in enumerate(reference):
+    for layer_idx in range(len(reference)):
+        k0, v0 = reference[layer_idx]
         heads, _, dim = k0.shape
         keys = k0.new_zeros(len(starts), heads, width, dim)
         values = v0.new_zeros(len(starts), heads, width, dim)
@@ -147,6 +157,9 @@ def _batch_cache(model, starts: list, kept: list[int], pads: list[int]):
                 keys[i, :, pad:] = start[layer_idx][0][:, :n]
                 values[i, :, pad:] = start[layer_idx][1][:, :n]
         layers.append((keys, values))
+        del k0, v0
+        for held in release or ():
+            held[layer_idx] = None
     return DynamicCache(ddp_cache_data=layers, config=model.config), width
 
 
@@ -208,10 +221,14 @@ def generate(trainer, prompt_ids: list[list[int]]):
         trainer._dist.summon_full_params(trainer.model_wrapped, recurse=False),
     ):
         starts, kept, prompt_lengths = _starts(store, model, rows, pad_id, device)
-        cache, cached_width = _batch_cache(model, starts, kept, pads)
+        cached_width = _cache_width(kept, pads)
         checking = cached_width and trainer.own_pass_check.pending("generation")
         if checking and not _agrees(trainer, model, ids, mask, starts, kept, pads, cached_width):
             return None
+        # the kept states are read once more, into the batch's cache, and let go layer by layer as they are
+        holders = list({id(h): h for h in [*(r.layers for r in store.rows if r.layers), *(s for s in starts if s)]}.values())
+        cache, cached_width = _batch_cache(model, starts, kept, pads, release=holders)
+        del starts, holders
         reused = [max(0, cached_width - p) for p in pads]
         store.reused_tokens += sum(reused)
         store.computed_tokens += sum(len(r) - n for r, n in zip(rows, reused, strict=True))

@@ -13,7 +13,6 @@ model. Nothing is saved: no checkpoint, no report; the scratch folder goes whate
 from __future__ import annotations
 
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,13 +24,9 @@ EXIT_FITS = 0
 
 def probe(recipe: Recipe) -> int:
     """Run the probe; returns its exit code: 0 fits, `watch.EXIT_OUT_OF_MEMORY` where a phase ran out of memory."""
-    import shutil
+    from grpokit import files, trl_compat, watch
 
-    from grpokit import trl_compat
-    from grpokit import watch
-
-    scratch = Path(tempfile.mkdtemp(prefix="grpokit-probe-"))  # ours whole: made here, removed here
-    try:
+    with files.scratch("grpokit-probe-") as scratch:  # ours whole: made here, removed here
         say(f"probe: one step at the recipe's largest shapes, in {scratch} (removed after)")
         try:
             found = _one_step(recipe, scratch)
@@ -42,11 +37,9 @@ def probe(recipe: Recipe) -> int:
             return watch.EXIT_OUT_OF_MEMORY
         finally:
             watch.forget()
-        for line in verdict(found):
-            print(line)
-        return EXIT_FITS
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    for line in verdict(found):
+        print(line)
+    return EXIT_FITS
 
 
 def _one_step(recipe: Recipe, scratch: Path):

@@ -351,8 +351,8 @@ def explain(source: dict, rewards: list[dict]) -> list[str]:
                  "config key that makes it expensive)")
     held = generate(source, heldout=True)
     repeats = f", {held.repeats} dropped whose question a training problem asks too" if held.repeats else ""
-    lines.append(f"  held-out (--eval, trainer.eval_strategy): {len(held.rows):,} problems from seeds {start}..{start + n - 1}"
-                 f", apart from training's{repeats}: no held-out question is a training question")
+    lines.append(f"  held-out (--eval, trainer.eval_strategy): no held-out question is a training question; "
+                 f"{len(held.rows):,} problems from seeds {start}..{start + n - 1}, apart from training's{repeats}")
     scorers = [r for r in rewards if r["name"] == "task_score"]
     if scorers:
         for r in scorers:

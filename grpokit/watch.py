@@ -25,7 +25,7 @@ import resource
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grpokit import trl_compat
+from grpokit import files, trl_compat
 from grpokit.planning import memory
 
 GIB = memory.GIB
@@ -101,15 +101,20 @@ def device_of(model) -> str:
     return "cuda" if first is not None and first.device.type == "cuda" else "cpu"
 
 
-def _status(key: str) -> int | None:
-    """A byte figure of /proc/self/status (VmRSS, VmHWM, VmSize), or None where there is none."""
+def _kib_figure(path: str, key: str) -> int | None:
+    """A `key: N kB` figure of a /proc file, in bytes, or None where there is none."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _status(key: str) -> int | None:
+    """A byte figure of /proc/self/status (VmRSS, VmHWM, VmSize), or None where there is none."""
+    return _kib_figure("/proc/self/status", key)
 
 
 def resident() -> int:
@@ -128,12 +133,8 @@ class Peak:
 
     @staticmethod
     def _clear_refs() -> bool:
-        try:
-            with open("/proc/self/clear_refs", "w") as f:  # "5": reset the peak resident set size to the current one
-                f.write("5")
-            return _status("VmHWM") is not None
-        except OSError:
-            return False
+        # "5": the kernel resets the peak resident set size (VmHWM) to the current one
+        return files.tell_kernel("/proc/self/clear_refs", "5") and _status("VmHWM") is not None
 
     def reset(self) -> None:
         if self.device == "cuda":
@@ -186,7 +187,7 @@ def capacity(device: str) -> tuple[int | None, str]:
         free, total = torch.cuda.mem_get_info()
         return int(total), f"{torch.cuda.get_device_name(0)}, {total / GIB:.1f} GiB"
     limits = []
-    total = _meminfo("MemTotal")
+    total = _kib_figure("/proc/meminfo", "MemTotal")
     if total:
         limits.append((total, "the machine's memory"))
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
@@ -204,16 +205,6 @@ def capacity(device: str) -> tuple[int | None, str]:
         return None, "not known here"
     value, how = min(limits)
     return value, f"{how}, {value / GIB:.1f} GiB"
-
-
-def _meminfo(key: str) -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def tensor_bytes(*modules) -> int:
@@ -265,7 +256,6 @@ class Watch:
     step: int = 0
     shapes: Shapes | None = None
     largest: dict = field(default_factory=dict)  # phase -> the Reading at the largest peak so far
-    readings: list = field(default_factory=list)
     pending: list = field(default_factory=list)  # this step's generation reading, until the step ends
     readings_logged: bool = False
     own: object = None  # () -> whether grpokit's passes run now (TRL's method takes over if the first step's check fails)
@@ -293,10 +283,8 @@ class Watch:
         measured, reserved = self.peak.read()
         if self.shapes is None:
             return None
-        reading = Reading(phase, self.step, measured, self.planned_bytes(self.plan_at(self.shapes), phase), self.shapes,
-                          reserved)
-        self.readings.append(reading)
-        return reading
+        return Reading(phase, self.step, measured, self.planned_bytes(self.plan_at(self.shapes), phase), self.shapes,
+                       reserved)
 
     def record(self, reading: Reading) -> bool:
         """Keep `reading` if it is its phase's largest peak yet; True when it is."""

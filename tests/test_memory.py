@@ -107,7 +107,7 @@ def test_components_add_up_to_the_phase_totals_and_the_peak_is_the_larger_phase(
     assert [ph.name for ph in p.phases] == ["generation", "training"]
     assert p.peak.bytes == max(ph.bytes for ph in p.phases)  # the phases alternate: max, not sum
     assert p.total_gb * GIB == pytest.approx(p.peak.bytes + p.overhead_bytes)
-    text = "\n".join(p.render())
+    text = "\n".join(p.render(full=True))  # the table: every component by name (the default view names the largest)
     assert "not measured" in text and p.peak.name in text
     for c in p.peak.components:
         assert c.name in text
@@ -221,9 +221,14 @@ def test_plan_for_reads_a_real_grpo_config(tmp_path):
     p = memory.plan_for(args, model={"name_or_path": "Qwen/Qwen2.5-3B-Instruct", "dtype": "auto",
                                      "quantization": "none"}, lora=LORA, prompt_length=256)
     s = p.settings
-    assert (s.dtype, s.optim, s.gen_batch, s.per_device_train_batch_size) == ("bfloat16", "adamw_bnb_8bit", 32, 8)
+    # the default card is a T4, without bfloat16: `auto` runs float16 there
+    assert (s.dtype, s.optim, s.gen_batch, s.per_device_train_batch_size) == ("float16", "adamw_bnb_8bit", 32, 8)
+    assert (s.card, s.gpu_memory_gb) == (memory.DEFAULT_CARD.name, 15.0)
     assert p.fits and p.model == "Qwen/Qwen2.5-3B-Instruct"
     assert p.as_dict()["peak_phase"] == "training"
+    other = memory.plan_for(args, model={"name_or_path": "Qwen/Qwen2.5-3B-Instruct", "dtype": "auto",
+                                         "quantization": "none"}, lora=LORA, prompt_length=256, gpu_memory_gb=24)
+    assert (other.settings.dtype, other.settings.card, other.settings.gpu_memory_gb) == ("bfloat16", None, 24)
 
 
 def test_bad_knobs_are_refused_with_the_allowed_values():

@@ -185,7 +185,8 @@ def test_check_explains_the_task_source(tmp_path, capsys, no_weights):
     assert "training: 40 problems from seeds 1..40" in section
     assert "both sets made in a child process within a bound: each problem within 60 s and 1 MiB, all of them (size + " \
            "eval_size) within 10 min, in 4 GiB of memory" in section
-    assert re.search(r"held-out \(--eval, trainer.eval_strategy\): \d+ problems from seeds 41..60, apart from training's", section)
+    assert re.search(r"held-out \(--eval, trainer.eval_strategy\): no held-out question is a training question; \d+ problems "
+                     r"from seeds 41..60, apart from training.s", section)
     assert "no held-out question is a training question" in section
     assert "reward task_score: the answer is the last number in the text" in section
 

@@ -23,9 +23,11 @@ file, `shutil.rmtree`, `unlink` -- anywhere else in grpokit, labs/ and bench/.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from grpokit.files import ownership
@@ -144,6 +146,37 @@ def build_folder(target, build) -> Path:
     return target
 
 
+def tell_kernel(path: str, text: str) -> bool:
+    """Write `text` to one of this process's own kernel interfaces (a path under /proc/self/): no file on any disk, so
+    none of a run's or a user's; anything else is refused. False where the kernel does not take it (no such
+    interface, not allowed here)."""
+    if not path.startswith("/proc/self/") or ".." in path:
+        raise ValueError(f"{path} is not one of this process's kernel interfaces")
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def scratch(prefix: str):
+    """A folder of grpokit's own for the length of the block: made new and empty in the system's temporary folder, so
+    whatever is in it after was put there by the block, and removed whole after it, whatever the block did.
+
+    >>> with scratch("grpokit-doc-") as d:
+    ...     _ = (d / "x").write_text("y")
+    >>> d.exists()
+    False
+    """
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def remove_bookkeeping(folder, names) -> None:
     """Remove grpokit's own bookkeeping files of `folder` (`ownership.MANIFEST`, `ownership.LOCK_FILE`) -- a refused
     run leaves no trace -- and nothing else."""
@@ -158,4 +191,4 @@ def remove_bookkeeping(folder, names) -> None:
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "Unreadable", "build_folder", "copy_file", "open_lock", "open_log", "ownership", "parse_json",
            "problem", "read_bytes", "read_json", "read_lines", "read_text", "remove", "remove_bookkeeping", "remove_build",
-           "replace_section", "save_figure", "try_bytes", "try_json", "write_bytes", "write_csv", "write_text"]
+           "replace_section", "save_figure", "scratch", "tell_kernel", "try_bytes", "try_json", "write_bytes", "write_csv", "write_text"]

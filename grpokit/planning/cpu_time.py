@@ -54,8 +54,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 300 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def estimate(model: str, trainer: dict, dtype: str, cpu_bf16: bool, cores: int) -> str:
-    """`--check`'s line on the time a CPU run of `trainer["max_steps"]` steps takes here, with its source.
+def estimate(model: str, trainer: dict, dtype: str, cpu_bf16: bool, cores: int, short: bool = False) -> str:
+    """`--check`'s line on the time a CPU run of `trainer["max_steps"]` steps takes here, with its source (`short`:
+    naming the source's place only, for the default view).
 
     >>> estimate(MODEL, {**SHAPE, "max_steps": 30}, "bfloat16", True, 2)[:78]
     'time on this CPU: about 7 min for 30 steps (a first step of 16 s, then 14.5 s a'
@@ -70,9 +71,11 @@ def estimate(model: str, trainer: dict, dtype: str, cpu_bf16: bool, cores: int) 
         return (f"time on this CPU: not measured for a {dtype} base on a CPU {kind} ({WHERE}); the step line gives "
                 "the pace from the second step on")
     cores_note = "" if cores == row.cores else f"; measured with {row.cores} cores, this machine has {cores}"
-    return (f"time on this CPU: about {_duration(total_s(row, steps))} for {steps} steps (a first step of "
-            f"{_duration(row.first_s)}, then {row.per_step_s:g} s a step), from the measured row for a {dtype} base on a "
-            f"CPU {kind}: {row.measured}; {WHERE}{cores_note}. A busier machine takes longer.")
+    said = (f"time on this CPU: about {_duration(total_s(row, steps))} for {steps} steps (a first step of "
+            f"{_duration(row.first_s)}, then {row.per_step_s:g} s a step), from the measured row")
+    if short:
+        return said + f" (--check --full says which){cores_note}"
+    return said + f" for a {dtype} base on a CPU {kind}: {row.measured}; {WHERE}{cores_note}. A busier machine takes longer."
 
 
 # The warm start's measured passes: bench/multi_call.py trains the shipped multi_call recipe's warm start (this model,

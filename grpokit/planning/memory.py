@@ -159,6 +159,10 @@ class Plan:
                  f"B {s.per_device_train_batch_size} x (P {s.prompt_length} + C {s.max_completion_length}); generation "
                  f"{s.gen_batch} ({s.gen_batch // s.num_generations} x {s.num_generations})",
                  f"  path planned: {path_text(s)}"]
+        weights = next((c for c in self.peak.components if c.name == "weights"), None)
+        if self.source or weights is not None:
+            size = weights.how.split(" x ")[0].split(" (")[0] if weights is not None else ""
+            lines.append(f"  counted from {self.source or 'the given config'}" + (f": {size}" if size else ""))
         if full:
             lines += [f"  validation: {validation_note()}", *self._table()]
         else:

@@ -323,8 +323,9 @@ def generation_moments(config: dict, settings: Settings, static: list[Component]
         prefill_ws = int(layer_ws * (lead + n * (P - lead))) + n * (P - lead) * P * a + G * V * (a + 4)
         prefill_kv += n * P * kv_tok
         prefill_how = f"G x P + {n} distinct prompts' kept states, x {layers} x (k, v) x kv_dim x {a} B (grpokit's prefill)"
-        if settings.tool_rounds:  # a later turn starts from the previous turn's kept states, alive until it ends
-            turns, turns_how = cache, " + the previous turn's kept states (a tool round, grpokit's generation)"
+        if settings.tool_rounds:  # a later turn copies the last turn's kept states into its cache, letting each layer
+            turns = G * (S - 1) * 2 * kv * a  # go once copied: one layer of them beside the cache at most
+            turns_how = " + one layer of the last turn's kept states (a tool round, grpokit's generation)"
     return [
         Phase("generation", "prefill", static + [none_grads, optim,
                Component("KV cache", prefill_kv + state, prefill_how + state_how),

@@ -316,8 +316,8 @@ def alloc_conf_note() -> str:
     for name in (ALLOC_CONF, "PYTORCH_ALLOC_CONF"):
         if name in os.environ:
             return f"{name}={os.environ[name]} (yours, kept)"
-    return (f"a run sets {ALLOC_CONF}={ALLOC_CONF_VALUE} (grown segments, not fixed ones: less memory lost to "
-            "fragmentation when batch shapes change); set it yourself to choose another")
+    return (f"a run sets {ALLOC_CONF}={ALLOC_CONF_VALUE} (segments that grow: less lost to fragmentation as shapes "
+            "change), unless you set it")
 
 
 def gpu_facts() -> dict | None:
@@ -330,6 +330,7 @@ def gpu_facts() -> dict | None:
 
 
 PROMPT_LINES = 12  # of the first prompt, by default: the start of a long prompt shows its shape
+PROMPT_WIDTH = 120  # characters of each of its lines, by default: with the length said, within the screen's WIDTH
 
 
 def readable(row: dict, limit: int = 60) -> list[str]:
@@ -341,7 +342,7 @@ def readable(row: dict, limit: int = 60) -> list[str]:
     ['  system: Be brief.', '  user: 2+2?', "  columns: answer '4', task_item [500 characters]"]
     """
     said = text(row.get("prompt")).splitlines() or [""]
-    lines = [f"  {shorten(line)}" for line in said[:PROMPT_LINES]]
+    lines = [f"  {shorten(line, PROMPT_WIDTH)}" for line in said[:PROMPT_LINES]]
     if len(said) > PROMPT_LINES:
         lines.append(f"  ... [{len(said) - PROMPT_LINES} more lines]")
     columns = []

@@ -183,7 +183,7 @@ def test_prompts_over_the_context_are_dropped_with_a_count_and_rows_print_short(
     assert ("dataset: dropped 1 of 3 prompts longer than the model's context leaves them: "
             "4096 positions - max_completion_length 16 = 4080 tokens") in out
     assert "dataset: 2 prompts ready (of 3 rows)" in out
-    assert "y" * 200 + "... [900 characters]" in out and "y" * 201 not in out
+    assert "y" * 120 + "... [900 characters]" in out and "y" * 121 not in out
     assert len(out) < 20_000
 
 

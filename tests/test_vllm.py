@@ -231,7 +231,7 @@ def test_plan_for_reads_the_recipe_and_says_it_is_modelled(tmp_path):
     p = vllm_share.plan_for(grpo_args(r), model={"name_or_path": QWEN}, lora=r.lora, prompt_length=256)
     assert p.engine.utilization == 0.4 and p.engine.sleep and p.engine.max_model_len == 1280
     text = "\n".join(p.render())
-    assert "vLLM KV capacity:" in text and "smallest utilization that holds it" in text
+    assert "vLLM KV capacity:" in text and "least utilization that does" in text
     assert "modelled from TRL's and vLLM's code, not measured" in text
     server = recipe(tmp_path, use_vllm=True, vllm_mode="server")
     s = vllm_share.plan_for(grpo_args(server), model={"name_or_path": QWEN}, lora=server.lora)

@@ -13,7 +13,7 @@ import pytest
 from grpokit import worked as examples
 from grpokit.cli import main
 from grpokit.datavalues import MAX_LINE_BYTES, SHOWN_ROWS
-from grpokit.errors import RecipeError
+from grpokit.errors import RecipeError, show
 from tests.helpers import write_recipe
 from tests.test_warm_start import tiny_recipe
 
@@ -32,7 +32,7 @@ def refused(path) -> list[str]:
 def test_a_deeply_nested_line_is_one_problem_not_a_recursion_error(tmp_path):
     path = tmp_path / "worked.jsonl"
     path.write_text(json.dumps(GOOD) + "\n" + "[" * 300_000 + "]" * 300_000 + "\n")
-    assert refused(path) == [f"warm_start.examples: line 2 is nested deeper than 64 levels (got '{path}')"]
+    assert refused(path) == [f"warm_start.examples: line 2 is nested deeper than 64 levels (got {show(str(path))})"]
 
 
 def test_a_line_past_the_line_bound_is_refused_unread(tmp_path):
@@ -55,7 +55,7 @@ def test_many_bad_lines_are_counted_after_the_first_few(tmp_path):
 def test_a_line_that_is_not_an_object_is_named(tmp_path):
     path = tmp_path / "worked.jsonl"
     path.write_text(json.dumps(GOOD) + "\n[1, 2]\n")
-    assert refused(path) == [f"warm_start.examples: line 2 holds a JSON array, not a JSON object (got '{path}')"]
+    assert refused(path) == [f"warm_start.examples: line 2 holds a JSON array, not a JSON object (got {show(str(path))})"]
 
 
 def test_two_calls_a_template_cannot_render_are_one_problem_not_a_template_traceback(tmp_path, capsys, no_weights):

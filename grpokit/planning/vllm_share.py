@@ -124,15 +124,15 @@ class Share:
         sleep = (f"on (level {VLLM_SLEEP_LEVEL}): while the trainer trains vLLM keeps {_gib(NON_TORCH_BYTES)} "
                  "(outside PyTorch); weights and KV cache are freed and woken per generation"
                  if self.sleep else f"off: vLLM keeps its whole share ({_gib(self.bytes)}) while the trainer trains")
-        verdict = (f"holds one generation batch ({self.sequences} x {self.sequence_tokens} tokens = "
+        verdict = (f"holds one generation batch ({self.sequences} x {self.sequence_tokens} = "
                    f"{self.needed_tokens:,} in blocks of {BLOCK_TOKENS})" if self.holds_batch else
                    f"does NOT hold one generation batch ({self.needed_tokens:,} tokens): vLLM would preempt and "
                    "recompute sequences")
         return [f"  vLLM colocate: utilization {self.utilization:g} x {_gib(self.card)} = {_gib(self.bytes)}: weights "
                 f"{_gib(self.weights)} + workspace {_gib(self.workspace)} + outside PyTorch {_gib(NON_TORCH_BYTES)} + "
                 f"KV cache {_gib(max(0, self.kv_bytes))}",
-                f"  vLLM KV capacity: {self.capacity_tokens:,} tokens ({_gib(self.kv_token_bytes * 1024)} per 1k tokens) "
-                f"-> {verdict}; smallest utilization that holds it: {self.min_utilization:g}",
+                f"  vLLM KV capacity: {self.capacity_tokens:,} tokens ({_gib(self.kv_token_bytes * 1024)} per 1k) "
+                f"-> {verdict}; least utilization that does: {self.min_utilization:g}",
                 f"  vLLM sleep mode {sleep}",
                 f"  note: {MODELLED}"]
 

@@ -33,7 +33,8 @@ RATIO_BAND = (0.85, 1.15)  # measured / planned at the step's shapes: outside it
 PHASES = ("generation", "training")
 METRIC = "memory/{phase}_{what}_gib"  # what: measured, planned, reserved (CUDA), bound
 LEFT_OUT = {
-    "cpu": "what the allocator keeps after tensors are freed, Python objects, the tokenizer's and datasets' buffers",
+    "cpu": ("memory the process holds beside its tensors within a phase (the allocator's free blocks, kernels' "
+            "scratch; the tensors themselves are planned within 3 %: bench/README.md)"),
     "cuda": "kernel workspaces (cuBLAS, Triton's scratch) and the caching allocator's rounding",
 }
 
@@ -431,11 +432,19 @@ def explain(watch: Watch | None, capacity_of=capacity) -> list[str]:
              f"  planned at them: {planned / GIB:.2f} GiB, peak in the {plan.peak.name} phase; the device: "
              + (where if room is not None else "its capacity is not known here")]
     if room is not None:
-        ranked = memory.ranked_changes(watch.config, plan.settings, room, held)
+        ranked = [r for r in memory.ranked_changes(watch.config, plan.settings, room, held) if r[1] >= planned // 100]
+        if planned <= room:  # the plan puts the phase under the device: it took more than planned, by how much unknown
+            lines.append(f"  the plan puts this under the device's memory: the {phase} phase held more than planned "
+                         f"(the plan leaves out {LEFT_OUT[device]})")
+            ranked.sort(key=lambda r: -r[1])
+            head = "  what the plan says each change saves, alone (the most first):"
+        else:
+            head = "  what the plan says each change saves, alone (those that fit first, the smallest first):"
         if ranked:
-            lines.append("  what the plan says each change saves, alone (those that fit first, the smallest first):")
-            lines += [f"    {i}. {text}: -{saved / GIB:.2f} GiB -> {after / GIB:.2f} GiB, "
-                      + ("fits" if fits else "not enough alone") for i, (text, saved, after, fits) in enumerate(ranked[:6], 1)]
+            lines.append(head)
+            lines += [f"    {i}. {text}: -{saved / GIB:.2f} GiB -> {after / GIB:.2f} GiB"
+                      + ("" if planned <= room else ", fits" if fits else ", not enough alone")
+                      for i, (text, saved, after, fits) in enumerate(ranked[:6], 1)]
     if device == "cuda":
         from grpokit.cpu import ALLOC_CONF
 

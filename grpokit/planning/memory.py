@@ -6,7 +6,10 @@
     >>> p.fits, p.peak.name, p.peak.moment
     (True, 'training', 'backward')
 
-Units are GiB (2**30 bytes): a "16 GB" card has 16 GiB. A step on TRL 1.16 (`GRPOTrainer`, transformers
+Units are GiB (2**30 bytes). The card planned for, unless `--gpu-memory` says another, is the smallest common 16 GB
+one, a T4: 15 GiB usable and no bfloat16 (`DEFAULT_CARD`). The passes planned are the ones that run: grpokit's own
+(each distinct prompt once, the lead all prompts share once, tool rounds from kept keys and values:
+`moments.loss_passes`) where they run, else TRL's. A step on TRL 1.16 (`GRPOTrainer`, transformers
 generation, one process) is a sequence of moments (`grpokit.planning.moments`: prefill and last decode step;
 layers forward, LM head forward and backward, layers backward, optimizer step); a phase's figure is the
 highest of its moments and the peak the higher phase, never a sum of things that do not coexist.

@@ -432,7 +432,7 @@ def explain(watch: Watch | None, capacity_of=capacity) -> list[str]:
              f"  planned at them: {planned / GIB:.2f} GiB, peak in the {plan.peak.name} phase; the device: "
              + (where if room is not None else "its capacity is not known here")]
     if room is not None:
-        ranked = [r for r in memory.ranked_changes(watch.config, plan.settings, room, held) if r[1] >= planned // 100]
+        ranked = [r for r in memory.ranked_changes(watch.config, plan.settings, room, held) if r[1] >= 2**20]
         if planned <= room:  # the plan puts the phase under the device: it took more than planned, by how much unknown
             lines.append(f"  the plan puts this under the device's memory: the {phase} phase held more than planned "
                          f"(the plan leaves out {LEFT_OUT[device]})")
@@ -442,7 +442,7 @@ def explain(watch: Watch | None, capacity_of=capacity) -> list[str]:
             head = "  what the plan says each change saves, alone (those that fit first, the smallest first):"
         if ranked:
             lines.append(head)
-            lines += [f"    {i}. {text}: -{saved / GIB:.2f} GiB -> {after / GIB:.2f} GiB"
+            lines += [f"    {i}. {text}: -{_size(saved)} -> {_size(after)}"
                       + ("" if planned <= room else ", fits" if fits else ", not enough alone")
                       for i, (text, saved, after, fits) in enumerate(ranked[:6], 1)]
     if device == "cuda":
@@ -450,6 +450,11 @@ def explain(watch: Watch | None, capacity_of=capacity) -> list[str]:
 
         lines.append(f"  {ALLOC_CONF}={os.environ.get(ALLOC_CONF, 'not set')} in this run")
     return lines
+
+
+def _size(n: int) -> str:
+    """Bytes as the message says them: GiB, or MiB under a tenth of one."""
+    return f"{n / GIB:.2f} GiB" if n >= 0.1 * GIB else f"{n / 2**20:.0f} MiB"
 
 
 def _settings_text(s: memory.Settings) -> str:

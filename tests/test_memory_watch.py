@@ -296,3 +296,17 @@ def test_a_later_turn_lets_the_last_turns_states_go_layer_by_layer_as_it_copies_
     assert width == 10 and all(ref() is None for ref in alive)  # nothing of the last turn is left
     assert seen == [3, 3, 2, 2, 1, 1]  # before each layer's copy, only the layers not copied yet are held
     assert all(h[i] is None for h in [*rows[:3], other] for i in range(3))
+
+
+def test_a_run_fixes_glibcs_mmap_threshold_unless_the_user_set_one(monkeypatch):
+    """Large tensors' memory goes back to the system when freed (grpokit.cpu.MMAP_THRESHOLD): a CPU run's resident
+    memory then follows its live tensors (bench/README.md, "A run's own figures")."""
+    calls = []
+    monkeypatch.setattr(cpu, "fixed_mmap_threshold", lambda: calls.append(1) or True)
+    cpu.configure(None)
+    assert calls == [1]
+    monkeypatch.undo()
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert cpu.fixed_mmap_threshold() is False  # the user's own, read by glibc at start, is kept
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
+    assert cpu.fixed_mmap_threshold() is True  # glibc takes it (this machine's C library is glibc)

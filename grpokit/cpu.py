@@ -25,8 +25,8 @@ ALLOC_CONF, ALLOC_CONF_VALUE = "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:T
 # glibc's malloc serves an allocation over its mmap threshold from fresh pages it hands back on free; under it, from
 # heaps that keep what is freed. The threshold rises to the size of each large block freed (up to 32 MiB), so after a
 # step's first tensors are freed most later ones land in the heaps, and a CPU run's resident memory held 16-22 % more
-# than its live tensors in the training phase (the calculator recipe); fixed at 1 MiB, 1.01x at the same step time
-# (bench/README.md, "A run's own figures").
+# than its live tensors in the training phase (the calculator recipe); fixed at 1 MiB, 1.01x, and no step time lost
+# that a run could see (bench/README.md, "A run's own figures").
 MMAP_THRESHOLD = 1 << 20
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 

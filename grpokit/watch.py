@@ -394,14 +394,6 @@ def own_passes_run(trainer) -> bool:
     return bool(getattr(trainer, "_share_prompts", False) or getattr(trainer, "_own_generation", False))
 
 
-def _tool_rounds(args, trainer) -> int:
-    """Tool rounds a rollout may take: TRL's `max_tool_calling_iterations` where the trainer has tools, else 0."""
-    has_tools = bool(getattr(trainer, "tools", None) or getattr(trainer, "environments", None))
-    return int(getattr(args, "max_tool_calling_iterations", 0) or 0) if has_tools else 0
-
-
-
-
 # --------------------------------------------------------------------------------------------------
 # Out of memory
 

@@ -353,26 +353,7 @@ def run(req: Request) -> int:
 
         return check(recipe, gpu_memory_gb=req.gpu_memory, full=req.full)
     if req.mode == "eval":
-        from grpokit import evaluate
-        from grpokit.toolguard import EnvironmentFailure
-
-        try:
-            result = evaluate.evaluate(recipe, req.eval_run, samples=req.eval_samples, out=req.eval_out)
-        except EnvironmentFailure as err:  # the recipe's environment failed on a held-out row: one line, as in training
-            print(f"eval stopped: {err}", file=sys.stderr)
-            return 1
-        run_dir = Path(req.eval_run or recipe.trainer["output_dir"])
-        if CHECKPOINT.fullmatch(run_dir.name) or evaluate.is_warm_start(run_dir):  # a row of its run's report
-            run_dir = run_dir.parent
-        if not req.eval_out and (run_dir / "report.md").is_file():  # a finished run: its report gains before/after
-            from grpokit.files import ownership
-
-            if ownership.replaceable(run_dir / "report.md"):
-                plot(run_dir)
-            else:
-                say(f"{run_dir / 'report.md'} not refreshed: grpokit did not write it (it replaces only its own files)")
-        print(evaluate.summary(result))
-        return 0
+        return _evaluate(req, recipe)
     if req.mode == "probe":
         from grpokit.probe import probe
 
@@ -387,3 +368,29 @@ def run(req: Request) -> int:
     from grpokit import training
 
     return training.run(recipe, req)
+
+
+def _evaluate(req: Request, recipe) -> int:
+    """--eval: the held-out figures of the recipe's model or a run, and that run's report refreshed where grpokit wrote
+    it."""
+    from grpokit import evaluate
+    from grpokit.dist import say
+    from grpokit.toolguard import EnvironmentFailure
+
+    try:
+        result = evaluate.evaluate(recipe, req.eval_run, samples=req.eval_samples, out=req.eval_out)
+    except EnvironmentFailure as err:  # the recipe's environment failed on a held-out row: one line, as in training
+        print(f"eval stopped: {err}", file=sys.stderr)
+        return 1
+    run_dir = Path(req.eval_run or recipe.trainer["output_dir"])
+    if CHECKPOINT.fullmatch(run_dir.name) or evaluate.is_warm_start(run_dir):  # a row of its run's report
+        run_dir = run_dir.parent
+    if not req.eval_out and (run_dir / "report.md").is_file():  # a finished run: its report gains before/after
+        from grpokit.files import ownership
+
+        if ownership.replaceable(run_dir / "report.md"):
+            plot(run_dir)
+        else:
+            say(f"{run_dir / 'report.md'} not refreshed: grpokit did not write it (it replaces only its own files)")
+    print(evaluate.summary(result))
+    return 0

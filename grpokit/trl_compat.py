@@ -544,11 +544,12 @@ def out_of_memory(err: BaseException) -> bool:
     if not isinstance(err, RuntimeError):
         return False
     text = str(err)
-    return CPU_REFUSAL in text or (ONEDNN_REFUSAL in text and _address_space_left() < NEAR_LIMIT)
+    return CPU_REFUSAL in text or (ONEDNN_REFUSAL in text and address_space_left() < NEAR_LIMIT)
 
 
-def _address_space_left() -> float:
-    """Bytes this process may still map under RLIMIT_AS (`ulimit -v`); infinity without such a limit."""
+def address_space_left() -> float:
+    """Bytes this process may still map under RLIMIT_AS (`ulimit -v`); infinity without such a limit (grpokit.watch
+    reads it for a run's capacity too)."""
     import resource
 
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)

@@ -198,10 +198,10 @@ def capacity(device: str) -> tuple[int | None, str]:
             continue
         if value.isdigit() and int(value) < (total or 2**62):
             limits.append((int(value), "a cgroup's memory limit"))
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        room = soft - (_status("VmSize") or 0) + resident()
-        limits.append((max(0, room), f"an address-space limit (ulimit -v {soft // 1024})"))
+    left = trl_compat.address_space_left()
+    if left != float("inf"):
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        limits.append((max(0, int(left) + resident()), f"an address-space limit (ulimit -v {soft // 1024})"))
     if not limits:
         return None, "not known here"
     value, how = min(limits)

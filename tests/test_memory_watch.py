@@ -310,3 +310,11 @@ def test_a_run_fixes_glibcs_mmap_threshold_unless_the_user_set_one(monkeypatch):
     assert cpu.fixed_mmap_threshold() is False  # the user's own, read by glibc at start, is kept
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
     assert cpu.fixed_mmap_threshold() is True  # glibc takes it (this machine's C library is glibc)
+
+
+def test_the_probes_scratch_folder_is_new_and_private_so_removing_it_whole_removes_only_grpokits():
+    from grpokit import files
+
+    with files.scratch("grpokit-probe-") as folder:
+        assert list(folder.iterdir()) == [] and (folder.stat().st_mode & 0o777) == 0o700
+    assert not folder.exists()

@@ -162,8 +162,9 @@ def tell_kernel(path: str, text: str) -> bool:
 
 @contextlib.contextmanager
 def scratch(prefix: str):
-    """A folder of grpokit's own for the length of the block: made new and empty in the system's temporary folder, so
-    whatever is in it after was put there by the block, and removed whole after it, whatever the block did.
+    """A folder of grpokit's own for the length of the block: made new, empty and private (mkdtemp: mode 0700, a name
+    no one else chose) in the system's temporary folder, so whatever is in it after was put there by the block, and
+    removed whole after it, whatever the block did.
 
     >>> with scratch("grpokit-doc-") as d:
     ...     _ = (d / "x").write_text("y")

@@ -44,8 +44,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import logging
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 import rewards
-from grpokit import tasks
-from grpokit.environments import PythonTool
+from grpokit.prompts import tasks
+from grpokit.tools.environments import PythonTool
 from rewards.math import Accuracy
 
 out = {}

@@ -47,8 +47,8 @@ def run(dynamic: bool, steps: int, seed: int, max_rounds: int, out_dir: str) -> 
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig
 
-    from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
-    from grpokit.tiny import ensure_tiny_model
+    from grpokit.trainer.dynamic_sampling import DynamicSamplingGRPOTrainer
+    from grpokit.checkpoints.tiny import ensure_tiny_model
 
     path = ensure_tiny_model()
     kinds = ["live", "degenerate"] * (len(WORDS) // 2)
@@ -99,7 +99,7 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(opts.threads)
     # Each filled step is counted in the table; its log line would only repeat that here.
-    logging.getLogger("grpokit.dynamic_sampling").setLevel(logging.ERROR)
+    logging.getLogger("grpokit.trainer.dynamic_sampling").setLevel(logging.ERROR)
     results = {}
     for dynamic in (False, True):
         with tempfile.TemporaryDirectory() as tmp:

@@ -5,7 +5,7 @@
     python bench/gpu_memory.py --dry-run                # CPU, tiny config: the whole path, measures no GPU
 
 After the cases, a shipped recipe (`--recipe`, default recipes/smoke.yaml) through launch.py: `--probe`, then two
-steps that measure themselves (grpokit.watch), so the first session lent a GPU measures both at once.
+steps that measure themselves (grpokit.trainer.watch), so the first session lent a GPU measures both at once.
 
 The same accounting as bench/plan_vs_measured.py (its models, inputs, trainer and
 `grpokit.planning.measure.LiveTensors`), so a GPU case is one more row of the same table: live tensor bytes
@@ -15,7 +15,7 @@ inside one operator, rounded to the allocator's blocks) and `max_memory_reserved
 and the CUDA context (the device's used memory beyond what PyTorch reserved).
 
 For each case: a random-weight model of a shipped architecture (the shipped config.json, bf16 on the GPU;
-4-bit NF4 through `from_pretrained` with `grpokit.models.quantization_config`), the process capped at
+4-bit NF4 through `from_pretrained` with `grpokit.trainer.models.quantization_config`), the process capped at
 `--cap-gib` with `torch.cuda.set_per_process_memory_fraction`, and `--steps` real optimizer steps of TRL's
 `GRPOTrainer` with completions forced to full length. Results go to `<out>/gpu_memory-<date>.json` and
 `.md` after every case, so a run cut short still leaves its results; `memory.validation_note()` quotes the

@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     if opts.base:
         record("base", yaml.safe_load(RECIPE.read_text())["model"]["name_or_path"], None, opts)
     if opts.sample:
-        from grpokit import warmstart
+        from grpokit.warm_start import section as warmstart
 
         warm = warmstart.made(opts.sample)
         if warm is None:

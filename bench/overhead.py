@@ -1,7 +1,7 @@
 """Per-step overhead of grpokit over calling TRL directly with the same config (target: <= 2 %).
 
 Both sides train the same tiny model on the same data with the same GRPOConfig; the grpokit side is
-built by `grpokit.build.make_trainer` from the smoke recipe, with the reward guard and the callbacks a
+built by `grpokit.run.build.make_trainer` from the smoke recipe, with the reward guard and the callbacks a
 run adds to every step (`training.add_run_callbacks`: progress lines, first completions kept, stop on a
 signal), the TRL side by hand. Runs alternate to share the machine's noise; the median of the per-step
 times of each side is reported. Prints figures; not a test.
@@ -51,10 +51,10 @@ def main() -> None:
     import trl
     from trl import GRPOTrainer
 
-    from grpokit import build, training
+    from grpokit.run import build, training
     from grpokit.config import load, validate
     from grpokit.lifecycle import StopOnSignal
-    from grpokit.models import load_model
+    from grpokit.trainer.models import load_model
 
     def prepared(out):
         recipe = validate(load(ROOT / "recipes" / "smoke.yaml", [

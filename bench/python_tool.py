@@ -3,7 +3,7 @@
     .venv/bin/python bench/python_tool.py                 # prints the figures, writes results/python_tool_cost.json
     .venv/bin/python bench/python_tool.py --rollouts 32   # a larger batch
 
-Every figure is wall time of `grpokit.environments.PythonTool` calls from this process, as TRL makes them:
+Every figure is wall time of `grpokit.tools.environments.PythonTool` calls from this process, as TRL makes them:
 - the cage's start: the first call of a process (bootstrap, namespaces, the zygote importing sympy and numpy);
 - a rollout's first call: its interpreter forked from the warm zygote, then the call;
 - a kept interpreter's later calls (`print(x * 18)` on a name an earlier call defined);
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grpokit import files  # noqa: E402
-from grpokit.environments import PythonTool  # noqa: E402
+from grpokit.tools.environments import PythonTool  # noqa: E402
 from labs.outputs import add_commit_flag, out_path  # noqa: E402
 from labs.refusals import check_outputs, one_line_exit  # noqa: E402
 

@@ -59,8 +59,8 @@ def shipped_steps(trainer: dict, steps: int | None, recipe: Path = RECIPE) -> in
 
 def train_seed(seed: int, steps: int, run_dir: Path, once: bool = False, recipe: Path = RECIPE) -> None:
     """Train the recipe for one seed into run_dir for 2 x `steps` (`once`: `steps`), keeping the checkpoint at `steps`."""
-    from grpokit import training
-    from grpokit.request import Request
+    from grpokit.run import training
+    from grpokit.run.request import Request
 
     overrides = [f"trainer.seed={seed}", f"trainer.output_dir={run_dir}", f"trainer.max_steps={(1 if once else 2) * steps}",
                  f"trainer.save_steps={steps}", "trainer.save_total_limit=2"]
@@ -69,7 +69,7 @@ def train_seed(seed: int, steps: int, run_dir: Path, once: bool = False, recipe:
 
 def trained_state(run_dir: Path) -> tuple[Path, dict]:
     """(adapter dir, trainer state): the finished run's, else its latest checkpoint's (a run stopped early)."""
-    from grpokit.rundir import latest_checkpoint
+    from grpokit.checkpoints.rundir import latest_checkpoint
 
     where = run_dir if (run_dir / "adapter_config.json").is_file() and (run_dir / "trainer_state.json").is_file() else None
     where = where or (Path(latest_checkpoint(run_dir)) if latest_checkpoint(run_dir) else None)
@@ -150,8 +150,8 @@ def write_readme_section(text: str, readme: Path = README) -> None:
 
 
 def pass_reward_mean(logged: dict, figure: str = "mean") -> float:
-    """A step's mean (or std) of the reward that decides a pass (grpokit.evaluate's rule), else of its total reward."""
-    from grpokit.evaluate import PASS_REWARDS
+    """A step's mean (or std) of the reward that decides a pass (grpokit.run.evaluate's rule), else of its total reward."""
+    from grpokit.run.evaluate import PASS_REWARDS
 
     return next((logged[f"rewards/{n}/{figure}"] for n in PASS_REWARDS if f"rewards/{n}/{figure}" in logged),
                 logged["reward" if figure == "mean" else "reward_std"])
@@ -161,7 +161,8 @@ def eval_run(run_dir: Path | None, out: Path, recipe_path: Path = RECIPE, home: 
     """Held-out figures of a run, or (`run_dir` None) of the model its runs start from: the recipe's model, or for a
     warm-start recipe the warm start the run folder `home` holds, scored as `launch.py --eval HOME/warm_start` scores it
     (GRPO's rise is counted from it)."""
-    from grpokit import evaluate, warmstart
+    from grpokit.run import evaluate
+    from grpokit.warm_start import section as warmstart
 
     recipe = load_recipe([], recipe_path)
     if run_dir is None and recipe.warm_start and home is not None:
@@ -180,9 +181,9 @@ def eval_run(run_dir: Path | None, out: Path, recipe_path: Path = RECIPE, home: 
 
 
 def _warm_start(recipe, run_dir: Path | None) -> str | None:
-    """The warm start a run's adapter goes on (grpokit.warmstart), as `evaluate` records it; None for a recipe without
+    """The warm start a run's adapter goes on (grpokit.warm_start.section), as `evaluate` records it; None for a recipe without
     one, for the recipe's model and for the warm start itself."""
-    from grpokit import warmstart
+    from grpokit.warm_start import section as warmstart
 
     found = warmstart.of_run(run_dir) if recipe.warm_start and run_dir else None
     return str(found) if found else None
@@ -248,7 +249,7 @@ def header(recipe, recipe_path: Path, steps: int, how: str) -> dict:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs visible"
                    + (", bf16 instructions" if cpu_computes_bf16() else ", no bf16 instructions")
                    + f", torch {torch.__version__}, cuda={torch.cuda.is_available()}",  # the training processes' threads: --threads, said in `when`
-        "measured": ("held-out greedy pass@1 by grpokit.evaluate (a pass: the recipe's accuracy reward > 0, or "
+        "measured": ("held-out greedy pass@1 by grpokit.run.evaluate (a pass: the recipe's accuracy reward > 0, or "
                      "task_score at full credit 1.0) on the recipe's held-out set, before training, at the checkpoint of step N (the recipe as shipped) and at "
                      "the end of the 2N-step run (or its latest checkpoint when stopped early: see steps / finished); "
                      "rewards per step from trainer_state.json (mean over the step's completions); seconds per step = "
@@ -314,7 +315,7 @@ def main(argv=None) -> int:
         end, state = trained_state(run_dir)
         shipped = score(end if opts.once else run_dir / f"checkpoint-{steps}", results["base"]["pass@1"], recipe_path)
         doubled = None if opts.once else score(end, results["base"]["pass@1"], recipe_path)
-        made = run_dir / "warm_start" / "warm_start.json"  # grpokit.warmstart's record of the run's warm start
+        made = run_dir / "warm_start" / "warm_start.json"  # grpokit.warm_start.section's record of the run's warm start
         warm = {"warm_start": files.read_json(made, dict)} if made.is_file() else {}
         results["seeds"].append({"seed": seed, **timing(state), **warm, "after": shipped, "after_2x": doubled,
                                  "rise": shipped["rise"], "rise_2x": doubled and doubled["rise"],

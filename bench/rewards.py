@@ -225,7 +225,7 @@ def task_throughput(rounds: int = 7) -> None:
     import statistics
 
     import rewards
-    from grpokit import tasks
+    from grpokit.prompts import tasks
 
     reward = rewards.build("task_score")
     print(f"\n== task_score, warm, 64 completions a call, workers={reward.fn.workers}, {os.cpu_count()} CPUs, load average "

@@ -36,9 +36,9 @@ CASES = {
 
 def trainer_for(folder: Path):
     """grpokit's trainer (the smoke recipe's): its loss-pass methods are what this measures, on another model."""
-    from grpokit.build import make_trainer, prepare
+    from grpokit.run.build import make_trainer, prepare
     from grpokit.config import load, validate
-    from grpokit.models import load_model
+    from grpokit.trainer.models import load_model
 
     recipe = validate(load(str(ROOT / "recipes" / "smoke.yaml"), [f"trainer.output_dir={folder / 'run'}",
                                                                   "trainer.save_strategy=no", "trainer.report_to=none"]))

@@ -42,7 +42,7 @@ PHASES = ("generate", "tool calls", "generate after tools", "rewards", "logprob 
 
 def prompt_parts(prep) -> dict:
     """Tokens of the first prompt by part, each counted as the difference the part makes to the rendered prompt."""
-    from grpokit import tooluse
+    from grpokit.tools import tooluse
 
     tok, messages = prep.tokenizer, prep.dataset[0]["prompt"]
     if isinstance(messages, str):
@@ -100,7 +100,7 @@ class Timers:
         self.seconds, self.shapes = defaultdict(float), defaultdict(list)
 
     def prompt_tokens(self) -> dict:
-        """The step's prompt tokens the loss pass computed and took from another copy (grpokit.shared_prompt's
+        """The step's prompt tokens the loss pass computed and took from another copy (grpokit.trainer.shared_prompt's
         tally), where the trainer keeps one."""
         tally = getattr(self.trainer, "shared_prompt_tally", None)
         if tally is None:
@@ -124,9 +124,9 @@ def _forward(args, kwargs, out):
 def measure(name: str, overrides: list[str], steps: int, loss_pass: str = "shared") -> dict:
     from transformers import TrainerCallback
 
-    from grpokit.build import make_trainer, prepare
+    from grpokit.run.build import make_trainer, prepare
     from grpokit.config import load, validate
-    from grpokit.models import load_model
+    from grpokit.trainer.models import load_model
 
     out_dir = Path("/tmp") / f"tool_step-{name}-{os.getpid()}"
     recipe = validate(load(str(RECIPES[name]), [f"trainer.max_steps={steps}", "trainer.save_strategy=no",
@@ -186,11 +186,11 @@ def main(argv=None) -> int:
     parser.add_argument("--set", nargs="*", default=[], help="recipe overrides, key=value, for every recipe")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--loss-pass", choices=("shared", "trl"), default="shared",
-                        help="shared: each prompt once for its copies (grpokit.shared_prompt, as a run does); trl: TRL's "
+                        help="shared: each prompt once for its copies (grpokit.trainer.shared_prompt, as a run does); trl: TRL's "
                              "own pass, every copy computed")
     parser.add_argument("--no-lead", action="store_true",
                         help="compute the lead the distinct prompts share (system text, tool schemas) once per prompt, "
-                             "as before grpokit shared it (grpokit.shared_prompt.MIN_LEAD out of reach)")
+                             "as before grpokit shared it (grpokit.trainer.shared_prompt.MIN_LEAD out of reach)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this file")
     args = parser.parse_args(argv)
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.no_lead:
-        from grpokit import shared_prompt
+        from grpokit.trainer import shared_prompt
 
         shared_prompt.MIN_LEAD = sys.maxsize
     results = []

@@ -14,10 +14,10 @@ import sys
 import warnings
 from pathlib import Path
 
-from grpokit import models
+from grpokit.trainer import models
 from grpokit.errors import EXIT_USAGE, Problem, RecipeError
-from grpokit.request import DEFAULT_RECIPE, Request
-from grpokit.rundir import resume_command
+from grpokit.run.request import DEFAULT_RECIPE, Request
+from grpokit.checkpoints.rundir import resume_command
 
 EVAL_BASE = ""  # `--eval` with no RUN_DIR: the recipe's base model
 EXIT_INTERRUPTED = 130  # the shell's 128 + SIGINT
@@ -73,7 +73,7 @@ def _threads(text: str) -> int:
 
 def _eval_samples(text: str) -> int:
     """`--eval-samples K`: 0 to evaluate.MAX_SAMPLES; 100000000 was taken and ended in an allocation traceback."""
-    from grpokit.evaluate import MAX_SAMPLES
+    from grpokit.run.evaluate import MAX_SAMPLES
 
     try:
         value = int(text)
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         if req.mode == "plot":
             return plot(req.run_dir, list(req.compare))
         if req.mode == "merge":
-            from grpokit.merge import merge
+            from grpokit.run.merge import merge
 
             merge(req.run_dir, req.merge_out, overwrite=req.overwrite)
             return 0
@@ -173,7 +173,7 @@ ACCELERATE_NOTE = ("(accelerate launch follows this with a traceback of its own,
 def under_plain_accelerate_launch() -> bool:
     """In the main process started by `accelerate launch` itself, not by grpokit's launcher."""
     from grpokit.dist import is_main_process
-    from grpokit.launcher import LAUNCHED
+    from grpokit.run.launcher import LAUNCHED
 
     return "ACCELERATE_MIXED_PRECISION" in os.environ and not os.environ.get(LAUNCHED) and is_main_process()
 
@@ -182,7 +182,7 @@ def bars_only_on_a_terminal() -> None:
     """No tqdm progress bars where the console is not a terminal (a log file, a pipe): each redraw of a bar (GGUF
     conversion, shard writing, dataset maps, downloads) became a line of the saved log. tqdm reads TQDM_DISABLE when it
     is first imported, so this runs before anything imports it; the processes a launch starts inherit it. The step
-    lines say the run's progress there (grpokit.progress prints them without a bar)."""
+    lines say the run's progress there (grpokit.run.progress prints them without a bar)."""
     if not sys.stderr.isatty():
         os.environ.setdefault("TQDM_DISABLE", "1")
 
@@ -197,7 +197,7 @@ def quiet_known_noise() -> None:
     (a CPU with AVX512-BF16) offline (every --check, every run without a hub), `kernels` says it skips the kernel's
     publisher trust check: bitsandbytes asks at import, whatever `model.quantization` says, so the line speaks of
     nothing the recipe does. (TRL's "environment_factory is experimental" warning is silenced where grpokit builds its
-    trainer, grpokit.generation, so a test sees what a user sees.) transformers says once a run that it sets
+    trainer, grpokit.trainer.generation, so a test sees what a user sees.) transformers says once a run that it sets
     `use_cache=False` for a training forward under gradient checkpointing (TRL's default, and every memory plan's): a
     forward whose activations are recomputed keeps no cache, by design; generation, without gradients, keeps its own.
     """
@@ -242,8 +242,8 @@ def plot(run_dir: Path, compare: list[Path] = ()) -> int:
     from grpokit.reporting.compare import COMPARE_FILE, load_runs
     from grpokit.reporting.plots import PLOT_FILE, PLOTS_DIR, plot_run
     from grpokit.reporting.report import REPORT_FILE, write_report
-    from grpokit.rundir import RECIPE_FILE
-    from grpokit.runfiles import finish_run
+    from grpokit.checkpoints.rundir import RECIPE_FILE
+    from grpokit.run.runfiles import finish_run
 
     # Every run it reads, checked before anything is written: a compared run without trainer_state.json ends here.
     runs = load_runs(run_dir, list(compare)) if compare else None
@@ -304,7 +304,7 @@ def request(args: argparse.Namespace, argv: list[str]) -> Request:
     overrides, evaluated = list(args.overrides), args.eval
     if evaluated and "=" in evaluated and not Path(evaluated).exists():  # `--eval trainer.x=1`: an override, not a RUN_DIR
         overrides, evaluated = [evaluated, *overrides], EVAL_BASE
-    from grpokit import launcher
+    from grpokit.run import launcher
 
     if args.check:
         mode = "check"
@@ -349,23 +349,23 @@ def run(req: Request) -> int:
     say(f"recipe: {loaded.path.resolve()}" + (f" (+ {len(req.overrides)} override(s))" if req.overrides else ""))  # as messages name it
     recipe = validate(loaded, num_processes=req.num_processes)
     if req.mode == "check":
-        from grpokit.check import check
+        from grpokit.run.check import check
 
         return check(recipe, gpu_memory_gb=req.gpu_memory, full=req.full)
     if req.mode == "eval":
         return _evaluate(req, recipe)
     if req.mode == "probe":
-        from grpokit.probe import probe
+        from grpokit.run.probe import probe
 
         return probe(recipe)
     if req.mode == "launch":
-        from grpokit import launcher
-        from grpokit.build import prepare
+        from grpokit.run import launcher
+        from grpokit.run.build import prepare
 
         # everything that needs no weights, checked here: a mistake ends before any process starts
         prepare(recipe, log=lambda m: None, mode="launch")
         return launcher.launch(list(req.argv), req.num_processes, req.accelerate_config)
-    from grpokit import training
+    from grpokit.run import training
 
     return training.run(recipe, req)
 
@@ -373,9 +373,9 @@ def run(req: Request) -> int:
 def _evaluate(req: Request, recipe) -> int:
     """--eval: the held-out figures of the recipe's model or a run, and that run's report refreshed where grpokit wrote
     it."""
-    from grpokit import evaluate
+    from grpokit.run import evaluate
     from grpokit.dist import say
-    from grpokit.toolguard import EnvironmentFailure
+    from grpokit.tools.toolguard import EnvironmentFailure
 
     try:
         result = evaluate.evaluate(recipe, req.eval_run, samples=req.eval_samples, out=req.eval_out)

@@ -4,8 +4,8 @@ Two sources of truth feed these checks: our own `Field` specs for the sections w
 `dataset`, ...), and the annotations of TRL's / PEFT's dataclasses for `trainer` and `lora`, so a new
 TRL knob is accepted with its declared type without any change here.
 
-Below every section's owner: `grpokit.config` checks its own sections with it, and `grpokit.tasks` and
-`grpokit.tooluse` theirs, so no owner reaches up into `config` for it. Imports only `grpokit.errors`.
+Below every section's owner: `grpokit.config` checks its own sections with it, and `grpokit.prompts.tasks` and
+`grpokit.tools.tooluse` theirs, so no owner reaches up into `config` for it. Imports only `grpokit.errors`.
 """
 
 from __future__ import annotations

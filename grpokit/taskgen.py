@@ -10,7 +10,7 @@ once the pace of the first `PACE_AFTER_S` seconds shows the whole set would take
 says which bound, at which problem, and the config keys set furthest above their defaults: the ones that make it
 expensive. The child's start (importing reasoning-gym, ~4 s) is not charged to the bounds.
 
-A leaf beside `grpokit.tasks`, which imports it: this module imports nothing of grpokit's but itself in the child.
+A leaf beside `grpokit.prompts.tasks`, which imports it: this module imports nothing of grpokit's but itself in the child.
 """
 
 from __future__ import annotations

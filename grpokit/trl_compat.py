@@ -31,7 +31,7 @@ _TILE_SOURCE = (("trl.kernels.chunked_logprob", "TOKEN_CHUNK_SIZE"), ("trl.train
 # `prompts`; "completion" and "completion_ids" columns are not passed as such). A test reads TRL's source for it.
 TRL_REWARD_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
 
-# GRPOTrainer methods overridden or relied on (grpokit.dynamic_sampling), with their parameters, and text that
+# GRPOTrainer methods overridden or relied on (grpokit.trainer.dynamic_sampling), with their parameters, and text that
 # must still be in their source; trainer attributes the subclass reads.
 SIGNATURES = {
     "_generate_and_score_completions": ("self", "inputs"),
@@ -50,7 +50,7 @@ SOURCE_MARKERS = {
         "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)",
         '"num_items_in_batch": num_items_in_batch',
         "process_slice = slice(",
-        # grpokit.toolguard: an environment's tools are read from the instance, keyed by name; instance i serves sample i
+        # grpokit.tools.toolguard: an environment's tools are read from the instance, keyed by name; instance i serves sample i
         "getattr(environment, member_name)",
         "sync_tool_dict[tool.__name__] = tool",
         "observation = environment.reset(**reset_kwargs)",
@@ -61,7 +61,7 @@ SOURCE_MARKERS = {
     "_calculate_rewards": ("rewards_per_func = gather(rewards_per_func)",),
     # how a failed tool call reaches the completion (rewards/tools.py reads it): str({"error": message}); a sync tool
     # is called inline, in the trainer's thread, and any Exception it raises is its result and a counted failure
-    # (grpokit.toolguard bounds the call there and raises a BaseException for a fault that must stop the run)
+    # (grpokit.tools.toolguard bounds the call there and raises a BaseException for a fault that must stop the run)
     "_tool_call_loop": ('result = {"error": str(e)}', "content = result if isinstance(result, list) else str(result)",
                         'tool_call_results.append((name, sync_tool_dict[name](**function["arguments"])))',
                         "except Exception as e:\n                            tool_failure_count += 1"),
@@ -105,7 +105,7 @@ VLLM_SOURCE_MARKERS = {
     "trl.import_utils:is_vllm_available": (f'Version("{VLLM_RANGE[0]}") <= _vllm_base_version <= Version("{VLLM_RANGE[1]}")',),
 }
 
-# GRPOTrainer.__init__, as grpokit.toolguard relies on it: the environment's first instance is built there (its
+# GRPOTrainer.__init__, as grpokit.tools.toolguard relies on it: the environment's first instance is built there (its
 # constructor's fault is blamed on sample 0) and get_reward() is called per instance, with no argument.
 TOOL_SOURCE_MARKERS = {
     "trl.trainer.grpo_trainer:GRPOTrainer.__init__": (
@@ -115,7 +115,7 @@ TOOL_SOURCE_MARKERS = {
     ),
 }
 
-# GRPOTrainer's transformers generation, as grpokit.generation does it in its place (and reads it in the tool loop):
+# GRPOTrainer's transformers generation, as grpokit.trainer.generation does it in its place (and reads it in the tool loop):
 # left-padded rows, generate from them, the completion cut after the first end of sequence; a later turn's rows are
 # prompt + completion + the result's tokens, concatenated, and cut to the completion's room after generation.
 GENERATION_SOURCE_MARKERS = {
@@ -134,7 +134,7 @@ GENERATION_SOURCE_MARKERS = {
 }
 GENERATION_SIGNATURE = ("self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images")
 
-# GRPOTrainer's log-probability pass, as grpokit.shared_prompt does it in its place: positions are the rows' column
+# GRPOTrainer's log-probability pass, as grpokit.trainer.shared_prompt does it in its place: positions are the rows' column
 # indices (no position_ids passed), only the completion's tokens are labelled, through the fused LM head; the fused
 # forward takes pre-shifted `shift_labels` and hands the rest of its keyword arguments (the cache) to the backbone.
 LOGPROB_SOURCE_MARKERS = {
@@ -215,7 +215,7 @@ def check_trl_internals(trainer=None) -> None:
 
 
 def generation_internals_problems() -> list[str]:
-    """What grpokit.generation relies on in TRL's generation that has changed: [] means it may stand in for it.
+    """What grpokit.trainer.generation relies on in TRL's generation that has changed: [] means it may stand in for it.
 
     >>> generation_internals_problems()  # [] on trl 1.16.0
     []
@@ -229,7 +229,7 @@ def generation_internals_problems() -> list[str]:
 
 
 def logprob_internals_problems() -> list[str]:
-    """What grpokit.shared_prompt relies on in TRL's log-probability pass that has changed: [] means it may stand in.
+    """What grpokit.trainer.shared_prompt relies on in TRL's log-probability pass that has changed: [] means it may stand in.
 
     >>> logprob_internals_problems()  # [] on trl 1.16.0
     []
@@ -354,7 +354,7 @@ def no_draft_card(trainer) -> None:
 
 def metric_sink(trainer):
     """`sink(key, value)`: one value of a metric TRL averages into its next log line, as it does its own
-    (`GRPOTrainer._metrics[mode][key]`, mode from the model's training flag); grpokit.toolguard counts limit cuts so."""
+    (`GRPOTrainer._metrics[mode][key]`, mode from the model's training flag); grpokit.tools.toolguard counts limit cuts so."""
     def sink(key: str, value: float) -> None:
         trainer._metrics["train" if trainer.model.training else "eval"][key].append(value)
 
@@ -366,7 +366,7 @@ def generate_and_score(trainer, rows: list[dict]) -> tuple[list[dict], float]:
     every reward), read back per sample from the logs TRL keeps for its completions table: (samples, the batch's
     share of failed tool calls). A sample: its row, prompt, completion (a tool rollout's messages), the environment
     instance that served its rollout (None without one) and each reward by TRL's name for it (None where a reward returned None). Used by `--eval` of a recipe with tools
-    (grpokit.rollouts); `len(rows)` must not pass `trainer.args.generation_batch_size`, the logs' length."""
+    (grpokit.trainer.rollouts); `len(rows)` must not pass `trainer.args.generation_batch_size`, the logs' length."""
     import math
 
     logs = last_generation_logs(trainer)
@@ -390,7 +390,7 @@ def generate_and_score(trainer, rows: list[dict]) -> tuple[list[dict], float]:
 # the function named here, and checked: where it lives -> (the function, who relies on it and why).
 LIBRARY_INTERNALS = {
     "trl.trainer.utils:nanstd": (
-        "nanstd", "grpokit.dynamic_sampling: the reward std of a group exactly as GRPOTrainer computes it "
+        "nanstd", "grpokit.trainer.dynamic_sampling: the reward std of a group exactly as GRPOTrainer computes it "
         "(NaN-ignoring, Bessel-corrected)"),
     "transformers.cache_utils:DynamicLayer.update": (
         "dynamic_cache_layer", "grpokit.planning.measure wraps it to tag as KV cache what each decode step appends "
@@ -402,13 +402,13 @@ LIBRARY_INTERNALS = {
     "torch:UntypedStorage._cdata": (
         "storage_key", "grpokit.planning.measure: a storage's identity while it lives (views share it)"),
     "transformers.modeling_layers:GradientCheckpointingLayer._can_checkpoint_with_cache": (
-        "checkpointing_layer", "grpokit.shared_prompt: a checkpointed layer keeps the cache it is given when this is "
+        "checkpointing_layer", "grpokit.trainer.shared_prompt: a checkpointed layer keeps the cache it is given when this is "
         "set on it (else it drops it), and a replay in the backward reuses the forward's arguments"),
     "torch:DefaultCPUAllocator's refusal": (
-        "out_of_memory", "grpokit.watch: torch's CPU allocator refuses an allocation with a plain "
+        "out_of_memory", "grpokit.trainer.watch: torch's CPU allocator refuses an allocation with a plain "
         "RuntimeError whose text is the only mark of it (CUDA raises torch.OutOfMemoryError)"),
     "bitsandbytes.nn.modules:Linear4bit.support_avx512bf16_for_cpu": (
-        "keep_4bit_trainable", "grpokit.models: a 4-bit layer repacks its weight for a CPU's AVX512-BF16 kernel, "
+        "keep_4bit_trainable", "grpokit.trainer.models: a 4-bit layer repacks its weight for a CPU's AVX512-BF16 kernel, "
         "which has no backward, when this is true; cleared on every layer a policy loads with"),
 }
 _KV_UPDATE_PARAMS = ("self", "key_states", "value_states")  # DynamicLayer.update's leading parameters
@@ -432,7 +432,7 @@ def dynamic_cache_layer():
 
 def plain_dynamic_cache(config) -> bool:
     """Whether transformers builds this model's generation cache from plain `DynamicLayer`s only (no sliding window,
-    no indexed or quantized layer): grpokit.generation slices and joins such layers' `keys` and `values`
+    no indexed or quantized layer): grpokit.trainer.generation slices and joins such layers' `keys` and `values`
     (`[batch, heads, tokens, head_dim]`) and builds a cache from them with `DynamicCache(ddp_cache_data=, config=)`."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
@@ -548,7 +548,7 @@ def out_of_memory(err: BaseException) -> bool:
 
 
 def address_space_left() -> float:
-    """Bytes this process may still map under RLIMIT_AS (`ulimit -v`); infinity without such a limit (grpokit.watch
+    """Bytes this process may still map under RLIMIT_AS (`ulimit -v`); infinity without such a limit (grpokit.trainer.watch
     reads it for a run's capacity too)."""
     import resource
 

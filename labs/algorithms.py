@@ -250,9 +250,9 @@ def kl_to_reference(recipe, run_dir: Path, log=lambda m: None) -> dict:
     from peft import PeftModel
 
     from grpokit.config.trainer_args import grpo_args
-    from grpokit.data import heldout_dataset
-    from grpokit.evaluate import generate_ids, prompt_text
-    from grpokit.models import load_model, load_tokenizer, model_source
+    from grpokit.prompts.data import heldout_dataset
+    from grpokit.run.evaluate import generate_ids, prompt_text
+    from grpokit.trainer.models import load_model, load_tokenizer, model_source
 
     args = grpo_args(recipe)
     model_path, _ = model_source(recipe)

@@ -26,7 +26,7 @@ def series(steps: list[dict], key: str) -> list[float | None]:
 def accuracy_series(steps: list[dict], reward: str = PASS_REWARD) -> list[float | None]:
     """Training accuracy (the mean of `reward`) of what the policy generated each step, unfiltered under dynamic
     sampling: there the trained batch holds only groups with a spread, so its accuracy is biased toward 1/2, and
-    the accuracy of everything generated in a step is logged apart (grpokit/dynamic_sampling.py)."""
+    the accuracy of everything generated in a step is logged apart (grpokit/trainer/dynamic_sampling.py)."""
     trained, generated = f"rewards/{reward}/mean", f"sampling/generated/rewards/{reward}/mean"
     return [h.get(generated, h.get(trained)) for h in steps]
 

@@ -1,4 +1,4 @@
-"""Rewards for reasoning-gym's procedural tasks (a recipe's `dataset.reasoning_gym`, see grpokit/tasks.py)."""
+"""Rewards for reasoning-gym's procedural tasks (a recipe's `dataset.reasoning_gym`, see grpokit/prompts/tasks.py)."""
 
 from __future__ import annotations
 

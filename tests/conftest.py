@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def tiny_model_dir():
     """The embedded tiny Llama + character tokenizer, built once per machine and cached."""
-    from grpokit.tiny import ensure_tiny_model
+    from grpokit.checkpoints.tiny import ensure_tiny_model
 
     return ensure_tiny_model()
 
@@ -76,9 +76,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def tool():
-    """make(**limits): a Python tool (grpokit.environments.PythonTool) started for a rollout, 3 s a call unless
+    """make(**limits): a Python tool (grpokit.tools.environments.PythonTool) started for a rollout, 3 s a call unless
     given; every one made is closed after the test."""
-    from grpokit.environments import PythonTool
+    from grpokit.tools.environments import PythonTool
 
     made = []
 

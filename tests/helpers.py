@@ -79,7 +79,7 @@ def fake_run(folder: Path, names=("checkpoint-1", "trainer_state.json", "recipe.
 
 def overwrite(run: Path) -> None:
     """What `--overwrite` does once the new run's weights are loaded (rundir.guard_output_dir, then remove_previous)."""
-    from grpokit.rundir import guard_output_dir, remove_previous
+    from grpokit.checkpoints.rundir import guard_output_dir, remove_previous
 
     remove_previous(run, guard_output_dir(run, None, True, "recipe.yaml"), "recipe.yaml")
 
@@ -164,7 +164,7 @@ def tiny_trainer(output_dir, reward_funcs, train_dataset, *, trainer_cls=None, m
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpokit.tiny import ensure_tiny_model
+    from grpokit.checkpoints.tiny import ensure_tiny_model
 
     model_dir = model_dir or ensure_tiny_model()
     return (trainer_cls or GRPOTrainer)(
@@ -279,8 +279,8 @@ TODAY = ("qwen3", "qwen3_5", "gemma4", "smollm3", "llama3_2")
 
 def family_tokenizer(family: str):
     """The tiny character tokenizer with `family`'s TRL template and its markers as single tokens."""
-    from grpokit import tooluse
-    from grpokit.tiny import build_tokenizer
+    from grpokit.tools import tooluse
+    from grpokit.checkpoints.tiny import build_tokenizer
 
     _, _, template, markers, ends, bos = FAMILIES[family]
     tokenizer = build_tokenizer()
@@ -322,11 +322,11 @@ def family_dir(family: str, root: Path) -> Path:
 
 
 def family_trainer(family: str, root: Path, **config):
-    """grpokit's trainer (its own passes where they fit: grpokit.generation, grpokit.shared_prompt) on `family`'s tiny
+    """grpokit's trainer (its own passes where they fit: grpokit.trainer.generation, grpokit.trainer.shared_prompt) on `family`'s tiny
     instance with LoRA, as tiny_trainer builds it; `config` as GRPOConfig fields."""
     from datasets import Dataset
 
-    from grpokit.generation import PrefixReuseGRPOTrainer
+    from grpokit.trainer.generation import PrefixReuseGRPOTrainer
 
     rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "What is 6 * 7?"}]}] * 8)
     return tiny_trainer(root / "run", [lambda completions, **kw: [0.0] * len(completions)], rows,

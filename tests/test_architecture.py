@@ -4,6 +4,7 @@ nothing that does not exist, and its floors are the import order: a room imports
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -15,11 +16,13 @@ PAGE = ROOT / "docs" / "architecture.md"
 OPENED = {"grpokit"}  # a package the page opens room by room: its own (empty) face is no room
 FLOOR = re.compile(r"^### (\d+)\. ")
 ROOM = re.compile(r"^- `([\w./]+)`")
+MEMBER = re.compile(r"^  - ")  # a line under a package's line names modules of that package
 
 
 def read_page(text: str) -> dict[str, tuple[int, set[str]]]:
-    """The page's rooms under "## The floors": path -> (floor, the module files a package's line names)."""
-    rooms, floor, inside = {}, None, False
+    """The page's rooms under "## The floors": path -> (floor, the module files a package's line and the lines
+    under it name)."""
+    rooms, floor, inside, path = {}, None, False, None
     for line in text.splitlines():
         if line.startswith("## "):
             inside = line == "## The floors"
@@ -27,12 +30,16 @@ def read_page(text: str) -> dict[str, tuple[int, set[str]]]:
         if not inside:
             continue
         if m := FLOOR.match(line):
-            floor = int(m.group(1))
+            floor, path = int(m.group(1)), None
         elif (m := ROOM.match(line)) and floor is not None:
             path = m.group(1)
             members = {path + name for name in re.findall(r"`(\w+\.py)`", line)} if path.endswith("/") else set()
             assert path not in rooms, f"docs/architecture.md names {path} twice"
             rooms[path] = (floor, members)
+        elif MEMBER.match(line) and path and path.endswith("/"):
+            rooms[path][1].update(path + name for name in re.findall(r"`(\w+\.py)`", line.split(" — ")[0]))
+        elif line.strip():
+            path = None
     return rooms
 
 
@@ -107,7 +114,43 @@ def test_no_room_imports_one_that_imports_it_back(rooms):
 
 def test_the_checks_catch_a_page_out_of_step():
     # A check that cannot fail proves nothing: an importer put below what it imports, a package line's modules.
-    page = read_page("## The floors\n### 2. Up\n- `a/` — x: `b.py`, `Field`\n### 1. Down\n- `c.py` — y\n## Next\n- `d.py`")
-    assert page == {"a/": (2, {"a/b.py"}), "c.py": (1, set())}
+    page = read_page("## The floors\n### 2. Up\n- `a/` — x: `b.py`, `Field`\n  - `f.py`, `g.py` — z, not `h.py`\n"
+                     "### 1. Down\n- `c.py` — y\n  - `e.py` — a file of no package's\n## Next\n- `d.py`")
+    assert page == {"a/": (2, {"a/b.py", "a/f.py", "a/g.py"}), "c.py": (1, set())}
     assert arrows_up(page, {"c.py": {"a/"}, "a/": {"c.py"}}) == ["c.py (floor 1) imports a/ (floor 2)"]
     assert room_of("a/b.py", page) == "a/" and room_of("e.py", page) is None
+
+
+def packages() -> list[str]:
+    """grpokit's packages (the folders of `grpokit/` with a face)."""
+    return sorted(name for name, path in project_modules().items()
+                  if name.startswith("grpokit.") and path.name == "__init__.py")
+
+
+def offered(package: str) -> set[str]:
+    """The modules of `package` that modules outside it import: what its face must say it offers."""
+    inside = package + "."
+    return {target.removeprefix(inside) for name, targets in import_graph().items() if not name.startswith(inside)
+            and name != package for target in targets if target.startswith(inside)}
+
+
+def face_offers(doc: str, package: str) -> set[str]:
+    """The package's modules its face's "Offers:" paragraph names."""
+    modules = {name.rpartition(".")[2] for name in project_modules() if name.startswith(package + ".")}
+    para = doc.split("Offers:", 1)[1].split("\n\n", 1)[0].split("Never:", 1)[0]
+    return set(re.findall(r"`(\w+)`", para)) & modules
+
+
+@pytest.mark.parametrize("package", packages())
+def test_every_package_has_a_face_that_says_what_it_offers_and_never_does(package):
+    doc = ast.get_docstring(ast.parse(project_modules()[package].read_text())) or ""
+    assert len(doc.splitlines()) >= 3, f"{package.replace('.', '/')}/__init__.py: its face says in a few lines what the package is for"
+    assert "Offers:" in doc and "Never:" in doc, f"{package.replace('.', '/')}/__init__.py: its face says what it offers and must never do"
+    assert face_offers(doc, package) == offered(package), (
+        f"{package}'s face offers {sorted(face_offers(doc, package))}; the rest of the code imports "
+        f"{sorted(offered(package))} of it")
+
+
+def test_grpokit_has_few_loose_modules():
+    loose = sorted(p.name for p in (ROOT / "grpokit").glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= 8, f"grpokit/ holds {loose} loose: a capability's modules go into its package"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers import recipe_dict, write_recipe
 
-from grpokit import build
+from grpokit.run import build
 from grpokit.config import load, validate
 from grpokit.errors import Problems, RecipeError
 

@@ -18,7 +18,8 @@ import pytest
 from helpers import cage_processes
 
 import rewards
-from grpokit import taskgen, tasks
+from grpokit import taskgen
+from grpokit.prompts import tasks
 from grpokit.untrusted.pool import shared
 from rewards.tasks import SCORERS
 

@@ -16,11 +16,12 @@ import sys
 import pytest
 from helpers import ROOT
 
-from grpokit import cpu, progress
+from grpokit import cpu
+from grpokit.run import progress
 from grpokit.planning import memory
 
 
-@pytest.mark.parametrize("module", ["grpokit.progress", "grpokit.cpu"])
+@pytest.mark.parametrize("module", ["grpokit.run.progress", "grpokit.cpu"])
 def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted and not result.failed

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
-from grpokit import data
+from grpokit.prompts import data
 from grpokit.errors import RecipeError
 
 
@@ -171,7 +171,7 @@ def test_a_file_over_the_cell_bound_is_refused_before_anything_is_cached(fmt, tm
     import datasets
     from helpers import with_trainer, write_recipe
 
-    from grpokit import datavalues
+    from grpokit.prompts import datavalues
     from grpokit.cli import main
 
     monkeypatch.setattr(datavalues, "MAX_CELL_CHARS", 1000)

@@ -11,7 +11,7 @@ import json
 import pytest
 from helpers import with_trainer, write_recipe
 
-from grpokit import data
+from grpokit.prompts import data
 from grpokit.cli import main
 
 SPEC = {"prompt_column": "prompt", "answer_column": "answer"}

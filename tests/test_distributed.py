@@ -19,7 +19,7 @@ import pytest
 from helpers import ROOT, with_trainer, write_recipe
 
 from grpokit.cli import main
-from grpokit.launcher import free_port
+from grpokit.run.launcher import free_port
 
 CONFIGS = ROOT / "recipes" / "accelerate"
 

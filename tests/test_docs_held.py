@@ -10,7 +10,8 @@ import pytest
 import yaml
 from helpers import ROOT
 
-from grpokit import cpu, ownpasses
+from grpokit import cpu
+from grpokit.trainer import ownpasses
 
 RECIPES = ROOT / "recipes"
 

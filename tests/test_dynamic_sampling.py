@@ -1,4 +1,4 @@
-"""DAPO dynamic sampling (grpokit/dynamic_sampling.py): real GRPO runs of the tiny model through the subclass.
+"""DAPO dynamic sampling (grpokit/trainer/dynamic_sampling.py): real GRPO runs of the tiny model through the subclass.
 
 Rewards are chosen so the outcome is known: prompts of kind "flat" always score 1.0 (zero spread), prompts of
 kind "live" score a hash of the completion text (distinct completions differ, so live groups have spread).
@@ -19,9 +19,9 @@ import pytest
 import torch
 from helpers import tiny_trainer
 
-from grpokit import dynamic_sampling as ds
+from grpokit.trainer import dynamic_sampling as ds
 from grpokit.config.sections import SAMPLING
-from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
+from grpokit.trainer.dynamic_sampling import DynamicSamplingGRPOTrainer
 from grpokit import trl_compat
 from grpokit.trl_compat import TrlInternalsError, check_trl_internals
 from grpokit.dist import end_distributed
@@ -145,7 +145,7 @@ def test_init_refuses_changed_internals_only_when_dynamic(tmp_path, tiny_model_d
     monkeypatch.setattr(trl, "__version__", "1.17.0")
     with pytest.raises(TrlInternalsError, match=r"pip install trl==1.16.0"):
         make_trainer(tmp_path, tiny_model_dir, [hashed], ON)
-    with caplog.at_level(logging.WARNING, logger="grpokit.dynamic_sampling"):
+    with caplog.at_level(logging.WARNING, logger="grpokit.trainer.dynamic_sampling"):
         make_trainer(tmp_path, tiny_model_dir, [hashed], {"dynamic": False})  # nothing relies on them: warn only
     assert "trl version is 1.17.0" in caplog.text
 
@@ -425,7 +425,7 @@ def test_all_degenerate_completes_with_warning(tmp_path, tiny_model_dir, caplog)
     trainer = make_trainer(tmp_path, tiny_model_dir, [constant], {**ON, "max_rounds": 2}, max_steps=2,
                            loss_type="dapo", beta=0.1)
     seen = spy_loss(trainer)
-    with caplog.at_level(logging.WARNING, logger="grpokit.dynamic_sampling"):
+    with caplog.at_level(logging.WARNING, logger="grpokit.trainer.dynamic_sampling"):
         trainer.train()
     assert "ran out of generation rounds" in caplog.text and "sampling.max_rounds=2" in caplog.text
     assert "at step 1 " in caplog.text and "at step 0 " not in caplog.text  # steps count from 1, as the console does
@@ -509,7 +509,7 @@ def test_metric_can_be_one_named_reward(tmp_path, tiny_model_dir, caplog):
     # The total (hashed + constant) varies on live prompts, but selection by 'constant' finds no spread anywhere.
     trainer = make_trainer(tmp_path, tiny_model_dir, [hashed, constant], {**ON, "metric": "constant", "max_rounds": 2},
                            max_steps=1)
-    with caplog.at_level(logging.WARNING, logger="grpokit.dynamic_sampling"):
+    with caplog.at_level(logging.WARNING, logger="grpokit.trainer.dynamic_sampling"):
         trainer.train()
     (log,) = step_logs(trainer)
     assert log["sampling/frac_groups_dropped"] == 1 and log["sampling/filled_short"] == 1

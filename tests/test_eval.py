@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from grpokit import cli, evaluate
+from grpokit import cli
+from grpokit.run import evaluate
 from grpokit.files import ownership
-from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE, guard_output_dir, remove_previous
+from grpokit.checkpoints.rundir import BASE_EVAL_FILE, EVAL_FILE, guard_output_dir, remove_previous
 from tests.helpers import ROOT, SMOKE_DATA, with_trainer, write_recipe
 
 REAL_RECIPE = ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"
@@ -126,9 +127,9 @@ def test_heldout_keys_are_validated(tmp_path, capsys, dataset, trainer, expected
 
 
 def test_eval_strategy_hands_the_heldout_split_to_trl(tmp_path):
-    from grpokit import build
+    from grpokit.run import build
     from grpokit.config import load, validate
-    from grpokit.models import load_model
+    from grpokit.trainer.models import load_model
 
     path = tiny_recipe(tmp_path, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=4)
     prep = build.prepare(validate(load(path)), mode="train")
@@ -171,7 +172,7 @@ def test_a_lora_run_is_scored_with_the_adapter_merged(tmp_path, tiny_model_dir):
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from grpokit.evaluate import _with_adapter
+    from grpokit.run.evaluate import _with_adapter
 
     torch.manual_seed(0)
     base = lambda: AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype="float32")  # noqa: E731

@@ -135,10 +135,10 @@ def test_product_text_names_what_a_user_can_look_up(tmp_path):
 
 
 def test_check_docstring_examples_run():
-    """grpokit.check's examples: the decisions' labels, and a line cut to the screen's width at a clause."""
+    """grpokit.run.check's examples: the decisions' labels, and a line cut to the screen's width at a clause."""
     import doctest
 
-    from grpokit import check
+    from grpokit.run import check
 
     result = doctest.testmod(check)
     assert result.attempted and not result.failed

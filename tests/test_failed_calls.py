@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from grpokit.environments import Calculator
+from grpokit.tools.environments import Calculator
 from grpokit.reporting.failed_calls import failed_calls, failed_calls_section
 from grpokit.reporting.report import read_record, store_record
-from grpokit.toolfaults import fault_of
-from grpokit.toolguard import Limits, Tally, bounded_function
+from grpokit.tools.toolfaults import fault_of
+from grpokit.tools.toolguard import Limits, Tally, bounded_function
 
 TOOL = '''
 import json

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from grpokit import config, tooluse
+from grpokit import config
+from grpokit.tools import tooluse
 from grpokit.config import validate
 from tests.helpers import FAMILIES, TODAY, completion_reader, family_dir, family_tokenizer, recipe_dict, write_recipe
 
@@ -40,7 +41,7 @@ def written_call(tokenizer) -> str:
 def tool_recipe(folder, family: str, model_dir, **trainer) -> dict:
     data = recipe_dict(rewards=[{"name": "reader.py:seen", "weight": 0.0}])
     data["model"] = {"name_or_path": str(model_dir), "chat_template": FAMILIES[family][2]}
-    data["tools"] = {"environment": "grpokit.environments:PythonTool"}
+    data["tools"] = {"environment": "grpokit.tools.environments:PythonTool"}
     data["trainer"].update({"max_completion_length": 256, "max_tool_calling_iterations": 1,
                             "output_dir": str(folder / "run"), "per_device_train_batch_size": 2, "num_generations": 2,
                             "max_steps": 1, "gradient_checkpointing": False, **trainer})
@@ -63,7 +64,7 @@ def scripted(monkeypatch):
             first = CODE not in text  # the call is in every later turn's prompt
             script = generate.call if first and i % 2 == 0 else "42" + tokenizer.eos_token
             rows.append(tokenizer(script, add_special_tokens=False)["input_ids"])
-        cache = kwargs.get("cache")  # grpokit.generation keeps it for the next turn: it holds the prompt at most, as a
+        cache = kwargs.get("cache")  # grpokit.trainer.generation keeps it for the next turn: it holds the prompt at most, as a
         assert cache is None or cache.get_seq_length() < prompt_ids.shape[1]  # script computed nothing past it
         width = max(map(len, rows))
         completion = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows], dtype=prompt_ids.dtype)
@@ -85,8 +86,8 @@ def scripted(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", TODAY)
 def test_a_grpo_step_calls_the_python_tool_as_the_family_writes_it(family, families, tmp_path, monkeypatch, scripted):
-    from grpokit.build import make_trainer, prepare
-    from grpokit.models import load_model
+    from grpokit.run.build import make_trainer, prepare
+    from grpokit.trainer.models import load_model
 
     completion_reader(tmp_path, monkeypatch)
     recipe = validate(config.load(write_recipe(tmp_path, tool_recipe(tmp_path, family, families[family]))))
@@ -116,7 +117,7 @@ TEMPLATE_FACTS = {"qwen3": (True, False, "qwen3_training"), "qwen3_5": (True, Tr
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_each_familys_template_is_one_trls_tool_loop_runs_on(family):
-    from grpokit import templates
+    from grpokit.tools import templates
 
     tokenizer = family_tokenizer(family)
     assert tooluse.template_problems(tokenizer, {"chat_template": FAMILIES[family][2]}, None) == []
@@ -184,7 +185,7 @@ def test_a_tool_recipe_on_a_template_trl_cannot_parse_is_refused(tmp_path, capsy
 
 
 # A hub model's tokenizer is not here at --check (it never downloads); a template the recipe names from TRL's is
-# still read (grpokit.templates.stand_in), so what it says of the template holds offline as it does beside the model.
+# still read (grpokit.tools.templates.stand_in), so what it says of the template holds offline as it does beside the model.
 def test_check_of_a_shipped_tool_recipe_reads_its_named_template_without_the_model(capsys, no_weights):
     from helpers import ROOT
 

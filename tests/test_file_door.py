@@ -272,7 +272,7 @@ def test_a_file_moved_into_a_killed_checkpoint_with_an_old_mtime_is_never_remove
 
 
 def test_a_live_run_moves_its_heartbeat(tmp_path):
-    from grpokit.rundir import RunLock
+    from grpokit.checkpoints.rundir import RunLock
 
     with RunLock(tmp_path / "run", "recipe.yaml") as lock:
         lock.beating.wait(0)  # the thread has started: its first beat moves the lock file's time

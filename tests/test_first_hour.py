@@ -135,7 +135,7 @@ def test_loading_the_model_prints_no_loading_weights_bar(tmp_path, tiny_model_di
     """transformers 5 draws a 'Loading weights' bar for every load, 21/21 in a blink for the tiny model; grpokit
     already says 'building model: ...'. Download bars (huggingface_hub's own) are real progress and stay."""
     from grpokit.config import load, validate
-    from grpokit.models import load_model
+    from grpokit.trainer.models import load_model
 
     recipe = validate(load(write_recipe(tmp_path, recipe_dict())))
     capfd.readouterr()
@@ -150,7 +150,7 @@ def test_the_end_of_training_is_one_line_not_a_dict(capsys):
     from tqdm.auto import tqdm
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
-    from grpokit.progress import CompactProgress
+    from grpokit.run.progress import CompactProgress
 
     callback, out = CompactProgress(), io.StringIO()
     callback.training_bar = tqdm(total=30, file=out)
@@ -166,7 +166,7 @@ def test_the_end_of_training_is_one_line_not_a_dict(capsys):
 def test_metrics_destinations_are_said_and_trackio_project_is_the_recipe(tmp_path, monkeypatch):
     from grpokit.config import load, validate
     from grpokit.config.trainer_args import grpo_args
-    from grpokit.progress import events
+    from grpokit.run.progress import events
 
     monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
     data = recipe_dict()

@@ -17,7 +17,8 @@ import pytest
 import yaml
 from helpers import ROOT, SMOKE_DATA, launch, recipe_dict, with_trainer, write_recipe
 
-from grpokit import cli, evaluate
+from grpokit import cli
+from grpokit.run import evaluate
 from grpokit.config import dump, load, validate
 from grpokit.reporting.report import write_report
 
@@ -280,7 +281,7 @@ def test_the_default_output_dir_is_beside_the_recipes_project_from_any_folder(tm
 def test_resume_from_another_folder_finds_the_run(tmp_path, monkeypatch, capsys):
     from helpers import fake_run
 
-    from grpokit import training
+    from grpokit.run import training
     from grpokit.errors import Problem, RecipeError
 
     project = tmp_path / "project"

@@ -114,7 +114,7 @@ def test_a_log_that_is_not_a_terminal_gets_no_progress_bars(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stderr
 
-    converted = run("from grpokit import gguf\ngguf.ensure_builtin('smollm2-135m-instruct')\n")
+    converted = run("from grpokit.checkpoints import gguf\ngguf.ensure_builtin('smollm2-135m-instruct')\n")
     assert [b for b in BARS if b in converted] == list(BARS)
     ruled = run("from grpokit import cli\ncli.bars_only_on_a_terminal()\n"
                 "from transformers import modeling_gguf_pytorch_utils as gguf_utils\n"

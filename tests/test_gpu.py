@@ -6,7 +6,7 @@ import pytest
 from helpers import ROOT
 
 from grpokit.config import load
-from grpokit import training
+from grpokit.run import training
 from grpokit.config import validate
 
 pytestmark = pytest.mark.gpu

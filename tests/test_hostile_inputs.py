@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, launch, with_trainer, write_recipe
 
-from grpokit import data
+from grpokit.prompts import data
 from grpokit.cli import main
-from grpokit.datavalues import MAX_CELL_CHARS, MAX_LINE_BYTES
+from grpokit.prompts.datavalues import MAX_CELL_CHARS, MAX_LINE_BYTES
 
 CORPUS = ROOT / "tests" / "hostile"
 FIXTURES = CORPUS / "fixtures"

@@ -28,7 +28,7 @@ def test_every_listed_internal_has_its_accessor_and_a_check():
 def test_a_changed_internal_is_reported_by_name(monkeypatch):
     monkeypatch.setattr(trl_compat, "nanstd", lambda: (lambda tensor, dim=None, keepdim=False: tensor.std() * 0))
     problems = trl_compat.library_internals_problems(("trl.trainer.utils:nanstd",))
-    assert len(problems) == 1 and problems[0].startswith("trl.trainer.utils:nanstd (grpokit.dynamic_sampling")
+    assert len(problems) == 1 and problems[0].startswith("trl.trainer.utils:nanstd (grpokit.trainer.dynamic_sampling")
 
 
 def test_no_module_outside_trl_compat_imports_a_private_module_of_another_library():

@@ -79,7 +79,7 @@ def test_kl_to_the_base_model_is_zero_for_an_untouched_adapter_and_positive_for_
     from peft import LoraConfig, get_peft_model
 
     from grpokit.config import load, validate
-    from grpokit.models import load_model, model_source
+    from grpokit.trainer.models import load_model, model_source
 
     # 8 held-out prompts: zero and positive hold on any of them, and each costs a generation and two forward passes
     recipe = validate(load(str(lab.ALGORITHMS["grpo"]), [*TINY, "dataset.eval_limit=8", f"trainer.output_dir={tmp_path}"]))

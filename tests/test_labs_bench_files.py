@@ -385,7 +385,7 @@ def test_cpu_speed_measures_each_dtype_thread_count_and_wait_policy_it_is_asked_
 
 
 def test_a_bench_or_lab_stopped_by_a_signal_says_so_in_one_line_with_the_shells_exit_code(capsys):
-    """A bench trains in its own process (bench/real_model.py calls grpokit.training directly): a second SIGTERM
+    """A bench trains in its own process (bench/real_model.py calls grpokit.run.training directly): a second SIGTERM
     stops it at once with grpokit's Stopped, which must end as one line and exit 143, as launch.py does, not as
     a traceback through the trainer."""
     import signal

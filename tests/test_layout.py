@@ -22,12 +22,12 @@ LEAVES = {
     "grpokit.files": {"grpokit.errors", "grpokit.files.ownership", "grpokit.files.reading"},
     "grpokit.files.ownership": {"grpokit.errors", "grpokit.files.reading"},
     "grpokit.files.reading": {"grpokit.errors"},
-    "grpokit.rundir": {"grpokit.errors", "grpokit.dist", "grpokit.files", "grpokit.files.ownership"},
+    "grpokit.checkpoints.rundir": {"grpokit.errors", "grpokit.dist", "grpokit.files", "grpokit.files.ownership"},
     "grpokit.trl_compat": set(),
-    "grpokit.progress": set(),
+    "grpokit.run.progress": set(),
     "grpokit.lifecycle": set(),
-    "grpokit.request": set(),
-    "grpokit.toolfaults": set(),
+    "grpokit.run.request": set(),
+    "grpokit.tools.toolfaults": set(),
     "grpokit.reporting.messages": set(),
 }
 
@@ -109,9 +109,9 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_function_level_imports_count(tmp_path):
     mod = tmp_path / "m.py"
-    mod.write_text("def f():\n    from grpokit.training import train\n    import grpokit.config.loader as x\n")
-    assert imports_of("grpokit.rundir", mod, {"grpokit.training", "grpokit.config.loader", "grpokit.rundir"}) == {
-        "grpokit.training", "grpokit.config.loader"}
+    mod.write_text("def f():\n    from grpokit.run.training import train\n    import grpokit.config.loader as x\n")
+    assert imports_of("grpokit.checkpoints.rundir", mod, {"grpokit.run.training", "grpokit.config.loader", "grpokit.checkpoints.rundir"}) == {
+        "grpokit.run.training", "grpokit.config.loader"}
 
 
 @pytest.mark.parametrize("leaf", sorted(LEAVES))
@@ -178,7 +178,7 @@ def test_reading_a_recipe_and_planning_import_no_torch_or_trl():
     code = ("import sys\n"
             "from grpokit.config import load\n"
             "from grpokit.planning import memory\n"
-            "import grpokit.cli, grpokit.rundir, grpokit.trl_compat\n"
+            "import grpokit.cli, grpokit.checkpoints.rundir, grpokit.trl_compat\n"
             "load('recipes/smoke.yaml', ['trainer.max_steps=2'])\n"
             "print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, docs_block, launch, normal, numberless, with_trainer, write_recipe
 
-from grpokit import rundir
+from grpokit.checkpoints import rundir
 from grpokit.files import ownership
 from grpokit.errors import RecipeError
 
@@ -73,7 +73,7 @@ def test_resume_latest_picks_the_good_checkpoint_over_a_damaged_newer_one(tmp_pa
 
 def dispatched(monkeypatch, argv):
     """What `launch.py argv` hands to training.run (the recipe's max_steps, resume, continue command)."""
-    from grpokit import training
+    from grpokit.run import training
     from grpokit.cli import main
 
     seen = {}
@@ -115,7 +115,7 @@ def test_the_continue_command_keeps_the_runs_overrides_and_drops_one_off_flags(t
 
 
 def test_a_stopped_run_says_the_whole_command_to_continue(tmp_path, capsys, monkeypatch):
-    from grpokit import training
+    from grpokit.run import training
     from grpokit.cli import main
 
     path = write_recipe(tmp_path, with_trainer(tmp_path))
@@ -137,7 +137,7 @@ def test_a_stopped_run_says_the_whole_command_to_continue(tmp_path, capsys, monk
 HOLD_LOCK = """
 import os, sys
 from pathlib import Path
-from grpokit.rundir import RunLock
+from grpokit.checkpoints.rundir import RunLock
 with RunLock(Path(sys.argv[1]), "holder.yaml"):
     os.write(int(sys.argv[2]), b"locked")
     os.read(int(sys.argv[3]), 1)  # until the test writes (or dies); SIGKILL may end it first
@@ -418,7 +418,7 @@ def test_the_saved_recipe_is_portable_and_writes_step_counts_as_ints(tmp_path):
     import shutil
 
     from grpokit.config import load, validate
-    from grpokit.runfiles import write_recipe_file
+    from grpokit.run.runfiles import write_recipe_file
     from helpers import SMOKE_DATA
 
     project = tmp_path / "project"

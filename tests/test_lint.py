@@ -350,7 +350,7 @@ def test_bf16_on_a_cpu_without_bf16_instructions_is_said_to_be_emulated(tmp_path
 
 
 def test_check_says_bf16_is_emulated_on_a_cpu_without_it(tmp_path, capsys, monkeypatch, no_weights):
-    from grpokit import check
+    from grpokit.run import check
     from grpokit import cpu
 
     monkeypatch.setattr(check, "gpu_facts", lambda: None)  # the CPU path, on any machine

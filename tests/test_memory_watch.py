@@ -1,5 +1,5 @@
 """Memory proven where it runs: the plan of the path that runs, every run measuring itself against it like for like,
-`--probe`, and an out-of-memory error that explains itself (grpokit.watch, grpokit.probe)."""
+`--probe`, and an out-of-memory error that explains itself (grpokit.trainer.watch, grpokit.run.probe)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 import torch
 from helpers import ROOT
 
-from grpokit import config, cpu, trl_compat, watch
+from grpokit import config, cpu, trl_compat
+from grpokit.trainer import watch
 from grpokit.cli import main
 from grpokit.config import validate
 from grpokit.config.trainer_args import grpo_args
@@ -238,7 +239,7 @@ def scratch_or_run(folder) -> list:
 CAPPED = """
 import resource, sys
 sys.path.insert(0, {root!r})
-from grpokit import watch
+from grpokit.trainer import watch
 begin = watch.Watch.begin
 def capped(self, phase):
     begin(self, phase)
@@ -271,7 +272,7 @@ def test_a_later_turn_lets_the_last_turns_states_go_layer_by_layer_as_it_copies_
     layer go once it is copied, so the last turn's cache is never held whole beside the new one."""
     import weakref
 
-    from grpokit import generation
+    from grpokit.trainer import generation
 
     class Model:
         config = None

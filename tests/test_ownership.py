@@ -27,7 +27,7 @@ from grpokit import files
 from grpokit.files import ownership
 from grpokit.cli import main
 from grpokit.errors import RecipeError
-from grpokit.rundir import RunLock, guard_output_dir
+from grpokit.checkpoints.rundir import RunLock, guard_output_dir
 
 
 def user_files(folder):
@@ -596,9 +596,9 @@ def test_plot_never_changes_a_hard_linked_backup_of_the_report(tmp_path, capsys)
 # --- --merge-out and --pack-deps refuse a training run's folder, live, finished or behind a link.
 
 
-# Rule: grpokit/merge.py and grpokit/evaluate.py import (no statement left at the wrong indentation), so
+# Rule: grpokit/run/merge.py and grpokit/run/evaluate.py import (no statement left at the wrong indentation), so
 # `launch.py --merge` and `--eval` reach their own messages, never a traceback.
-@pytest.mark.parametrize("module", ["grpokit.merge", "grpokit.evaluate"])
+@pytest.mark.parametrize("module", ["grpokit.run.merge", "grpokit.run.evaluate"])
 def test_merge_and_eval_modules_import(module):
     import importlib
 
@@ -609,7 +609,7 @@ def test_merge_and_eval_modules_import(module):
 # and touches nothing: the live run keeps its checkpoints, recipe.yaml and model card.
 # docs/troubleshooting.md: "One run per folder ... exits 2 before anything is touched".
 def test_merge_out_overwrite_refuses_a_folder_a_run_is_training_in(tmp_path):
-    from grpokit.merge import _previous_merge
+    from grpokit.run.merge import _previous_merge
 
     adapter_run = fake_run(tmp_path / "A")
     live = fake_run(tmp_path / "B")
@@ -622,7 +622,7 @@ def test_merge_out_overwrite_refuses_a_folder_a_run_is_training_in(tmp_path):
 # Rule: `--merge-out B --overwrite` replaces only a previous merge; where B is a (finished) training run it is
 # refused, naming the run, and its checkpoints, adapter, recipe.yaml and report stay (docs/troubleshooting.md).
 def test_merge_out_overwrite_refuses_a_training_run(tmp_path):
-    from grpokit.merge import _previous_merge
+    from grpokit.run.merge import _previous_merge
 
     adapter_run = fake_run(tmp_path / "A")
     other = fake_run(tmp_path / "B")
@@ -659,7 +659,7 @@ def test_pack_deps_never_removes_a_live_training_run(tmp_path, monkeypatch):
 # through the link. README: "a merge never writes into ... any training run's folder"; "One run per folder ... exits
 # 2 before anything is touched".
 def test_merge_out_through_a_symlink_refuses_a_training_run(tmp_path):
-    from grpokit.merge import _previous_merge
+    from grpokit.run.merge import _previous_merge
 
     adapter_run = finished_run(tmp_path / "runs" / "exp6")
     live = finished_run(tmp_path / "runs" / "exp7")

@@ -1,5 +1,5 @@
 """grpokit's own passes (the loss pass's shared prompts, generation's kept prefixes) run on a family only where they
-are TRL's method to float rounding on its tiny instance (grpokit.ownpasses.PROVEN), and each run checks that again on
+are TRL's method to float rounding on its tiny instance (grpokit.trainer.ownpasses.PROVEN), and each run checks that again on
 its first micro-batch, falling back to TRL's method past the tolerance for its dtype."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from grpokit import ownpasses
-from grpokit.generation import PrefixStore
+from grpokit.trainer import ownpasses
+from grpokit.trainer.generation import PrefixStore
 from grpokit.reporting.own_passes import own_passes_section
 from tests.helpers import FAMILIES, family_trainer
 from tests.test_generation import generate
@@ -88,7 +88,7 @@ def test_the_loss_pass_with_shared_prompts_is_trls(family, trainers):
 def first_steps(tmp_path, **config):
     from datasets import Dataset
 
-    from grpokit.generation import PrefixReuseGRPOTrainer
+    from grpokit.trainer.generation import PrefixReuseGRPOTrainer
     from tests.helpers import tiny_trainer
 
     rows = Dataset.from_list([{"prompt": LEAD + q} for q in ("What is 2 + 2?", "Add 12 and 30.")] * 4)
@@ -116,7 +116,7 @@ def test_passes_that_agree_on_the_first_step_keep_running(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_loss_pass_apart_from_trls_falls_back_for_the_run_and_says_so(tmp_path, capsys, monkeypatch):
-    from grpokit import shared_prompt
+    from grpokit.trainer import shared_prompt
 
     real = shared_prompt.logps_and_entropies
 
@@ -138,7 +138,7 @@ def test_a_loss_pass_apart_from_trls_falls_back_for_the_run_and_says_so(tmp_path
 
 @pytest.mark.slow
 def test_generation_apart_from_trls_falls_back_for_the_run_and_says_so(tmp_path, capsys, monkeypatch):
-    from grpokit import generation
+    from grpokit.trainer import generation
 
     real = generation._batch_cache
 

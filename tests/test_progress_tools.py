@@ -5,7 +5,7 @@ held in tests/test_tool_console.py."""
 import doctest
 from types import SimpleNamespace
 
-from grpokit import progress
+from grpokit.run import progress
 
 STEP = {"reward": 0.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0}
 
@@ -38,7 +38,7 @@ def test_docstring_examples_run():
 
 
 def test_a_long_batch_of_tool_calls_shows_progress_between_step_lines():
-    from grpokit.toolguard import Tally
+    from grpokit.tools.toolguard import Tally
 
     said, now = [], [0.0]
     tally = Tally(say=said.append, clock=lambda: now[0])

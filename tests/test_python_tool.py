@@ -1,4 +1,4 @@
-"""The shipped Python tool (grpokit.environments.PythonTool): a caged interpreter kept per rollout, so later calls see
+"""The shipped Python tool (grpokit.tools.environments.PythonTool): a caged interpreter kept per rollout, so later calls see
 what earlier ones defined; every limit and every hostile program ends as a call the model can read about, never as a
 stopped or slowed run; its limits are checked at --check; real multi-call GRPOTrainer steps run it on the tiny model."""
 
@@ -11,9 +11,10 @@ import socket
 
 import pytest
 
-from grpokit import config, training
+from grpokit import config
+from grpokit.run import training
 from grpokit.config import validate
-from grpokit.environments import PythonTool
+from grpokit.tools.environments import PythonTool
 from grpokit.errors import RecipeError
 from tests.helpers import cage_processes, completion_reader, recipe_dict, write_recipe
 
@@ -201,7 +202,7 @@ def test_a_signal_during_a_call_leaves_no_call_running(tool):
 def python_recipe(folder, args: dict | None = None, tools_extra: dict | None = None, **trainer) -> str:
     data = recipe_dict()
     data["model"]["chat_template"] = "qwen2_5"
-    data["tools"] = {"environment": "grpokit.environments:PythonTool", **({"environment_args": args} if args else {}),
+    data["tools"] = {"environment": "grpokit.tools.environments:PythonTool", **({"environment_args": args} if args else {}),
                      **(tools_extra or {})}
     data["trainer"].update({"max_completion_length": 320, "max_tool_calling_iterations": 2,
                             "output_dir": str(folder / "run"), **trainer})
@@ -253,7 +254,7 @@ def test_the_tool_schemas_count_in_the_room_a_prompt_leaves_for_the_completion(t
     # with them would have every tool result dropped (TRL rolls back a result past the context) -- or run past the
     # model's positions. The tiny model has 4096 positions; the Python tool's schema takes ~720 of its tokens, the
     # prompts ~160 with the template: 3300 for the completion fits without the schemas, not with them.
-    from grpokit.build import prepare
+    from grpokit.run.build import prepare
 
     with pytest.raises(RecipeError) as err:
         prepare(validate(config.load(python_recipe(tmp_path, max_completion_length=3300))))
@@ -277,7 +278,7 @@ def test_the_shipped_python_tool_recipes_check_offline(no_weights):
 
     for name in ("smollm2-135m/python_tool.yaml", "qwen2.5-1.5b/python_tool.yaml"):
         recipe = validate(config.load(str(ROOT / "recipes" / name)))
-        assert recipe.tools["environment"] == "grpokit.environments:PythonTool"
+        assert recipe.tools["environment"] == "grpokit.tools.environments:PythonTool"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -316,13 +317,13 @@ def two_calls(monkeypatch):
 
 @pytest.mark.slow
 def test_real_steps_run_two_calls_on_one_interpreter(tmp_path, monkeypatch, two_calls):
-    from grpokit.models import load_tokenizer
-    from grpokit.tiny import ensure_tiny_model
+    from grpokit.trainer.models import load_tokenizer
+    from grpokit.checkpoints.tiny import ensure_tiny_model
 
     completion_reader(tmp_path, monkeypatch)
     data = recipe_dict(rewards=[{"name": "reader.py:seen", "weight": 0.0}])
     data["model"]["chat_template"] = "qwen2_5"
-    data["tools"] = {"environment": "grpokit.environments:PythonTool"}
+    data["tools"] = {"environment": "grpokit.tools.environments:PythonTool"}
     data["trainer"].update(max_completion_length=640, max_tool_calling_iterations=2, output_dir=str(tmp_path / "run"),
                            per_device_train_batch_size=4, num_generations=4, max_steps=2)
     recipe = validate(config.load(write_recipe(tmp_path, data)))

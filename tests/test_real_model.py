@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grpokit import cli, gguf
+from grpokit import cli
+from grpokit.checkpoints import gguf
 from tests.helpers import ROOT, write_recipe
 
 RECIPE = ROOT / "recipes" / "smollm2-135m" / "arithmetic.yaml"
@@ -29,7 +30,7 @@ def recipe(*overrides):
 
 
 def test_builtin_resolves_through_the_recipe_to_a_plain_hf_directory(smollm2_dir):
-    from grpokit.models import model_source
+    from grpokit.trainer.models import model_source
 
     path, note = model_source(recipe())
     assert (Path(path), note) == (smollm2_dir, None)
@@ -40,7 +41,7 @@ def test_builtin_resolves_through_the_recipe_to_a_plain_hf_directory(smollm2_dir
 
 
 def test_a_users_gguf_file_shares_the_conversion_of_the_same_file(smollm2_dir, tmp_path):
-    from grpokit.models import model_source
+    from grpokit.trainer.models import model_source
 
     package_dir = gguf.builtin_gguf(BUILTIN).parent  # any local folder holding a .gguf: here the package's own
     r = recipe(f"model.name_or_path={package_dir}", f"model.gguf_file={gguf.BUILTINS[BUILTIN].file}")
@@ -48,7 +49,7 @@ def test_a_users_gguf_file_shares_the_conversion_of_the_same_file(smollm2_dir, t
 
 
 def test_chat_template_formats_the_prompt_the_trainer_sends(smollm2_dir):
-    from grpokit import build
+    from grpokit.run import build
 
     prep = build.prepare(recipe())
     prompt = prep.dataset[0]["prompt"]
@@ -63,14 +64,14 @@ def test_the_recipes_stop_rule_leaves_an_answer_that_stops_unpunished_and_costs_
     writes it ("11 + 17 = 28") plus the end token fits under the penalty's free length, and a completion cut at
     the cap loses a full point, what a right sum earns."""
     import rewards as registry
-    from grpokit import build
+    from grpokit.run import build
 
     r = recipe()
     prep = build.prepare(r)
     entry = next(e for e in r.rewards if e["name"] == "overlong_penalty")
     penalty = registry.build("overlong_penalty", **entry["args"])
     cap = r.trainer["max_completion_length"]
-    from grpokit.datavalues import builtin_path
+    from grpokit.prompts.datavalues import builtin_path
 
     rows = [json.loads(line) for line in builtin_path(r.dataset["eval_path"]).read_text().splitlines()]
     answers = [row["answer"].split("\n")[0] for row in rows]  # "11 + 17 = 28"
@@ -80,7 +81,7 @@ def test_the_recipes_stop_rule_leaves_an_answer_that_stops_unpunished_and_costs_
 
 
 def test_weights_load_trainable_and_match_the_planners_count(smollm2_dir):
-    from grpokit.models import load_model
+    from grpokit.trainer.models import load_model
     from grpokit.planning.architecture import load_model_config, param_counts
 
     model = load_model(str(smollm2_dir), recipe())
@@ -110,7 +111,7 @@ def test_check_reads_an_unconverted_gguf_without_converting_it(tmp_path, monkeyp
 
 @pytest.mark.slow
 def test_one_grpo_step_on_the_real_model(smollm2_dir, tmp_path):
-    from grpokit import training
+    from grpokit.run import training
 
     run = tmp_path / "run"
     training.train(recipe("trainer.max_steps=1", "trainer.per_device_train_batch_size=4", "trainer.num_generations=4",
@@ -185,7 +186,7 @@ def test_a_killed_conversion_leaves_no_directory_a_later_run_would_trust(monkeyp
 
 
 def test_shipped_arithmetic_splits_are_the_generators_output():
-    from grpokit import arithmetic
+    from grpokit.prompts import arithmetic
     from rewards.math import gold_answer
 
     train, heldout = arithmetic.splits()
@@ -197,7 +198,7 @@ def test_shipped_arithmetic_splits_are_the_generators_output():
         assert gold_answer(row["answer"]) == str(a + b)
 
 
-@pytest.mark.parametrize("module", ["grpokit.arithmetic", "grpokit.evaluate", "grpokit.gguf", "grpokit.data"])
+@pytest.mark.parametrize("module", ["grpokit.prompts.arithmetic", "grpokit.run.evaluate", "grpokit.checkpoints.gguf", "grpokit.prompts.data"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

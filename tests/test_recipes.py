@@ -145,8 +145,8 @@ def clip_metrics(tmp_path, *overrides) -> list[dict]:
     """The smoke recipe under DAPO's clip (epsilon 0.2, epsilon_high 0.28, loss_type dapo) for 2 optimizer steps of
     one prompt group (4 completions of 8 tokens: seconds on a CPU), built the way `training.train()` builds it (no plots or
     report); TRL's clip_ratio/* metrics per logged step."""
-    from grpokit import build
-    from grpokit.models import load_model
+    from grpokit.run import build
+    from grpokit.trainer.models import load_model
 
     recipe = validate(load(RECIPES / "smoke.yaml", [f"trainer.output_dir={tmp_path}", "trainer.save_strategy=no",
                                                     "trainer.disable_tqdm=true", "trainer.max_steps=2",

@@ -7,7 +7,7 @@ import re
 
 from helpers import ROOT
 
-from grpokit.data import builtin_names
+from grpokit.prompts.data import builtin_names
 
 RECIPES = ROOT / "recipes"
 TEXT = (RECIPES / "README.md").read_text()

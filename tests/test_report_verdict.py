@@ -296,7 +296,7 @@ def test_compare_png_the_user_owns_is_not_replaced(tmp_path, capsys):
 
 def test_scoring_a_checkpoint_refreshes_its_runs_report(tmp_path, monkeypatch, capsys):
     # `--eval RUN/checkpoint-N` writes checkpoint-N/eval.json; RUN's report (grpokit's) gains its row and the verdict.
-    from grpokit import evaluate
+    from grpokit.run import evaluate
     from tests.helpers import with_trainer, write_recipe
 
     recipe = write_recipe(tmp_path, with_trainer(tmp_path))

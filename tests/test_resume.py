@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, with_trainer, write_recipe
 
-from grpokit import rundir, training
+from grpokit.checkpoints import rundir
+from grpokit.run import training
 from grpokit.files import ownership
-from grpokit.rundir import latest_checkpoint
+from grpokit.checkpoints.rundir import latest_checkpoint
 from grpokit.cli import main
 
 # A reward that records the global step at which it is called (the trainer passes its state): the

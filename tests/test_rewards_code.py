@@ -374,7 +374,8 @@ def test_a_recipe_column_reaches_the_reward_in_real_steps(tmp_path):
     # code_tests raises if `tests` does not arrive, which would stop this run.
     from helpers import with_trainer, write_recipe
 
-    from grpokit import config, training
+    from grpokit import config
+    from grpokit.run import training
 
     data = with_trainer(tmp_path, max_steps=1)
     data["dataset"] = {"path": str(ROOT / "grpokit/assets/code20.jsonl"), "prompt_column": "prompt"}

@@ -11,7 +11,7 @@ from helpers import recipe_dict, write_recipe
 
 import rewards
 from grpokit.cli import main
-from grpokit import tasks
+from grpokit.prompts import tasks
 from grpokit.untrusted.pool import shared
 from rewards.tasks import SCORERS, TaskScore, audit
 
@@ -167,7 +167,7 @@ def test_it_pickles_and_logs_under_its_name():
 import re  # noqa: E402 - used by the refusal table above
 
 
-@pytest.mark.parametrize("module", ["rewards.tasks", "grpokit.untrusted.task_job", "grpokit.tasks"])
+@pytest.mark.parametrize("module", ["rewards.tasks", "grpokit.untrusted.task_job", "grpokit.prompts.tasks"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

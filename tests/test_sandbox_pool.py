@@ -19,7 +19,7 @@ import pytest
 from helpers import ROOT, cage_processes
 
 import rewards
-from grpokit import tasks
+from grpokit.prompts import tasks
 from grpokit.untrusted import child as layers
 from grpokit.untrusted import pool as untrusted
 from rewards.math import MATH_VERIFY, Accuracy
@@ -198,7 +198,7 @@ import resource, sys
 sys.path.insert(0, sys.argv[1])
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # hard, as a cluster's scheduler sets it
 from rewards.math import Accuracy
-from grpokit.environments import PythonTool
+from grpokit.tools.environments import PythonTool
 from grpokit.untrusted import run
 tool = PythonTool()
 tool.reset()

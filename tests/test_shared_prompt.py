@@ -1,4 +1,4 @@
-"""grpokit.shared_prompt: the loss pass computes each prompt once for its copies -- and its log-probabilities,
+"""grpokit.trainer.shared_prompt: the loss pass computes each prompt once for its copies -- and its log-probabilities,
 entropies and gradients are TRL's own method's, to float rounding. On the tiny model with LoRA, TRL's method beside
 ours on the same rows."""
 
@@ -10,10 +10,12 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from grpokit import config, shared_prompt, training
-from grpokit.build import make_trainer, prepare
+from grpokit import config
+from grpokit.trainer import shared_prompt
+from grpokit.run import training
+from grpokit.run.build import make_trainer, prepare
 from grpokit.config import validate
-from grpokit.models import load_model
+from grpokit.trainer.models import load_model
 from tests.helpers import recipe_dict, write_recipe
 from tests.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
 
@@ -230,8 +232,8 @@ def test_under_reentrant_checkpointing_trls_method_runs(checkpointed):
 def test_real_tool_steps_share_their_prompts_in_the_loss_pass(tmp_path, monkeypatch, scripted_calls):
     """Two real steps of a tool recipe, its first turn's calls scripted: the loss pass took each prompt's copies
     from one computation, and the step trained (the adapter moved)."""
-    from grpokit.models import load_tokenizer
-    from grpokit.tiny import ensure_tiny_model
+    from grpokit.trainer.models import load_tokenizer
+    from grpokit.checkpoints.tiny import ensure_tiny_model
 
     data = tool_recipe(tmp_path, {"environment": "env.py:Calculator"})
     data["trainer"].update(per_device_train_batch_size=4, num_generations=4, max_steps=2, gradient_checkpointing=False)

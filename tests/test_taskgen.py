@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from helpers import recipe_dict, write_recipe
 
-from grpokit import taskgen, tasks
+from grpokit import taskgen
+from grpokit.prompts import tasks
 from grpokit.cli import main
 
 

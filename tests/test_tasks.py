@@ -11,7 +11,7 @@ import re
 import pytest
 from helpers import ROOT, recipe_dict, write_recipe
 
-from grpokit import tasks
+from grpokit.prompts import tasks
 from grpokit.cli import main
 
 CHAIN = {"name": "chain_sum", "weight": 1.0, "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}}
@@ -84,8 +84,8 @@ def test_a_heldout_question_training_also_asks_is_dropped_and_counted():
 def test_eval_reads_the_heldout_problems_formatted_like_training(tmp_path):
     from grpokit import config
     from grpokit.config import validate
-    from grpokit.data import heldout_dataset
-    from grpokit.evaluate import _heldout_name, passes
+    from grpokit.prompts.data import heldout_dataset
+    from grpokit.run.evaluate import _heldout_name, passes
 
     data = task_recipe(tmp_path, {"tasks": [CHAIN], "size": 40, "eval_size": 20}, eval_limit=5,
                        template="{prompt} Answer with just the number.")
@@ -193,7 +193,7 @@ def test_check_explains_the_task_source(tmp_path, capsys, no_weights):
 
 def test_the_recipe_data_line_names_the_task():
     assert tasks.describe(source()) == "reasoning-gym chain_sum (40 problems, seed 1)"
-    from grpokit.data import source_name
+    from grpokit.prompts.data import source_name
 
     assert source_name({"reasoning_gym": source()}) == "reasoning-gym chain_sum (40 problems, seed 1)"
 
@@ -216,7 +216,8 @@ def test_shipped_task_recipes_pass_check_from_the_command_line():
 def test_a_task_recipe_trains_on_the_tiny_model(tmp_path):
     """Two real GRPOTrainer steps through launch's code path: generated problems, the task's own scorer, the stop rule;
     the report names the task."""
-    from grpokit import config, training
+    from grpokit import config
+    from grpokit.run import training
     from grpokit.config import validate
 
     data = task_recipe(tmp_path, {"tasks": [CHAIN], "size": 16, "eval_size": 8})

@@ -77,7 +77,7 @@ def test_a_worked_call_passing_what_its_tool_does_not_take_is_refused(tmp_path, 
 
 @pytest.mark.parametrize("value", ["twelve", True, 12.5, "12"])
 def test_environment_args_must_fit_the_constructors_annotations(tmp_path, no_weights, value):
-    data = tool_recipe(tmp_path, {"environment": "grpokit.environments:Calculator",
+    data = tool_recipe(tmp_path, {"environment": "grpokit.tools.environments:Calculator",
                                   "environment_args": {"max_digits": value}})
     [line] = formatted_problems(tmp_path, data)
     assert line.endswith(f"tools.environment_args.max_digits: does not fit Calculator's constructor's annotation for "
@@ -159,7 +159,7 @@ def test_limits_out_of_range_are_refused(tmp_path, no_weights, key, value):
 def test_the_checks_docstring_examples_run():
     import doctest
 
-    from grpokit import toolchecks
+    from grpokit.tools import toolchecks
 
     result = doctest.testmod(toolchecks)
     assert result.attempted and not result.failed
@@ -213,7 +213,7 @@ def test_check_says_what_the_model_reads_for_each_kind_of_return(tmp_path, capsy
 
 def test_every_key_of_environment_args_is_checked_even_when_another_is_wrong(tmp_path, no_weights):
     # An unknown key hid a wrong type, and a wrong type hid another key's value out of range.
-    data = tool_recipe(tmp_path, {"environment": "grpokit.environments:PythonTool",
+    data = tool_recipe(tmp_path, {"environment": "grpokit.tools.environments:PythonTool",
                                   "environment_args": {"max_output_charz": 5, "timeout_seconds": "soon",
                                                        "memory_mb": 99999}})
     lines = [line.split(": ", 1)[1] for line in formatted_problems(tmp_path, data)]

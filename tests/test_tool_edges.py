@@ -1,4 +1,4 @@
-"""Every value a user's tool or environment hands TRL is checked where it enters (grpokit/toolguard.py), and every
+"""Every value a user's tool or environment hands TRL is checked where it enters (grpokit/tools/toolguard.py), and every
 bound on a call holds whatever the tool does: turning its result into text counts against its time, its own use of
 `signal.alarm` cannot disarm the cut, an async tool that blocks its event loop past the limit has its result
 dropped. A value no TRL step can take is a failed call the model reads (a tool) or one `run stopped:` line (an
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from grpokit.envguard import environment_factory
-from grpokit.toolguard import EnvironmentFailure, Limits, ToolLimitError, bounded_function
+from grpokit.tools.envguard import environment_factory
+from grpokit.tools.toolguard import EnvironmentFailure, Limits, ToolLimitError, bounded_function
 
 
 class Hangs:
@@ -162,7 +162,7 @@ def test_a_reset_returns_text_content_blocks_or_nothing(value, expected):
 @pytest.fixture
 def cut_signal_unblocked():
     """Whatever a tool did to the cut signal's mask, the next test finds it unblocked (a pending cut is ignored)."""
-    from grpokit.toolguard import CUT_SIGNAL
+    from grpokit.tools.toolguard import CUT_SIGNAL
 
     yield
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {CUT_SIGNAL})
@@ -172,7 +172,7 @@ def cut_signal_unblocked():
 def test_a_result_that_comes_back_past_the_limit_is_refused_whatever_the_signal_did(deafen, cut_signal_unblocked):
     import time
 
-    from grpokit.toolguard import CUT_SIGNAL
+    from grpokit.tools.toolguard import CUT_SIGNAL
 
     def deaf() -> str:
         """Return late, with the cut signal ignored or blocked."""

@@ -151,8 +151,8 @@ def limits_recipe(tmp_path, monkeypatch, tools: dict, dataset: dict | None = Non
 
 
 def tokenizer_for(path):
-    from grpokit.models import load_tokenizer
-    from grpokit.tiny import ensure_tiny_model
+    from grpokit.trainer.models import load_tokenizer
+    from grpokit.checkpoints.tiny import ensure_tiny_model
 
     return load_tokenizer(str(ensure_tiny_model()), validate(config.load(path)))
 
@@ -236,7 +236,8 @@ def test_a_stop_during_a_tool_call_lets_the_step_finish_whole_and_trains_it_as_a
                                                                                               capsys, scripted_calls):
     import torch
 
-    from grpokit import cli, rundir
+    from grpokit import cli
+    from grpokit.checkpoints import rundir
 
     # two calls a step (every other completion of 4 calls the tool): the third call is step 2's first
     stopped = stuck_run(tmp_path, monkeypatch, "stopped", max_steps=3, save_strategy="no")
@@ -266,7 +267,8 @@ def test_a_stop_during_a_tool_call_lets_the_step_finish_whole_and_trains_it_as_a
 
 def test_a_second_stop_during_a_tool_call_stops_at_once_and_the_cut_step_is_not_taken(tmp_path, monkeypatch, capsys,
                                                                                         scripted_calls):
-    from grpokit import cli, rundir
+    from grpokit import cli
+    from grpokit.checkpoints import rundir
 
     path = stuck_run(tmp_path, monkeypatch, "run", max_steps=3, save_strategy="steps", save_steps=1)
     scripted_calls.tokenizer, scripted_calls.calls = tokenizer_for(path), [call("stuck")]
@@ -326,7 +328,7 @@ def test_a_stop_signal_while_reset_is_stuck_stops_the_run_at_once(tmp_path, monk
 def test_a_tool_that_swallows_its_cut_is_cut_again_and_the_console_says_why(capsys):
     """A retry loop with a bare `except:` catches the cut too: it is raised again every second, and after three the
     console names the cause; the call fails on the time limit even though the tool returned in the end."""
-    from grpokit.toolguard import Limits, ToolLimitError, bounded_function
+    from grpokit.tools.toolguard import Limits, ToolLimitError, bounded_function
 
     caught = []
 

@@ -1,4 +1,4 @@
-"""Multi-turn tool use from a recipe (`tools` section, grpokit/tooluse.py): every malformed environment or tool is one
+"""Multi-turn tool use from a recipe (`tools` section, grpokit/tools/tooluse.py): every malformed environment or tool is one
 line at --check before any weights load; the rollout is explained; real GRPOTrainer steps on the tiny model call a tool,
 mask its result out of the loss, and score the model's last turn."""
 
@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from grpokit import config, tooluse
+from grpokit import config
+from grpokit.tools import tooluse
 from grpokit.config import validate
 from grpokit.errors import RecipeError
 from tests.helpers import recipe_dict, write_recipe
@@ -221,7 +222,7 @@ def test_check_explains_the_rollout(tmp_path, capsys, no_weights):
 def test_smollm2s_own_template_gets_the_trl_template_that_reads_like_it():
     """SmolLM2 writes ChatML, as Qwen2.5 does: TRL's qwen2_5 template renders a plain conversation exactly as SmolLM2's
     own does, and TRL parses its tool calls."""
-    from grpokit.models import load_tokenizer, model_source
+    from grpokit.trainer.models import load_tokenizer, model_source
 
     recipe = validate(config.load(str(tooluse_recipe_path())))
     recipe.model.pop("chat_template")
@@ -269,7 +270,7 @@ def scripted_calls(monkeypatch):
             kwargs["max_new_tokens"] = min(kwargs.get("max_new_tokens") or OWN_TOKENS, OWN_TOKENS)
         out = real(self, *args, **kwargs)
         prompt_ids = kwargs.get("input_ids", args[0] if args else None)
-        if kwargs.get("cache") is not None:  # grpokit.generation keeps it: a scripted turn is not what it computed
+        if kwargs.get("cache") is not None:  # grpokit.trainer.generation keeps it: a scripted turn is not what it computed
             kwargs["cache"].crop(prompt_ids.shape[1] - kwargs["cache"].get_seq_length())
         tokenizer = generate.tokenizer
         rows = []
@@ -296,8 +297,8 @@ def scripted_calls(monkeypatch):
 def test_real_steps_call_the_tool_mask_its_result_and_score_the_last_turn(tmp_path, monkeypatch, scripted_calls):
     import trl
 
-    from grpokit import training
-    from grpokit.models import load_tokenizer
+    from grpokit.run import training
+    from grpokit.trainer.models import load_tokenizer
 
     seen = {"masks": [], "completions": []}
     real_loss = trl.GRPOTrainer.compute_loss
@@ -323,7 +324,7 @@ def test_real_steps_call_the_tool_mask_its_result_and_score_the_last_turn(tmp_pa
                        rewards=[{"name": "reader.py:last_turn", "weight": 0.0}])
     data["trainer"].update(per_device_train_batch_size=4, num_generations=4, max_steps=2)
     recipe = validate(config.load(write_recipe(tmp_path, data)))
-    scripted_calls.tokenizer = load_tokenizer(str(__import__("grpokit.tiny", fromlist=["x"]).ensure_tiny_model()), recipe)
+    scripted_calls.tokenizer = load_tokenizer(str(__import__("grpokit.checkpoints.tiny", fromlist=["x"]).ensure_tiny_model()), recipe)
     training.train(recipe)
 
     import sys
@@ -418,8 +419,8 @@ def test_an_environment_without_a_dataset_needs_max_steps(tmp_path, no_weights):
 @pytest.mark.slow
 def test_an_environment_that_makes_its_prompts_trains_without_a_dataset(tmp_path, capsys, scripted_calls):
     from grpokit import cli
-    from grpokit.models import load_tokenizer
-    from grpokit.tiny import ensure_tiny_model
+    from grpokit.trainer.models import load_tokenizer
+    from grpokit.checkpoints.tiny import ensure_tiny_model
 
     data = tool_recipe(tmp_path, {"environment": "env.py:Quiz"}, source=PROMPTING_ENV, dataset=None, rewards=None)
     data["trainer"].update(per_device_train_batch_size=4, num_generations=4, max_steps=1)
@@ -439,9 +440,9 @@ def test_an_environment_that_makes_its_prompts_trains_without_a_dataset(tmp_path
 
 @pytest.mark.slow
 def test_eval_runs_the_tools_and_reports_their_use(tmp_path, scripted_calls):
-    from grpokit import evaluate
-    from grpokit.models import load_tokenizer
-    from grpokit.tiny import ensure_tiny_model
+    from grpokit.run import evaluate
+    from grpokit.trainer.models import load_tokenizer
+    from grpokit.checkpoints.tiny import ensure_tiny_model
 
     data = tool_recipe(tmp_path, {"environment": "env.py:Calculator"}, rewards=None)
     data["dataset"]["eval_path"] = data["dataset"]["path"]
@@ -460,9 +461,9 @@ def test_eval_runs_the_tools_and_reports_their_use(tmp_path, scripted_calls):
 def test_eval_samples_rollouts_with_tools(tmp_path, scripted_calls):
     """--eval-samples K on a tool recipe: K sampled rollouts of each prompt through TRL's loop, pass@K over the prompts
     and the calls of every rollout -- how a user sees whether the policy ever samples what training should reinforce."""
-    from grpokit import evaluate
-    from grpokit.models import load_tokenizer
-    from grpokit.tiny import ensure_tiny_model
+    from grpokit.run import evaluate
+    from grpokit.trainer.models import load_tokenizer
+    from grpokit.checkpoints.tiny import ensure_tiny_model
 
     data = tool_recipe(tmp_path, {"environment": "env.py:Calculator"}, rewards=None)
     data["dataset"]["eval_path"] = data["dataset"]["path"]
@@ -486,7 +487,7 @@ def test_eval_samples_rollouts_with_tools(tmp_path, scripted_calls):
 
 
 def test_eval_refuses_what_it_cannot_do_with_tools(tmp_path, no_weights):
-    from grpokit import evaluate
+    from grpokit.run import evaluate
 
     data = tool_recipe(tmp_path, {"environment": "env.py:Quiz"}, source=PROMPTING_ENV, dataset=None, rewards=None)
     recipe = validate(config.load(write_recipe(tmp_path, data)))
@@ -517,7 +518,7 @@ def test_each_malformed_few_shot_message_is_named(tmp_path, no_weights, shot, fa
 def test_few_shot_messages_come_between_the_system_prompt_and_the_question():
     from datasets import Dataset
 
-    from grpokit.data import format_prompts
+    from grpokit.prompts.data import format_prompts
 
     spec = {"prompt_column": "q", "system_prompt": "S", "few_shot": [
         {"role": "user", "content": "2 * 3?"}, {"role": "assistant", "tool_calls": [{"name": "multiply", "arguments": {"a": 2, "b": 3}}]}]}
@@ -528,7 +529,7 @@ def test_few_shot_messages_come_between_the_system_prompt_and_the_question():
 
 
 def test_the_calculator_computes_exactly_and_refuses_what_its_schema_does_not_allow():
-    from grpokit.environments import Calculator
+    from grpokit.tools.environments import Calculator
 
     calc = Calculator(max_digits=6)
     calc.reset(prompt="x", answer="y")
@@ -589,9 +590,9 @@ def test_grpokits_trainer_with_an_environment_never_shows_trls_experimental_warn
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from grpokit.generation import PrefixReuseGRPOTrainer
-    from grpokit.templates import template_text
-    from grpokit.tiny import ensure_tiny_model
+    from grpokit.trainer.generation import PrefixReuseGRPOTrainer
+    from grpokit.tools.templates import template_text
+    from grpokit.checkpoints.tiny import ensure_tiny_model
     from tests.helpers import TINY_GRPO
 
     tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_model())

@@ -11,7 +11,7 @@ import yaml
 from helpers import ROOT, recipe_dict, with_trainer, write_recipe
 
 from grpokit import config
-from grpokit import training
+from grpokit.run import training
 from grpokit.cli import main
 from grpokit.errors import RecipeError
 from grpokit.config import validate
@@ -130,9 +130,9 @@ def test_dynamic_sampling_through_the_recipe(tmp_path):
                                                     "trainer.save_strategy=no", "trainer.disable_tqdm=true",
                                                     "sampling.dynamic=true", "sampling.max_rounds=3"])
     trainer = training.train(recipe)
-    from grpokit.dynamic_sampling import DynamicSamplingGRPOTrainer
+    from grpokit.trainer.dynamic_sampling import DynamicSamplingGRPOTrainer
 
-    assert isinstance(trainer, DynamicSamplingGRPOTrainer)  # (generating through grpokit.generation)
+    assert isinstance(trainer, DynamicSamplingGRPOTrainer)  # (generating through grpokit.trainer.generation)
     logs = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logs) == 4 and all("sampling/rounds" in h for h in logs)
     for h in logs:  # a batch filled short is said so; otherwise no group without reward spread was trained on
@@ -160,7 +160,7 @@ def test_a_4bit_base_on_a_cpu_gives_the_same_gradients_after_generating(tiny_mod
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from grpokit.models import load_model
+    from grpokit.trainer.models import load_model
 
     recipe = load(ROOT / "recipes" / "smoke.yaml", ["model.quantization=4bit", "model.dtype=float32"])
     ids = torch.randint(3, 100, (2, 12), generator=torch.Generator().manual_seed(0))

@@ -243,7 +243,7 @@ def test_a_timer_or_handler_a_call_set_never_fires_during_the_next(tool, arm):
 
 
 def test_an_interpreter_replaced_for_any_reason_is_said_in_the_next_result(tool):
-    from grpokit.toolguard import Limits, ToolLimitError, bounded_function
+    from grpokit.tools.toolguard import Limits, ToolLimitError, bounded_function
 
     t = tool(timeout_seconds=5.0)
     t.python("kept = 1")

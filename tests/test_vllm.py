@@ -80,7 +80,7 @@ def test_without_cuda_check_notes_and_training_refuses():
 
 
 def test_check_exits_2_before_weights_where_cuda_has_no_vllm(tmp_path, monkeypatch, capsys):
-    from grpokit import build
+    from grpokit.run import build
 
     monkeypatch.setattr(build, "_cuda", lambda: True)
     monkeypatch.setattr(build, "vllm_version", lambda: None)

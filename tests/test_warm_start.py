@@ -9,10 +9,11 @@ import json
 import pytest
 import yaml
 
-from grpokit import config, tooluse
+from grpokit import config
+from grpokit.tools import tooluse
 from grpokit.cli import main
 from grpokit.config import validate
-from grpokit import worked as examples
+from grpokit.warm_start import worked as examples
 from tests.helpers import ROOT, write_recipe
 
 QUESTION = "Solve the following multiplication: 709 * 132 * 653. Give only the result as your final answer."
@@ -29,7 +30,7 @@ def tiny_recipe(tmp_path, **warm) -> dict:
                                                                                  "min_digits": 1, "max_digits": 2}}],
                                       "size": 8, "seed": 1, "eval_size": 4},
                     "system_prompt": "Use the tools."},
-        "tools": {"environment": "grpokit.environments:Calculator"},
+        "tools": {"environment": "grpokit.tools.environments:Calculator"},
         "rewards": [{"name": "task_score", "args": {"answer_from": "last_number"}}],
         "trainer": {"max_steps": 1, "per_device_train_batch_size": 4, "num_generations": 4,
                     "max_completion_length": 320, "max_tool_calling_iterations": 1, "learning_rate": 1.0e-3,
@@ -69,7 +70,7 @@ def test_a_chain_sum_exchange_works_left_to_right_with_add_and_subtract():
 
 
 def test_the_loss_falls_on_the_assistant_turns_only(tiny_model_dir):
-    from grpokit import models
+    from grpokit.trainer import models
 
     recipe = validate(config.load(MULTI_CALL))
     tokenizer = models.load_tokenizer(str(tiny_model_dir), recipe)  # the recipe's qwen2_5 template
@@ -121,7 +122,7 @@ def test_a_warm_start_runs_in_one_process(tmp_path, no_weights):
 
 
 def test_a_file_of_exchanges_goes_after_the_recipes_prompt_and_may_not_ask_a_heldout_question(tmp_path, capsys, no_weights):
-    from grpokit import tasks
+    from grpokit.prompts import tasks
 
     recipe = validate(config.load(write_recipe(tmp_path, tiny_recipe(tmp_path))))
     heldout = tasks.generate(recipe.dataset["reasoning_gym"], heldout=True).rows[0]["prompt"]
@@ -153,7 +154,7 @@ def test_check_explains_the_warm_start(tmp_path, capsys, no_weights):
 
 
 def test_check_gives_the_warm_starts_time_from_benchs_measured_figure(capsys, monkeypatch, no_weights):
-    from grpokit import check
+    from grpokit.run import check
     from grpokit.planning.cpu_time import WARM_START_RESULTS
 
     monkeypatch.setattr(check, "gpu_facts", lambda: None)  # the CPU path, which bench measured
@@ -180,7 +181,7 @@ def test_chain_sum_problems_are_worked_with_the_calculators_add_and_subtract(tmp
 def test_the_warm_starts_step_lines_give_its_pace_and_the_time_left(capsys):
     from types import SimpleNamespace
 
-    from grpokit import supervised
+    from grpokit.run import supervised
 
     losses = []
     steps = supervised._Steps(10, losses, clock=iter([0.0, 40.0, 40.0, 56.0]).__next__)  # steps of 40 s, then 16 s
@@ -196,7 +197,7 @@ def test_the_warm_starts_step_lines_give_its_pace_and_the_time_left(capsys):
 def test_a_warm_start_far_slower_than_checks_figure_says_so():
     from types import SimpleNamespace
 
-    from grpokit import supervised
+    from grpokit.run import supervised
     from grpokit.planning.cpu_time import WARM_START_RESULTS
 
     recipe = validate(config.load(MULTI_CALL))
@@ -217,7 +218,7 @@ def test_a_warm_start_far_slower_than_checks_figure_says_so():
 def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tmp_path, monkeypatch):
     import trl
 
-    from grpokit import supervised
+    from grpokit.run import supervised
 
     labels = []
     real_loss = trl.SFTTrainer.compute_loss
@@ -237,7 +238,7 @@ def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tm
     assert json.loads((run / "adapter_config.json").read_text())["base_model_name_or_path"] == str(warm)
     assert json.loads((run / "trainer_state.json").read_text())["global_step"] == 1
     # only the assistant's turns carry a loss: no tool result, prompt or role header
-    from grpokit import models
+    from grpokit.trainer import models
 
     tokenizer = models.load_tokenizer(str(warm), validate(config.load(path)))  # the recipe's template
     for ids, rows in labels:
@@ -247,7 +248,7 @@ def test_one_run_trains_the_warm_start_then_grpo_from_it_and_resume_reuses_it(tm
             assert "Use the tools." not in trained and "<|im_start|>" not in trained
     assert len(labels) == 4  # 2 steps of 2 exchanges, one exchange at a time
     # --eval and --merge of the run, or of a checkpoint, put its adapter on the warm start
-    from grpokit import evaluate, merge
+    from grpokit.run import evaluate, merge
 
     recipe = validate(config.load(path))
     assert evaluate._warm_start(recipe, str(run / "checkpoint-1")) == warm

@@ -1,4 +1,4 @@
-"""A warm start's file and folder are read bounded (grpokit/worked.py, grpokit/warmstart.py, grpokit/supervised.py):
+"""A warm start's file and folder are read bounded (grpokit/warm_start/worked.py, grpokit/warm_start/section.py, grpokit/run/supervised.py):
 a file of exchanges as the dataset screen reads a data file -- each line's size before it is parsed, its nesting, the
 number of exchanges, the first faults named and the rest counted -- and a chat template that cannot render an exchange
 refused in one line naming it; on `--resume` a warm-start folder is used only when whole (its record and its weights
@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from grpokit import worked as examples
+from grpokit.warm_start import worked as examples
 from grpokit.cli import main
-from grpokit.datavalues import MAX_LINE_BYTES, SHOWN_ROWS
+from grpokit.prompts.datavalues import MAX_LINE_BYTES, SHOWN_ROWS
 from grpokit.errors import RecipeError, show
 from tests.helpers import write_recipe
 from tests.test_warm_start import tiny_recipe
@@ -95,7 +95,9 @@ def _whole_warm_start(run):
 
 @pytest.mark.parametrize("damage", ["model.safetensors", "warm_start.json"])
 def test_a_half_made_warm_start_is_not_trusted_but_removed_and_made_again(tmp_path, monkeypatch, damage):
-    from grpokit import files, supervised, warmstart
+    from grpokit import files
+    from grpokit.run import supervised
+    from grpokit.warm_start import section as warmstart
 
     run = tmp_path / "run"
     folder = _whole_warm_start(run)
@@ -116,7 +118,7 @@ def test_a_half_made_warm_start_is_not_trusted_but_removed_and_made_again(tmp_pa
 
 
 def test_a_record_that_is_not_json_is_not_whole(tmp_path):
-    from grpokit import warmstart
+    from grpokit.warm_start import section as warmstart
 
     folder = _whole_warm_start(tmp_path / "run")
     (folder / "warm_start.json").write_text("{cut short")
@@ -124,7 +126,7 @@ def test_a_record_that_is_not_json_is_not_whole(tmp_path):
 
 
 def test_a_warm_start_folder_grpokit_did_not_make_is_never_removed(tmp_path, monkeypatch):
-    from grpokit import supervised
+    from grpokit.run import supervised
 
     run = tmp_path / "run"
     (run / "warm_start").mkdir(parents=True)

@@ -80,11 +80,11 @@ def lint(recipe, args, *, answer_lengths: list[int] | None = None, gpu: dict | N
     dataset's reference answers (see `answer_lengths`); `gpu`, the visible GPU (`{"name", "bf16"}`);
     `prompt_length`, the longest prompt the plan assumes; `vllm_plan`, the memory plan with vLLM colocated
     (`grpokit.planning.vllm_share.plan_for`), and `vllm_plan_asleep`, the same with sleep mode on; `tool_round_tokens`,
-    the tokens one round of tool use costs in the chat template before any output (`grpokit.tooluse.round_tokens`);
+    the tokens one round of tool use costs in the chat template before any output (`grpokit.tools.tooluse.round_tokens`);
     `cpu_bf16`, whether this CPU has bfloat16 instructions (`cpu.cpu_computes_bf16`), for a run on the CPU;
     `task_audit`, how each reasoning-gym task's scorer treats its own gold answers and a nonsense one
     (`rewards.tasks.audit`); `thinking_template`, the chat template when the model writes a thinking block before
-    its answer under it (`grpokit.templates.thinks`).
+    its answer under it (`grpokit.tools.templates.thinks`).
     """
     facts = {"answer_lengths": answer_lengths or None, "gpu": gpu, "prompt_length": prompt_length,
              "vllm_plan": vllm_plan, "vllm_plan_asleep": vllm_plan_asleep, "tool_round_tokens": tool_round_tokens,
@@ -404,7 +404,7 @@ def _task_pays_any_text(recipe, args, facts):
         "(game_of_life_halting compares bool(answer) with bool(gold), and any text is true): leave the task out"))
 
 
-# -- multi-turn tool use (the recipe's tools section, grpokit/tooluse.py)
+# -- multi-turn tool use (the recipe's tools section, grpokit/tools/tooluse.py)
 
 
 @rule("tool-budget", "tool-calling rounds leave little of max_completion_length for the answer, or are unbounded")

@@ -241,7 +241,7 @@ def _anchor_paths(data: dict, folder: Path) -> None:
         if isinstance(reward, dict) and "name" in reward:
             reward["name"] = anchored(reward["name"])
     tools = data.get("tools")
-    if isinstance(tools, dict):  # the environment and tool functions follow a user reward's rule (grpokit/tooluse.py)
+    if isinstance(tools, dict):  # the environment and tool functions follow a user reward's rule (grpokit/tools/tooluse.py)
         if "environment" in tools:
             tools["environment"] = anchored(tools["environment"])
         if isinstance(tools.get("functions"), list):

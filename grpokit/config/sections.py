@@ -2,8 +2,8 @@
 enumerations we add to TRL's `GRPOConfig` and PEFT's `LoraConfig` fields (TRL 1.16 accepts `beta: "high"`,
 `loss_type: dapo2` or `max_completion_length: 0`, and PEFT accepts `r: 0`).
 
-A section that a domain owns keeps its keys beside its rules: `dataset.reasoning_gym` in `grpokit.tasks`
-(`REASONING_GYM`), `tools` in `grpokit.tooluse` (`TOOLS`), `warm_start` in `grpokit.warmstart` (`WARM_START`); `validate`
+A section that a domain owns keeps its keys beside its rules: `dataset.reasoning_gym` in `grpokit.prompts.tasks`
+(`REASONING_GYM`), `tools` in `grpokit.tools.tooluse` (`TOOLS`), `warm_start` in `grpokit.warm_start.section` (`WARM_START`); `validate`
 composes them with these.
 """
 
@@ -55,8 +55,8 @@ SAMPLING = {
     "max_rounds": Field(int, 4, "generation rounds per batch before going on with what it has", min=1),
     "metric": Field(str, "reward", "'reward' (the weighted total) or the name of one reward"),
     "reuse_prefix": Field(bool, True, "generation computes each prompt once for its copies, and starts the turn after a "
-                          "tool's result from the turn before (grpokit.generation); the loss pass computes each prompt "
-                          "once for its copies (grpokit.shared_prompt): the same completions and gradients, less work"),
+                          "tool's result from the turn before (grpokit.trainer.generation); the loss pass computes each prompt "
+                          "once for its copies (grpokit.trainer.shared_prompt): the same completions and gradients, less work"),
 }
 
 LINT = {  # rule names are checked against grpokit.config.lint.RULES by validate

@@ -15,7 +15,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpokit import tasks, tooluse, warmstart
+from grpokit.prompts import tasks
+from grpokit.tools import tooluse
+from grpokit.warm_start import section as warmstart
 from grpokit.config.combinations import check_combinations, check_sampling_metric
 from grpokit.config.lint import RULE_NAMES
 from grpokit.config.loader import CLI, Loaded, where_set_in
@@ -23,11 +25,11 @@ from grpokit.config.reward_entries import validate_rewards
 from grpokit.config.sections import (DATASET, LINT, LORA_BOUNDS, LORA_DEFAULTS, MODEL, REQUIRED_SECTIONS, SAMPLING,
                                      SECTIONS, TRAINER_BOUNDS, TRAINER_REFUSED)
 from grpokit.config.trainer_args import build_grpo_config
-from grpokit.datavalues import data_file_problems, few_shot_fault
+from grpokit.prompts.datavalues import data_file_problems, few_shot_fault
 from grpokit.dist import num_processes_from_env
 from grpokit.errors import Problems, nearest
 from grpokit.fields import validate_dataclass_keys, validate_fields
-from grpokit.tooluse import TOOLS
+from grpokit.tools.tooluse import TOOLS
 
 # trl and peft are imported inside the functions that read them: loading a recipe imports neither (nor torch).
 
@@ -46,7 +48,7 @@ class Recipe:
     sampling: dict
     num_processes: int = 1
     lint: dict = field(default_factory=lambda: {"ignore": []})
-    tools: dict | None = None  # the `tools` section (grpokit/tooluse.py), None without one
+    tools: dict | None = None  # the `tools` section (grpokit/tools/tooluse.py), None without one
     warm_start: dict | None = None  # the `warm_start` section (grpokit/warmstart), None without one
     set_by: dict = field(default_factory=dict)  # key path -> the file (or "command line") that set it
 
@@ -233,7 +235,7 @@ def _check_data_sources(dataset: dict, problems: Problems, where_set, data_files
 
 
 def _check_task_source(dataset: dict, problems: Problems, where_set) -> None:
-    """`dataset.reasoning_gym` against reasoning-gym itself (`grpokit.tasks.check_source`), its defaults filled in; its
+    """`dataset.reasoning_gym` against reasoning-gym itself (`grpokit.prompts.tasks.check_source`), its defaults filled in; its
     problems have their own held-out set, so a file or split for one is refused."""
     dataset["reasoning_gym"], found = tasks.check_source(dataset["reasoning_gym"], where_set)
     problems.extend(found)
@@ -296,7 +298,7 @@ def _check_with_the_libraries(trainer: dict, model: dict, rewards: list[dict], l
 
 
 def _validate_tools(data: dict, model: dict, trainer: dict, problems: Problems, where_set) -> dict | None:
-    """The `tools` section (grpokit/tooluse.py) and the keys that act with it: `model.chat_template` names one of TRL's
+    """The `tools` section (grpokit/tools/tooluse.py) and the keys that act with it: `model.chat_template` names one of TRL's
     templates, `trainer.max_tool_calling_iterations` needs tools, and a run without a `rewards` section needs an
     environment whose `get_reward` scores each rollout."""
     name = model.get("chat_template")

@@ -15,6 +15,10 @@ size and nesting, of the expected type, or one line naming the file and what is 
 A test (tests/test_file_door.py) forbids the raw forms -- `open(..., "w")`, `write_text`, `json.load` of a
 file, `shutil.rmtree`, `unlink` -- anywhere else in grpokit, labs/ and bench/.
 
+Offers: the functions above (the readers handed on from its reading room), and `ownership` (the manifest: what
+grpokit wrote).
+Never: writes through a link, replaces or removes a file grpokit did not write, or reads an unbounded file.
+
 >>> import tempfile; d = Path(tempfile.mkdtemp())
 >>> write_text(d / "table.md", "| a |")
 >>> read_text(d / "table.md")

@@ -89,11 +89,11 @@ def outside_config_file(name_or_path: str) -> Path | None:
 
 def _own_config(name_or_path: str) -> tuple[dict, str] | None:
     """(config, source) of a model grpokit ships or builds itself, else None."""
-    from grpokit import tiny
+    from grpokit.checkpoints import tiny
 
     if name_or_path == tiny.BUILTIN_PREFIX + tiny.TINY_NAME:
         return {"model_type": "llama", "vocab_size": len(tiny._vocab()), **tiny.TINY_CONFIG}, "built-in tiny model"
-    from grpokit.gguf import BUILTINS
+    from grpokit.checkpoints.gguf import BUILTINS
 
     builtin = BUILTINS.get(name_or_path.removeprefix(tiny.BUILTIN_PREFIX)) if name_or_path.startswith(tiny.BUILTIN_PREFIX) else None
     if builtin:  # the GGUF's own config, as shipped for the same model on the hub: no conversion to plan it

@@ -22,7 +22,7 @@ planned from the sources and stays labelled unmeasured until `bench/gpu_memory.p
 
 Assumptions, each checked against the TRL 1.16 / transformers 5 / PEFT / bitsandbytes sources:
 - dtype `auto` plans as bfloat16 (what a GPU run uses). 4-bit is NF4 with double quantisation (as
-  `grpokit.models.load_model` asks): 0.5 B/param + ~0.016 B/param of quant state for the decoder's linear
+  `grpokit.trainer.models.load_model` asks): 0.5 B/param + ~0.016 B/param of quant state for the decoder's linear
   layers; embeddings, lm_head, norms and biases stay 16-bit. 8-bit (LLM.int8) is 1 B/param + one fp32 scale
   per output row.
 - LoRA adapters are fp32 on a bf16 base (PEFT's `autocast_adapter_dtype`), bf16 under QLoRA (TRL casts them).

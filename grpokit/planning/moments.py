@@ -27,7 +27,7 @@ from grpokit.trl_compat import HEAD_TEMPORARIES, LOGPROB_TILE
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # A lead shorter than this is not worth a pass of its own (a forward's fixed cost against the tokens it saves):
-# grpokit.shared_prompt and grpokit.generation compute none, and the plan plans none.
+# grpokit.trainer.shared_prompt and grpokit.trainer.generation compute none, and the plan plans none.
 MIN_LEAD = 16
 CHUNK = 64  # transformers' torch_chunk_gated_delta_rule: the sequence is cut (and padded) into 64-token chunks
 
@@ -80,7 +80,7 @@ class Settings:
     device: str = "cuda"  # cuda | cpu: which kernels run (TRL's fused head, AdamW's default path)
     foreach: bool | None = None  # AdamW's multi-tensor step; None = torch's default (CUDA yes, CPU no)
     gradient_accumulation_steps: int = 1
-    # grpokit's own passes (grpokit.shared_prompt, grpokit.generation) in place of TRL's: each distinct prompt of a
+    # grpokit's own passes (grpokit.trainer.shared_prompt, grpokit.trainer.generation) in place of TRL's: each distinct prompt of a
     # micro-batch computed once, the lead every prompt shares once, generation from kept prefixes across tool rounds
     own_passes: bool = False
     distinct_prompts: int | None = None  # per micro-batch; None = the micro-batch's prompts, B / num_generations
@@ -318,7 +318,7 @@ def generation_moments(config: dict, settings: Settings, static: list[Component]
     decode_ws = 2 * G * (S - 1) * kv * a + G * V * (a + 4 * 7)
     layers = f"{n_full} full-attention layers" if d["n_linear"] else "L"
     prefill_kv, prefill_how, turns, turns_how = G * P * kv_tok, f"G x P x {layers} x (k, v) x kv_dim x {a} B", 0, ""
-    if settings.own_passes:  # grpokit.generation: each distinct prompt prefilled once, then copied into the batch's cache
+    if settings.own_passes:  # grpokit.trainer.generation: each distinct prompt prefilled once, then copied into the batch's cache
         n, lead = -(-G // max(1, settings.num_generations)), settings.shared_lead
         prefill_ws = int(layer_ws * (lead + n * (P - lead))) + n * (P - lead) * P * a + G * V * (a + 4)
         prefill_kv += n * P * kv_tok
@@ -437,7 +437,7 @@ def _saved_activations(config: dict, settings: Settings) -> tuple[int, str, int,
 
 def _own_saved_activations(config: dict, settings: Settings) -> tuple[int, str, int, str]:
     """`_saved_activations` of grpokit's loss pass (`loss_passes`: lead, distinct prompts, rows), whose families
-    (grpokit.ownpasses.PROVEN) have full-attention layers only. Per layer and pass: each query token's activations
+    (grpokit.trainer.ownpasses.PROVEN) have full-attention layers only. Per layer and pass: each query token's activations
     (`layer_activations` but for its keys and values), the keys and values it attends to expanded to all heads (2 a q
     per key token), the float padding mask (a x query x key tokens); once a forward, the bool mask. Under gradient
     checkpointing the layers keep their inputs and the prompts' caches (a replay reads them): the lead's, the distinct

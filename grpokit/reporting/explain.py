@@ -125,7 +125,7 @@ def importance_sampling(args) -> str:
     # TRL's own test (`_generate_and_score_completions`): old log-probs are needed only when a generation
     # batch outlives one optimizer step
     on_policy = args.gradient_accumulation_steps % (args.steps_per_generation * args.num_iterations) == 0
-    # the verdict (whether the clip binds) leads, so a line cut to the screen's width keeps it (grpokit.check.fit)
+    # the verdict (whether the clip binds) leads, so a line cut to the screen's width keeps it (grpokit.run.check.fit)
     where = ("on-policy here, the clip never binds: π_old = π_θ, the ratio is 1 in value (gradient_accumulation_steps "
              f"{args.gradient_accumulation_steps} is a multiple of steps_per_generation {args.steps_per_generation} x "
              f"num_iterations {args.num_iterations})"
@@ -189,10 +189,10 @@ def generation_engine(args) -> str:
 
 
 def own_passes_rows(args, sampling: dict, model: dict) -> list[tuple[str, str]]:
-    """Which method computes the loss pass and generation for this model (grpokit.ownpasses), when a model is named."""
+    """Which method computes the loss pass and generation for this model (grpokit.trainer.ownpasses), when a model is named."""
     if not (model or {}).get("name_or_path"):
         return []
-    from grpokit import ownpasses
+    from grpokit.trainer import ownpasses
 
     return [("own passes", ownpasses.explain(args, sampling or {}, model))]
 
@@ -268,7 +268,7 @@ def render(rows: list[tuple[str, str]]) -> list[str]:
 def explain_table(recipe, args) -> list[str]:
     """What a validated recipe computes, from its real `GRPOConfig` `args`, as table lines (--check and report.md)."""
     rows = explain(args, rewards=recipe.rewards, sampling=recipe.sampling, lora=recipe.lora, model=recipe.model)
-    if (getattr(recipe, "tools", None) or {}).get("environment"):  # TRL adds the environment's own reward to the list (grpokit/tooluse.py)
+    if (getattr(recipe, "tools", None) or {}).get("environment"):  # TRL adds the environment's own reward to the list (grpokit/tools/tooluse.py)
         rows = [(term, f"{text}; plus the environment's get_reward() where it defines one (weight 1: see tool use)")
                 if term == "rewards" else (term, text) for term, text in rows]
     return render(rows)

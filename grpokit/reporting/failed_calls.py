@@ -1,6 +1,6 @@
 """report.md's "Failed tool calls": for each logged step at which tool calls failed, the calls as the model made them
 and the error it read back, and -- where the tool's own code raised -- the exception's type, message and line for
-the tool's author (grpokit.toolfaults, kept on the trusted side as the call failed).
+the tool's author (grpokit.tools.toolfaults, kept on the trusted side as the call failed).
 
     from grpokit.reporting.failed_calls import keep_failed_calls, run_failed_calls, failed_calls_section
     keep_failed_calls(trainer, tally.faults)        # before training: each logged step's failed calls are kept

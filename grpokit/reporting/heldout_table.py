@@ -12,7 +12,7 @@ from pathlib import Path
 from grpokit.reporting import warm_start
 from grpokit.reporting.messages import cell, inline_code, number, one_line
 from grpokit.reporting.verdict import BEFORE_RUN, cut_short, heldout
-from grpokit.rundir import STATE_FILE, read_state
+from grpokit.checkpoints.rundir import STATE_FILE, read_state
 
 
 def eval_section(run_dir: Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""What a run measured of its own memory (grpokit.watch), for report.md: per phase, the recipe's bound (its
+"""What a run measured of its own memory (grpokit.trainer.watch), for report.md: per phase, the recipe's bound (its
 worst case, planned), the plan at the shapes of the step that peaked, what that step measured, and their ratio.
 
     from grpokit.reporting.memory_use import memory_section
@@ -8,7 +8,7 @@ worst case, planned), the plan at the shapes of the step that peaked, what that 
 from __future__ import annotations
 
 PHASES = ("generation", "training")
-BAND = (0.85, 1.15)  # grpokit.watch.RATIO_BAND (a test holds the two equal): outside it, the report says so
+BAND = (0.85, 1.15)  # grpokit.trainer.watch.RATIO_BAND (a test holds the two equal): outside it, the report says so
 HOW = {1.0: "on CUDA: torch.cuda.max_memory_allocated (live tensors), reset at each phase; reserved beside it",
        0.0: "on the CPU: the process's peak resident memory, reset at each phase, against the plan plus what the "
             "process held apart from tensors when training began (its libraries)"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpokit import files
-from grpokit.warmstart import FOLDER
+from grpokit.warm_start.section import FOLDER
 
 CARD_FILE = "README.md"
 
@@ -36,7 +36,7 @@ def model_card(recipe, output_dir: Path, global_step: int, trl_version: str, res
     True
     """
     base = recipe.model["name_or_path"]
-    from grpokit.data import source_name  # a file's name, or generated tasks named with their size and seed
+    from grpokit.prompts.data import source_name  # a file's name, or generated tasks named with their size and seed
     from grpokit.reporting.warm_start import made_by, read
 
     made = read(output_dir) if recipe.warm_start else None  # the adapter's base is then the warm start, not `base`

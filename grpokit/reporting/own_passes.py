@@ -1,4 +1,4 @@
-"""What the first-step check of grpokit's own passes found (grpokit.ownpasses), for report.md: per pass, how far it
+"""What the first-step check of grpokit's own passes found (grpokit.trainer.ownpasses), for report.md: per pass, how far it
 stood from TRL's method on step 1's first micro-batch, against what tolerance, and whether TRL's method took over.
 
     from grpokit.reporting.own_passes import own_passes_section
@@ -29,4 +29,4 @@ def own_passes_section(history: list[dict]) -> list[str]:
     if not lines:
         return []
     return ["", "## grpokit's own passes", "", "Checked against TRL's own method on the run's device, dtype and attention "
-            "(grpokit/ownpasses.py):", ""] + lines
+            "(grpokit/trainer/ownpasses.py):", ""] + lines

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from grpokit import files
 from grpokit.reporting.messages import inline_code
-from grpokit.rundir import STATE_FILE, latest_checkpoint
+from grpokit.checkpoints.rundir import STATE_FILE, latest_checkpoint
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from grpokit.reporting.plots import series
 from grpokit.reporting.verdict import COLLAPSE_MIN_STEPS, MOSTLY_FAILED, window, windows
 
 CALLS, FAILURES = "tools/call_frequency", "tools/failure_frequency"
-# grpokit's own, logged per call (grpokit.toolguard): the share of calls each of the recipe's tool limits cut. Each such
+# grpokit's own, logged per call (grpokit.tools.toolguard): the share of calls each of the recipe's tool limits cut. Each such
 # call is also one of TRL's failed calls.
 LIMITS = {"tools.timeout_seconds": ("calls past tools.timeout_seconds, per call", "tools/timeout_frequency"),
           "tools.max_result_chars": ("results over tools.max_result_chars, per call", "tools/oversize_frequency")}

@@ -24,7 +24,7 @@ from pathlib import Path
 from grpokit import files
 from grpokit.reporting.messages import inline_code
 from grpokit.reporting.plots import never_varied, reward_names, series
-from grpokit.rundir import BASE_EVAL_FILE, EVAL_FILE, WARM_EVAL_FILE
+from grpokit.checkpoints.rundir import BASE_EVAL_FILE, EVAL_FILE, WARM_EVAL_FILE
 
 # A group "has no spread" when all its rewards are equal; a logged step "had no gradient" when (nearly) every group had
 # none. The run "collapsed" when, from some step to the end, every group had none at MOSTLY_COLLAPSED of the logged

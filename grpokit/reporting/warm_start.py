@@ -1,4 +1,4 @@
-"""A warm-started run's papers name its warm start: the supervised pass GRPO started from (grpokit.supervised), read
+"""A warm-started run's papers name its warm start: the supervised pass GRPO started from (grpokit.run.supervised), read
 back from the record it left in the run folder (`warm_start/warm_start.json`), for report.md, the model card and the
 held-out table.
 
@@ -10,7 +10,8 @@ held-out table.
 from __future__ import annotations
 
 
-from grpokit import files, warmstart
+from grpokit import files
+from grpokit.warm_start import section as warmstart
 
 
 def read(run_dir) -> dict | None:

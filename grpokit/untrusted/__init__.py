@@ -1,11 +1,19 @@
-"""code_tests' sandbox: run a completion's Python against a sample's tests, where the code cannot decide its score.
+"""Where untrusted work runs: everything that reads a model's output with code we did not write, and every cell of
+the Python tool, bounded and caged, where it cannot decide its own score.
 
-One sandboxed process tree per candidate (`jobs`: what the trainer starts, the limits, the reports it reads;
-`child`: the tree's inside -- namespaces, new root, cgroups, seccomp, rlimits), holding two processes that never
-share memory: the *judge* (`judge`), which runs the sample's setup and every statement of every test and reports
-each verdict, and the *code runner* (`candidate`), which runs the completion's code and answers the judge's requests.
-They exchange only plain data (`values`: the format; `link`: requests and answers both ways). The code runner never
-holds the tests, the setup's values or functions, the results pipe or its nonce.
+`pool` is the one pool of caged workers (a `Kind` names the job module a worker runs: `task_job` reasoning-gym's
+scorers, `math_job` math-verify, `python_job` a Python-tool cell), `session` a worker kept for one rollout's cells,
+`worker` the pool's end of one worker; inside a worker (`cage`: the bootstrap and the zygote) its keeper (`keeper`:
+the channel, the deadline, every reply checked against its job's number; its cgroups in `groups`) never runs a job,
+and its runner (`runner`) runs it holding nothing but its pipes to the keeper. code_tests' sandbox runs a whole
+program per candidate (`jobs`: the limits and reports; `child`: namespaces, new root, cgroups, seccomp, rlimits) as two
+processes that never share memory: the judge (`judge`), which runs the tests, and the code runner (`candidate`),
+exchanging plain data only (`values`, `link`); `process` starts and ends a process tree for both.
+
+Offers: `pool`, `session`, `task_job`, `python_job`, `keeper`; here, code_tests' `run`, `run_many`, `Limits`,
+`Outcome`, `SandboxError`, `build_job`, `isolation` and `CHILD`.
+Never: lets the process that holds a worker's channel run a job, starts a process outside this package's pool or
+sandbox, or gives a job network or writes outside its scratch.
 
 >>> run("def add(a, b): return a + b", ["assert add(1, 2) == 3", "assert add(1, 1) == 3"]).passed
 [True, False]

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from grpokit import MOVED
 from grpokit.errors import nearest
 from rewards._machinery.errors import RewardNameError
 
@@ -202,6 +203,10 @@ def _import_module(name: str, where: str, kind: "Kind"):
     except SystemExit as err:
         raise _exited(name, where, err, kind) from None
     except ModuleNotFoundError as err:
+        if moved := MOVED.get(where):  # a recipe written for grpokit's old layout is told the new name
+            _, _, attr = name.rpartition(":")
+            raise RewardNameError(f"{kind.label} {name!r}: module {where!r} has moved to {moved!r}; write "
+                                  f"'{moved}:{attr}'") from None
         raise RewardNameError(f"{kind.label} {name!r}: module {where!r} not found ({err})") from None
     except SyntaxError as err:
         raise RewardNameError(f"{kind.label} {name!r}: syntax error in {err.filename} line {err.lineno}: {err.msg}") from None

@@ -6,7 +6,7 @@
 
 SmolLM2-135M-Instruct never makes a second tool call when sampled (results/sampled_calls.json: 0 in 192 rollouts),
 so GRPO on problems that want two gets groups that all score alike and learns nothing. The recipe's `warm_start`
-section (grpokit/warmstart) makes each run start where ReTool and DeepSeek-R1 start: a short supervised pass over
+section (grpokit/warm_start/) makes each run start where ReTool and DeepSeek-R1 start: a short supervised pass over
 worked two-call exchanges on problems apart from training's and the held-out set's, merged, then GRPO from it, in one
 `launch.py` run. This bench only runs and reads that: the seeds through `bench/tool_use.py --recipe multi_call` (the
 shipped recipe as is, trained and scored by `bench/real_model.py --once`; the "before" row is the first seed's warm

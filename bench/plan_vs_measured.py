@@ -94,11 +94,11 @@ class Setting:
                 + (f", grpokit's passes, lead {self.lead}" if self.own else ""))
 
 
-# The CI test's case (tests/test_plan_measured.py): a Qwen2 of the built-in tiny model's size (seconds)
+# The CI test's case (tests/planning/test_plan_measured.py): a Qwen2 of the built-in tiny model's size (seconds)
 TINY = Setting("tiny-qwen-lora", "tiny", lora=dict(LORA, r=4))
 TINY_CONFIG = dict(model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, vocab_size=512, tie_word_embeddings=False)
-# The CI test's hybrid case (tests/test_families.py): a Qwen3.5 of the same size, one period of its layer pattern
+# The CI test's hybrid case (tests/planning/test_families.py): a Qwen3.5 of the same size, one period of its layer pattern
 # (3 Gated DeltaNet layers, 1 gated full-attention layer), every layer's activations kept; seconds
 TINY_HYBRID = Setting("tiny-qwen3.5-lora-nockpt", "tiny-qwen3.5", lora=dict(LORA, r=4), gradient_checkpointing=False,
                       prompt_length=32, max_completion_length=32)

@@ -469,7 +469,7 @@ def keep_4bit_trainable(model) -> int:
     runs without gradients in eval mode (generation) and keeps the packing afterwards, in training too, where that
     kernel has no backward: every gradient through the frozen base is dropped (torch warns "an autograd kernel was not
     registered"), so the adapters train on the wrong ones. Clearing `support_avx512bf16_for_cpu` keeps the layout
-    (tests/test_train.py); generation on a CPU then runs the layers' plain 4-bit path. Nothing changes on a GPU."""
+    (tests/run/test_train.py); generation on a CPU then runs the layers' plain 4-bit path. Nothing changes on a GPU."""
     from bitsandbytes.nn import Linear4bit
 
     layers = [module for module in model.modules() if isinstance(module, Linear4bit)]

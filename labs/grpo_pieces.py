@@ -13,7 +13,7 @@
    Here p is the policy pi_theta and q the reference pi_ref, so this is the direction GRPO penalises.
 
 Only numpy and matplotlib: no torch, no model. Every number comes from a seeded generator, so two runs
-print the same table. `tests/test_lab.py` checks the chapter's claims from these numbers.
+print the same table. `tests/labs/test_lab.py` checks the chapter's claims from these numbers.
 """
 
 from __future__ import annotations

@@ -271,8 +271,8 @@ FAMILIES = {
 }
 
 
-# The families people train now (each its tool steps in tests/test_families.py); FAMILIES also holds Qwen2.5, whose
-# instance proves grpokit's passes on model_type qwen2 (tests/test_ownpasses.py) -- saved, its folder loads with
+# The families people train now (each its tool steps in tests/planning/test_families.py); FAMILIES also holds Qwen2.5, whose
+# instance proves grpokit's passes on model_type qwen2 (tests/trainer/test_ownpasses.py) -- saved, its folder loads with
 # transformers' byte-level Qwen2 tokenizer, which reads the character vocabulary wrongly, so no text goes through it.
 TODAY = ("qwen3", "qwen3_5", "gemma4", "smollm3", "llama3_2")
 

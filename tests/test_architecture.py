@@ -154,3 +154,13 @@ def test_every_package_has_a_face_that_says_what_it_offers_and_never_does(packag
 def test_grpokit_has_few_loose_modules():
     loose = sorted(p.name for p in (ROOT / "grpokit").glob("*.py") if p.name != "__init__.py")
     assert len(loose) <= 8, f"grpokit/ holds {loose} loose: a capability's modules go into its package"
+
+
+CORPORA = {"bad_recipes", "hostile"}  # folders of inputs the tests read, not tests
+
+
+def test_the_tests_folders_mirror_the_house():
+    homes = {p.name for p in (ROOT / "grpokit").iterdir() if (p / "__init__.py").exists()} | {"rewards", "labs"}
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    stray = sorted(folders - homes - CORPORA)
+    assert not stray, f"tests/ has folders {stray} that mirror no package of grpokit/ (nor rewards/, labs/)"

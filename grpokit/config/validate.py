@@ -49,7 +49,7 @@ class Recipe:
     num_processes: int = 1
     lint: dict = field(default_factory=lambda: {"ignore": []})
     tools: dict | None = None  # the `tools` section (grpokit/tools/tooluse.py), None without one
-    warm_start: dict | None = None  # the `warm_start` section (grpokit/warmstart), None without one
+    warm_start: dict | None = None  # the `warm_start` section (grpokit/warm_start/), None without one
     set_by: dict = field(default_factory=dict)  # key path -> the file (or "command line") that set it
 
     def where_set(self, key_path: str) -> str:

@@ -12,7 +12,7 @@ Removing (`remove`, `remove_build`): only what grpokit wrote and the manifest li
 Reading (`read_json`, `read_text`, `read_lines`, `read_bytes`, `try_json`; see `reading`): regular files only, bounded in
 size and nesting, of the expected type, or one line naming the file and what is wrong (a `RecipeError`, exit 2).
 
-A test (tests/test_file_door.py) forbids the raw forms -- `open(..., "w")`, `write_text`, `json.load` of a
+A test (tests/files/test_file_door.py) forbids the raw forms -- `open(..., "w")`, `write_text`, `json.load` of a
 file, `shutil.rmtree`, `unlink` -- anywhere else in grpokit, labs/ and bench/.
 
 Offers: the functions above (the readers handed on from its reading room), and `ownership` (the manifest: what

@@ -224,7 +224,7 @@ def layer_activations(config: dict, kind: str, a: int, S: int, full_finetune: bo
     layer); the PLE gate's output and its gelu (2 a Hp). A frozen linear keeps no input (its weight is all its
     backward needs), so no norm output is kept under LoRA; a full fine-tune keeps every linear's input (3 a H, a q,
     a I, a Hp) and each scaled norm's fp32 output for its weight's gradient. Checked against autograd's saved
-    tensors of each kind at E2B's widths (tests/test_gemma4.py)."""
+    tensors of each kind at E2B's widths (tests/planning/test_gemma4.py)."""
     c, k = text(config), kind_dims(config, kind)
     H, Hp = c["hidden_size"], c["hidden_size_per_layer_input"] or 0
     norms = 4 + bool(Hp)

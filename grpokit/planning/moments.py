@@ -181,7 +181,7 @@ def linear_mixer_activations(d: dict, a: int, S: int) -> tuple[int, str]:
     the qkv projection, the conv's padded output (a x conv x (2 + (K-1)/S)), q, k, v in fp32 (q and k repeated to
     the value heads), head-width fp32 tensors of the chunked rule (6, on the sequence padded to 64-token chunks) and
     ones in the model's dtype after it (11), 5 fp32 64 x 64 per-chunk matrices per head, and one recurrent state
-    (heads x dk x dv, fp32) per chunk. Counted from the code and checked against autograd's saved tensors of one layer (tests/test_families.py):
+    (heads x dk x dv, fp32) per chunk. Counted from the code and checked against autograd's saved tensors of one layer (tests/planning/test_families.py):
     within 3 % at bfloat16 from one chunk up (1 % at 1280 tokens, Qwen3.5-0.8B's widths); at float32 it overstates
     sequences of one or two partly filled chunks (+19 % at 64 tokens) and is within 1 % from 128 tokens."""
     conv, lh, dk, dv, K = d["conv"], d["lh"], d["dk"], d["dv"], d["conv_kernel"]

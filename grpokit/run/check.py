@@ -4,7 +4,7 @@ rewards, tools and their limits), then what the recipe computes in GRPO's terms,
 weights, trains nothing.
 
 The default view fits a screen: no line wider than WIDTH characters, at most 60 lines for a one-turn recipe and 80
-with tools (tests/test_recipes.py holds every shipped recipe to it). An explanation longer than a line is cut at a
+with tools (tests/config/test_recipes.py holds every shipped recipe to it). An explanation longer than a line is cut at a
 clause and ends in CUT (`--full` prints every line whole); a lint warning or a note, which asks the user to act, is
 wrapped, never cut.
 """

@@ -19,7 +19,7 @@ logits processors and stopping; only tokens with no kept state are computed. The
 their own positions (a token's position is its index among the row's real tokens, whatever the padding), so a row's
 kept keys are valid under any left padding.
 
-What is the same and what is not: every completion TRL keeps is drawn the same way, and `tests/test_generation.py`
+What is the same and what is not: every completion TRL keeps is drawn the same way, and `tests/trainer/test_generation.py`
 finds them equal token for token, greedy and sampled under one seed. Keys computed in a batch of 2 rows or of 8
 differ in float rounding only (as TRL's own figures do between batch sizes); a turn cut short of TRL's
 `max_completion_length` leaves the random generator elsewhere for the next turn, so a third round's draws differ
@@ -28,7 +28,7 @@ step's rows are computed with its own weights.
 
 Used when TRL generates through `model.generate` on text (no vLLM, no continuous batching, no images), with no
 `cache_implementation` set, on a model grpokit.trainer.ownpasses finds proven (transformers' plain `DynamicLayer` cache in
-every layer, a family tests/test_ownpasses.py compares), and while the first step's check agrees with TRL's method;
+every layer, a family tests/trainer/test_ownpasses.py compares), and while the first step's check agrees with TRL's method;
 otherwise TRL's own method runs. `sampling.reuse_prefix: false` keeps no states (the turn's cut stays).
 """
 

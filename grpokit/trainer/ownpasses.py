@@ -4,7 +4,7 @@ grpokit computes two things another way than TRL: the loss pass with each prompt
 computed once (grpokit.trainer.shared_prompt), and generation from kept prefixes (grpokit.trainer.generation). Both stand in for
 TRL's method only where that is proven, twice over:
 
-- per family, by a test: `tests/test_ownpasses.py` runs both methods on a tiny random instance of each family
+- per family, by a test: `tests/trainer/test_ownpasses.py` runs both methods on a tiny random instance of each family
   in `PROVEN` and finds them equal (float32); a family not there, or a model whose generation cache holds anything but
   plain keys and values per token (Qwen3.5's linear-attention state, Gemma's sliding windows), runs TRL's method;
 - per run, on its first step: the tests ran on a CPU in float32, a run computes on its own device, dtype and attention
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from grpokit import trl_compat
 
-# model_type -> the family whose tiny instance tests/test_ownpasses.py proves both passes on. A model_type
+# model_type -> the family whose tiny instance tests/trainer/test_ownpasses.py proves both passes on. A model_type
 # absent here runs TRL's method: no test has compared them on it.
 PROVEN = {"llama": "Llama 3.2", "qwen2": "Qwen2.5", "qwen3": "Qwen3", "smollm3": "SmolLM3"}
 
@@ -65,7 +65,7 @@ def verdict(config) -> Verdict:
     # named by the architecture the model shares with the test's instance: SmolLM2 is model_type llama, so the
     # proof on the tiny Llama 3.2 covers it
     return Verdict(True, f"proven equal to TRL's method on its architecture (model_type {model_type}), on a tiny "
-                   f"{PROVEN[model_type]} (tests/test_ownpasses.py)")
+                   f"{PROVEN[model_type]} (tests/trainer/test_ownpasses.py)")
 
 
 def verdict_for(name_or_path: str) -> Verdict:

@@ -12,7 +12,7 @@ token and the completion -- against them, through TRL's fused LM head, as TRL do
 column index, TRL passes none), the same attention mask, the same temperature. The log-probabilities and entropies
 are TRL's to float rounding (two forwards instead of one), and so are the gradients: the keys and values of a
 prompt receive the sum of its copies' gradients, which is what the copies' separate passes add up to.
-`tests/test_shared_prompt.py` compares both with TRL's own method.
+`tests/trainer/test_shared_prompt.py` compares both with TRL's own method.
 
 The distinct prompts themselves mostly share a lead: a tool recipe's system text, tool schemas and worked call are
 the same ~480 tokens before every question. Where they share at least MIN_LEAD tokens, the lead runs once for all of
@@ -29,7 +29,7 @@ kind runs the forward without grad, so the recorded keys would carry none.
 
 Used where it is the same computation: one process (no DDP, DeepSpeed or FSDP wrapper, whose reducers expect one
 forward per backward), text only, no MoE aux loss, no reentrant gradient checkpointing, on a model grpokit.trainer.ownpasses
-finds proven (transformers' plain `DynamicLayer` cache in every layer, a family tests/test_ownpasses.py compares), while
+finds proven (transformers' plain `DynamicLayer` cache in every layer, a family tests/trainer/test_ownpasses.py compares), while
 the first step's check agrees with TRL's method; and in a micro-batch whose prompts repeat. Otherwise, or with
 `sampling.reuse_prefix: false`, TRL's method runs.
 """

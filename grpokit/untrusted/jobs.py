@@ -45,8 +45,8 @@ With the cgroup, `memory_mb` + `file_mb` in all. Without it (not root and no del
 or `Limits(cgroup=False)`), `isolation()` lacks "cgroup-memory" and the bound is the sum of the
 per-process ones: at most `processes` x `memory_mb` + `file_mb` (16 x 512 MB + 16 MB by default).
 
-Measured on the development machine (Linux 6.18, root, 2 cores; tests/test_rewards_code.py and
-tests/test_rewards_code_sandbox.py): every layer above holds, both as root and when started by
+Measured on the development machine (Linux 6.18, root, 2 cores; tests/rewards/test_rewards_code.py and
+tests/untrusted/test_rewards_code_sandbox.py): every layer above holds, both as root and when started by
 `nobody` (user namespace, capabilities cleared). A memfd probe asking 960 MB past a 256 MB limit
 and a System V probe asking 384 MB (directly, or from a user and ipc namespace of its own, or in a
 tmpfs it mounted there) get nothing; a world-readable data file, /etc/passwd, the

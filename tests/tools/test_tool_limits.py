@@ -1,6 +1,6 @@
 """Every tool call is bounded (tools.timeout_seconds, tools.max_result_chars): past either the call fails with an error
 naming the limit, the run goes on and counts it; a stop signal lets a step's calls run on to their limits (a second one
-stops at once); an environment's own faults end the run in one line. Real GRPOTrainer steps on the tiny model, a scripted first turn calling the tool (tests/test_tooluse)."""
+stops at once); an environment's own faults end the run in one line. Real GRPOTrainer steps on the tiny model, a scripted first turn calling the tool (tests/tools/test_tooluse.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from grpokit import config
 from grpokit.config import validate
 from tests.helpers import SMOKE_DATA, write_recipe
-from tests.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
+from tests.tools.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from grpokit.cli import main
 from grpokit.prompts.datavalues import MAX_LINE_BYTES, SHOWN_ROWS
 from grpokit.errors import RecipeError, show
 from tests.helpers import write_recipe
-from tests.test_warm_start import tiny_recipe
+from tests.warm_start.test_warm_start import tiny_recipe
 
 CALL = {"role": "assistant", "tool_calls": [{"name": "multiply", "arguments": {"a": 2, "b": 3}}]}
 GOOD = {"messages": [{"role": "user", "content": "What is 2 * 3?"}, CALL, {"role": "tool", "name": "multiply",

@@ -1,4 +1,4 @@
-"""The warm start (`warm_start:`, grpokit/warmstart): worked exchanges, which of their tokens carry the loss, the rules
+"""The warm start (`warm_start:`, grpokit/warm_start/): worked exchanges, which of their tokens carry the loss, the rules
 of the section, --check's account of it, and a real run: TRL's SFTTrainer, merged, then GRPO from it, in one run
 whose folder keeps it and whose --resume uses it without training it again."""
 

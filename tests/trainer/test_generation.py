@@ -18,7 +18,7 @@ from grpokit.config import validate
 from grpokit.trainer.models import load_model
 from grpokit.trainer.generation import PrefixReuseGRPOTrainer, PrefixStore
 from tests.helpers import recipe_dict, write_recipe
-from tests.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
+from tests.tools.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_a_turn_and_the_turn_after_a_tool_draw_what_trl_draws(trainer, sample):
 def test_a_lead_all_prompts_share_is_prefilled_once_and_draws_what_trl_draws(trainer, sample):
     from grpokit.trainer.shared_prompt import MIN_LEAD
 
-    from tests.test_shared_prompt import LEAD, lead_of
+    from tests.trainer.test_shared_prompt import LEAD, lead_of
 
     tok = trainer.processing_class
     prompts = [tok(LEAD + q)["input_ids"] for q in ("What is 2 + 2?", "What is 12 + 30? Think first.", "Add 4 and 4.")]

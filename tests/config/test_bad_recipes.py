@@ -91,7 +91,7 @@ CASES = {
     "user_reward_bad_signature": ["has signature (text), which cannot take TRL's call", "def f(completions, **kwargs)"],
     "user_reward_import_fails": ["importing", "failed: RuntimeError: needs a GPU to import"],
     "user_reward_module_missing": ["module 'no_such_pkg.my_rewards' not found"],
-    # --- the warm start (grpokit/warmstart)
+    # --- the warm start (grpokit/warm_start/)
     "warm_start_typo": ["warm_start.stpes: is not a known key", "did you mean 'steps'?"],
     "warm_start_no_source": ["warm_start: give exactly one source of worked exchanges", "warm_start.examples"],
     "warm_start_zero_steps": ["warm_start.steps: is out of range", "got 0"],

@@ -552,7 +552,8 @@ def test_learns_with_dynamic_sampling(tmp_path, tiny_model_dir):
 @pytest.mark.slow
 def test_two_processes_keep_groups_whole(tmp_path, tiny_model_dir):
     # Two CPU processes (gloo) run this file as a script; each records what reached its loss.
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    here = Path(__file__).resolve()  # the project, and tests/ for the helpers this file imports
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[2]), str(here.parents[1])])}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            __file__, str(tmp_path), str(tiny_model_dir)]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)

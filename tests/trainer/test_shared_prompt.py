@@ -17,7 +17,7 @@ from grpokit.run.build import make_trainer, prepare
 from grpokit.config import validate
 from grpokit.trainer.models import load_model
 from tests.helpers import recipe_dict, write_recipe
-from tests.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
+from tests.tools.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +225,7 @@ def test_under_reentrant_checkpointing_trls_method_runs(checkpointed):
     theirs = GRPOTrainer._get_per_token_logps_and_entropies(trainer, trainer.model, ids, mask, keep)[0]
     assert trainer.shared_prompt_tally.shared == shared
     assert torch.equal(ours, theirs)
-    # sampling.reuse_prefix: false turns it off with generation's reuse (tests/test_generation.py)
+    # sampling.reuse_prefix: false turns it off with generation's reuse (tests/trainer/test_generation.py)
 
 
 @pytest.mark.slow

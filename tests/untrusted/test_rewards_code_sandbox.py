@@ -19,7 +19,7 @@ import pytest
 
 from grpokit.untrusted import Limits, SandboxError, isolation, run, run_many
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAST = Limits(time_s=2.0, memory_mb=256, processes=16, file_mb=4, output_kb=16)
 LAYERS = isolation(FAST)
 # Where the kernel refuses namespaces these bounds do not hold, and grpokit/untrusted/jobs.py says so.

@@ -1,6 +1,6 @@
 """The console's step line of a run given tools shows the step's tool calls and failed calls, and a step where every
 call failed is said plainly once, under its line. Fast: the callbacks fed TRL-shaped logs; a real tool run's console is
-held in tests/test_tool_console.py."""
+held in tests/tools/test_tool_console.py."""
 
 import doctest
 from types import SimpleNamespace

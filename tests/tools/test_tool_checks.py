@@ -9,7 +9,7 @@ import pytest
 
 from grpokit import cli
 from tests.helpers import write_recipe
-from tests.test_tooluse import GOOD_ENV, problems_of, tool_recipe
+from tests.tools.test_tooluse import GOOD_ENV, problems_of, tool_recipe
 
 def formatted_problems(folder, data) -> list[str]:
     """Each problem as the user reads it: file, key, message, the bad value, what is allowed, the nearest name."""
@@ -198,7 +198,7 @@ class Env:
 def test_check_says_what_the_model_reads_for_each_kind_of_return(tmp_path, capsys, no_weights):
     from grpokit import cli
     from tests.helpers import write_recipe
-    from tests.test_tooluse import tool_recipe
+    from tests.tools.test_tooluse import tool_recipe
 
     data = tool_recipe(tmp_path, {"environment": "env.py:Env"}, source=RETURNS)
     assert cli.main(["--recipe", str(write_recipe(tmp_path, data)), "--check"]) == 0

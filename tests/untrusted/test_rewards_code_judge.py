@@ -17,7 +17,7 @@ from grpokit.untrusted import Limits, build_job, run
 from grpokit.untrusted.values import BadValue, decode, encode
 from rewards.code import CodeTests
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAST = Limits(time_s=0.5, memory_mb=256, processes=16, file_mb=4, output_kb=16)
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"]
 WRONG_ADD = "def add(a, b):\n    return 0\n"

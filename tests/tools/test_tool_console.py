@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import docs_block, normal, write_recipe
-from tests.test_tool_limits import tokenizer_for
-from tests.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
+from tests.tools.test_tool_limits import tokenizer_for
+from tests.tools.test_tooluse import scripted_calls, tool_recipe  # noqa: F401 - the fixture is used by name
 
 # the model calls `div`, which the recipe's environment does not give: TRL answers each call with an error
 DIV = '<tool_call>\n{"name": "div", "arguments": {"a": 9}}\n</tool_call>'

@@ -20,7 +20,7 @@ from rewards import code as code_reward
 from grpokit.untrusted import CHILD, Limits, SandboxError, isolation, run, run_many
 from rewards.code import CodeTests, extract_code
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CODE20 = [json.loads(line) for line in (ROOT / "grpokit/assets/code20.jsonl").read_text().splitlines()]
 FAST = Limits(time_s=0.3, memory_mb=256, processes=16, file_mb=4, output_kb=16)  # tight: the whole file stays quick
 LAYERS = isolation(FAST)

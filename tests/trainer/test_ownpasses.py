@@ -12,8 +12,8 @@ from grpokit.trainer import ownpasses
 from grpokit.trainer.generation import PrefixStore
 from grpokit.reporting.own_passes import own_passes_section
 from tests.helpers import FAMILIES, family_trainer
-from tests.test_generation import generate
-from tests.test_shared_prompt import LEAD, assert_gradients_close, logps_and_grads, rows
+from tests.trainer.test_generation import generate
+from tests.trainer.test_shared_prompt import LEAD, assert_gradients_close, logps_and_grads, rows
 
 # The families whose caches hold plain keys and values per token: grpokit's passes are compared with TRL's on them.
 # Qwen3.5 (linear-attention state) and Gemma 4 (sliding windows) run TRL's method.

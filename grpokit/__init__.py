@@ -9,7 +9,8 @@
   `run/` (a run's life, start to finish), `cli` (the commands).
 
 `MOVED` says where a module that once stood loose in grpokit/ stands now, so that a recipe naming it by its old
-path (`grpokit.environments:PythonTool`) is told the new one in one line instead of "module not found".
+path (`grpokit.environments:PythonTool`), or a user's file importing it, is told the new one in one line instead of
+"module not found".
 """
 
 MOVED = {f"grpokit.{old}": f"grpokit.{new}" for old, new in {

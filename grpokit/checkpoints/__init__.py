@@ -6,6 +6,6 @@ checkpoints, which one `--resume` takes, the run lock, the names of the files a 
 folder holds its weights.
 
 Offers: `tiny`, `gguf`, `rundir`.
-Never: downloads anything, loads a model for a run (that is `grpokit.trainer.models`), or writes a file except
-through `grpokit.files`.
+Never: downloads anything, loads a model for a run (that is `grpokit.trainer.models`), or writes anywhere but a
+folder made through `grpokit.files` (a cache entry is built beside its place and renamed in whole).
 """

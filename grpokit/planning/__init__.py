@@ -6,6 +6,6 @@ one GPU; `cpu_time` a step's time on a CPU from bench's measured passes; `proof`
 is believed; `measure` the live-tensor counter the plan is checked with.
 
 Offers: `architecture`, `cpu_time`, `memory`, `moments`, `proof`, `vllm_share`.
-Never: imports torch or loads weights to plan (a plan comes before anything heavy loads), or states a figure without
-saying how it was measured.
+Never: loads a model's weights or allocates its tensors to make a plan (a config is built on torch's meta device at
+most, before anything heavy loads), or states a figure without saying how it was measured.
 """

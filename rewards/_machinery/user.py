@@ -182,6 +182,8 @@ def _load_user_file(name: str, path: Path, kind: "Kind"):
         spec.loader.exec_module(module)
     except SyntaxError as err:
         raise RewardNameError(f"{kind.label} {name!r}: syntax error in {path} line {err.lineno}: {err.msg}") from None
+    except ModuleNotFoundError as err:
+        raise RewardNameError(f"{kind.label} {name!r}: importing {path} failed: {_missing(err)}") from None
     except Exception as err:  # noqa: BLE001 - any import-time failure is the user's file, say so
         raise RewardNameError(f"{kind.label} {name!r}: importing {path} failed: {type(err).__name__}: {err}") from None
     except SystemExit as err:  # sys.exit(0) would end --check with 0: a passing check of a file never loaded
@@ -207,11 +209,20 @@ def _import_module(name: str, where: str, kind: "Kind"):
             _, _, attr = name.rpartition(":")
             raise RewardNameError(f"{kind.label} {name!r}: module {where!r} has moved to {moved!r}; write "
                                   f"'{moved}:{attr}'") from None
+        if err.name != where and err.name in MOVED:  # the module named is there; what it imports moved
+            raise RewardNameError(f"{kind.label} {name!r}: importing {where!r} failed: {_missing(err)}") from None
         raise RewardNameError(f"{kind.label} {name!r}: module {where!r} not found ({err})") from None
     except SyntaxError as err:
         raise RewardNameError(f"{kind.label} {name!r}: syntax error in {err.filename} line {err.lineno}: {err.msg}") from None
     except Exception as err:  # noqa: BLE001
         raise RewardNameError(f"{kind.label} {name!r}: importing {where!r} failed: {type(err).__name__}: {err}") from None
+
+
+def _missing(err: ModuleNotFoundError) -> str:
+    """What a user's file lacks: a module grpokit moved into a package (`grpokit.MOVED`) is named with its new place."""
+    if moved := MOVED.get(err.name):
+        return f"it imports {err.name!r}, which has moved to {moved!r}: import it from there"
+    return f"{type(err).__name__}: {err}"
 
 
 def _exited(name: str, where: str, err: SystemExit, kind: "Kind") -> RewardNameError:

@@ -154,17 +154,7 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
     if model is None:  # the warm start first (TRL's SFTTrainer), then GRPO from it
         model = _from_a_new_warm_start(recipe, prep, output_dir, base, lock)
         base = None  # its weights were merged and saved: freed before GRPO loads the warm start
-    from grpokit.run.progress import events
-
-    for where in events(prep.args):  # before the trainer: it fixes TensorBoard's directory at construction
-        say(where)
-    trainer = make_trainer(prep, model)
-    from grpokit import trl_compat
-    from grpokit.trainer import watch
-    from grpokit.run.build import planned_shapes
-
-    trl_compat.no_draft_card(trainer)  # the folder's card is grpokit's, written with the final model
-    watch.install(trainer, recipe, prep.args, say, planned_shapes(prep, recipe))  # the run measures its own memory
+    trainer = _trainer(recipe, prep, model)
     from grpokit.lifecycle import SaveFailed, StopOnSignal, Stopped, signal_name
 
     say(f"training: {planned(prep.args.max_steps, prep.args.num_train_epochs, resumed_at)} -> {output_dir}"
@@ -195,6 +185,22 @@ def _train_locked(recipe: Recipe, output_dir: Path, lock, request: Request):
             finish_run(output_dir, recipe, prep.args, trainer, resumed_at=resumed_at)
         if stop.signum is not None:
             say(f"{signal_name(stop.signum)} came as the run finished: its final save and report were completed first")
+    return trainer
+
+
+def _trainer(recipe: Recipe, prep, model):
+    """The run's trainer around `model`: where its events go said first, TRL's draft card off, its memory watched."""
+    from grpokit.run.progress import events
+
+    for where in events(prep.args):  # before the trainer: it fixes TensorBoard's directory at construction
+        say(where)
+    trainer = make_trainer(prep, model)
+    from grpokit import trl_compat
+    from grpokit.trainer import watch
+    from grpokit.run.build import planned_shapes
+
+    trl_compat.no_draft_card(trainer)  # the folder's card is grpokit's, written with the final model
+    watch.install(trainer, recipe, prep.args, say, planned_shapes(prep, recipe))  # the run measures its own memory
     return trainer
 
 
